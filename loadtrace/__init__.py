@@ -1,0 +1,57 @@
+"""loadtrace: OpenTelemetry spans for distributed model loading.
+
+Set ``LOADTRACE=1`` in a job's environment and nothing else, or call ``instrument()`` yourself. Importing this package
+is cheap: OpenTelemetry and the hooks load only when tracing is turned on.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+__version__ = "0.1.0"
+__all__ = ["instrument", "uninstrument", "traced_load", "__version__"]
+
+
+def instrument(**kwargs: Any) -> None:
+    """Hook the loading libraries (now, or when they are imported). Idempotent.
+
+    ``tracer_provider=`` sends spans to your own provider instead of loadtrace's files / OTLP export.
+    """
+    from .instrumentor import LoadtraceInstrumentor
+
+    LoadtraceInstrumentor().instrument(**kwargs)
+
+
+def uninstrument() -> None:
+    """Remove every hook ``instrument()`` installed, exactly; flush what was traced. Idempotent."""
+    from .instrumentor import LoadtraceInstrumentor
+
+    LoadtraceInstrumentor().uninstrument()
+
+
+@contextmanager
+def traced_load(name: str) -> Iterator[None]:
+    """Trace your own loading code as one load: a ``loadtrace.load`` span with the load totals.
+
+    A no-op when loadtrace is not instrumented.
+    """
+    from . import spans
+
+    tracing = spans.tracing()
+    try:
+        scope, token = tracing.start_load("loadtrace.load", {"loadtrace.load.name": name}) if tracing else (None, None)
+    except Exception:
+        scope = None
+    error: BaseException | None = None
+    try:
+        yield
+    except BaseException as raised:
+        error = raised
+        raise
+    finally:
+        if scope is not None:
+            try:
+                tracing.end_load(scope, token, {}, error)
+            except Exception:
+                pass

@@ -1,0 +1,252 @@
+"""Per-rank records of one job → findings: duplicate work the job's strategy says should not happen.
+
+Every rule rests on bytes a rank actually read, converted, created or held, never on which function did it or which
+library version ran: the same problem reaches memory through different code paths in different releases (transformers
+5.12 FSDP fills a second model with ``zeros_like`` on rank 1; 5.24 reads the checkpoint there and keeps it instead).
+
+The loading rank is rank 0 of the job. Under FSDP ``cpu_ram_efficient_loading`` that is a simplification: accelerate
+loads on local rank 0 of each node and broadcasts within the node, so on a multi-node job the other nodes' local rank 0
+reads are reported too. docs/report.md states every threshold below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .ranks import Job, RankLoad, real_bytes
+
+# Strategies under which only the loading rank should read the checkpoint and the other ranks hold empty weights.
+SHARDED_STRATEGIES = frozenset({"zero3", "fsdp_cpu_ram_efficient"})
+LOADING_RANK = 0
+# Bytes a non-loading rank may read or convert before it counts: 1% of the loading rank's (a config, a buffer).
+TOLERANCE = 0.01
+# A non-loading rank that creates or holds this share of the model is carrying a copy of it.
+MODEL_SHARE = 0.5
+# Under a replicated strategy, a rank that read this share of the model read "everything".
+REPLICATED_SHARE = 0.99
+
+WARNING, INFO = "warning", "info"
+_SEVERITY_ORDER = {WARNING: 0, INFO: 1}
+
+
+@dataclass
+class Finding:
+    trace_id: str
+    kind: str
+    severity: str
+    ranks: list[int]
+    bytes: int
+    projected_node_bytes: int
+    detail: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "trace_id": self.trace_id,
+            "kind": self.kind,
+            "severity": self.severity,
+            "ranks": self.ranks,
+            "bytes": self.bytes,
+            "projected_node_bytes": self.projected_node_bytes,
+            "detail": self.detail,
+            "evidence": self.evidence,
+        }
+
+
+def model_bytes(job: Job) -> int:
+    """The model's size: what the loading rank read, else the most real bytes any rank holds after loading."""
+    loading = job.rank(LOADING_RANK)
+    if loading is not None and loading.read_bytes > 0:
+        return loading.read_bytes
+    return max((real_bytes(rank.held_bytes) for rank in job.ranks), default=0)
+
+
+def find(jobs: list[Job]) -> list[Finding]:
+    """Every finding of every job, warnings first, then the most bytes first."""
+    found = [finding for job in jobs for rule in RULES if (finding := rule(job, model_bytes(job))) is not None]
+    return sorted(found, key=lambda f: (_SEVERITY_ORDER.get(f.severity, 9), -f.bytes, f.kind, f.trace_id))
+
+
+def _non_loading(job: Job, strategies: Callable[[str | None], bool]) -> list[RankLoad]:
+    return [r for r in job.ranks if r.rank is not None and r.rank != LOADING_RANK and strategies(r.strategy)]
+
+
+def _sharded(strategy: str | None) -> bool:
+    return strategy in SHARDED_STRATEGIES
+
+
+def _replicated(strategy: str | None) -> bool:
+    return strategy not in SHARDED_STRATEGIES
+
+
+def ranks_per_node(job: Job, rank: RankLoad) -> int:
+    """``loadtrace.local_world_size``, else the ranks seen on the same host, else 1."""
+    if rank.local_world_size:
+        return rank.local_world_size
+    if rank.host:
+        return max(1, sum(1 for other in job.ranks if other.host == rank.host))
+    return 1
+
+
+def duplicate_checkpoint_read(job: Job, model: int) -> Finding | None:
+    loading = job.rank(LOADING_RANK)
+    allowance = TOLERANCE * (loading.read_bytes if loading is not None else model)
+    offenders = {r: r.read_bytes for r in _non_loading(job, _sharded) if r.read_bytes > allowance}
+    if not offenders:
+        return None
+    return _finding(
+        job,
+        "duplicate_checkpoint_read",
+        WARNING,
+        offenders,
+        model,
+        what="read {bytes} of checkpoint tensors ({share} of the model)",
+        why="only the loading rank (rank 0) should read the checkpoint",
+        extra=lambda r: {"read_bytes": r.read_bytes, "tensors_read": r.tensors_read, "files_opened": r.files_opened},
+    )
+
+
+def nonzero_rank_materialization(job: Job, model: int) -> Finding | None:
+    if model <= 0:
+        return None
+    offenders: dict[RankLoad, int] = {}
+    for rank in _non_loading(job, _sharded):
+        created = real_bytes(rank.materialized_bytes)
+        held = real_bytes(rank.held_bytes)
+        # A ZeRO-3 rank may legitimately hold its own partition: 1/world_size of the model.
+        share = 1 / (rank.world_size or job.world_size or len(job.ranks))
+        copies = [created] if created >= MODEL_SHARE * model else []
+        if held >= MODEL_SHARE * model and held > (share + TOLERANCE) * model:
+            copies.append(held)
+        if copies:
+            offenders[rank] = max(copies)
+    if not offenders:
+        return None
+    worst = max(offenders, key=offenders.__getitem__)
+    sites = [(site, size) for site, size in worst.materialized_sites if not _meta_site(site)]
+    if sites and real_bytes(worst.materialized_bytes) >= MODEL_SHARE * model:
+        note = f"Largest call site on rank {worst.rank}: {sites[0][0]} ({human_bytes(sites[0][1])})."
+    else:
+        held = ", ".join(f"{device} {human_bytes(size)}" for device, size in worst.held_bytes.items() if device != "meta")
+        note = f"Rank {worst.rank} holds {held} when from_pretrained returns."
+    return _finding(
+        job,
+        "nonzero_rank_materialization",
+        WARNING,
+        offenders,
+        model,
+        what="created or holds {bytes} of real (non-meta) tensors ({share} of the model)",
+        why="a non-loading rank should hold empty (meta) weights until the strategy distributes them",
+        note=note,
+        extra=lambda r: {
+            "materialized_bytes": r.materialized_bytes,
+            "held_bytes": r.held_bytes,
+            "sites": [{"site": site, "bytes": size} for site, size in r.materialized_sites if not _meta_site(site)],
+        },
+    )
+
+
+def duplicate_conversion(job: Job, model: int) -> Finding | None:
+    loading = job.rank(LOADING_RANK)
+    allowance = TOLERANCE * loading.conversion_bytes if loading is not None else 0
+    offenders = {r: r.conversion_bytes for r in _non_loading(job, _sharded) if r.conversion_bytes > allowance}
+    if not offenders:
+        return None
+    return _finding(
+        job,
+        "duplicate_conversion",
+        WARNING,
+        offenders,
+        model,
+        what="converted {bytes} of weights ({share} of the model)",
+        why="the loading rank's conversion is the only one the strategy needs",
+        extra=lambda r: {"conversion_bytes": r.conversion_bytes, "conversions": r.conversions},
+    )
+
+
+def replicated_load(job: Job, model: int) -> Finding | None:
+    if model <= 0:
+        return None
+    readers = {r: r.read_bytes for r in _non_loading(job, _replicated) if r.read_bytes >= REPLICATED_SHARE * model}
+    if not readers:
+        return None
+    return _finding(
+        job,
+        "replicated_load",
+        INFO,
+        readers,
+        model,
+        what="read {bytes} ({share} of the model)",
+        why="expected: without a sharding strategy every rank loads its own replica",
+        extra=lambda r: {"read_bytes": r.read_bytes},
+    )
+
+
+RULES: list[Callable[[Job, int], Finding | None]] = [
+    duplicate_checkpoint_read,
+    nonzero_rank_materialization,
+    duplicate_conversion,
+    replicated_load,
+]
+
+
+def _meta_site(site: str) -> bool:
+    return site.rsplit(" ", 1)[-1] == "meta"
+
+
+def _finding(
+    job: Job,
+    kind: str,
+    severity: str,
+    offenders: dict[RankLoad, int],
+    model: int,
+    what: str,
+    why: str,
+    extra: Callable[[RankLoad], dict[str, Any]],
+    note: str = "",
+) -> Finding:
+    """One finding over the offending ranks, with the host-memory projection: worst rank's bytes × ranks per node."""
+    ranks = sorted(offenders, key=lambda r: r.rank or 0)
+    worst = max(offenders.values())
+    per_node = max(ranks_per_node(job, r) for r in ranks)
+    strategies = sorted({r.strategy or "none" for r in ranks})
+    names = ", ".join(str(r.rank) for r in ranks)
+    each = " each" if len(ranks) > 1 and min(offenders.values()) == worst else ""
+    amount = human_bytes(worst) if each or len(ranks) == 1 else f"up to {human_bytes(worst)}"
+    detail = (
+        f"rank{'s' if len(ranks) > 1 else ''} {names} "
+        + what.format(bytes=amount + each, share=_percent(worst, model))
+        + f" under strategy {'/'.join(strategies)}: {why}. "
+        + f"Projected host memory: {human_bytes(worst)} × {per_node} rank{'s' if per_node > 1 else ''} per node"
+        + f" = {human_bytes(worst * per_node)} per node."
+        + (f" {note}" if note else "")
+    )
+    return Finding(
+        trace_id=job.trace_id,
+        kind=kind,
+        severity=severity,
+        ranks=[r.rank for r in ranks if r.rank is not None],
+        bytes=sum(offenders.values()),
+        projected_node_bytes=worst * per_node,
+        detail=detail,
+        evidence={
+            "model_bytes": model,
+            "ranks_per_node": per_node,
+            "per_rank": [
+                {"rank": r.rank, "host": r.host, "strategy": r.strategy, "bytes": offenders[r], **extra(r)} for r in ranks
+            ],
+        },
+    )
+
+
+def _percent(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.0f}%" if whole > 0 else "?%"
+
+
+def human_bytes(value: int) -> str:
+    """Exact bytes with a readable size: ``1,009,152 B (1.0 MB)``."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if value >= scale:
+            return f"{value:,} B ({value / scale:.1f} {unit})"
+    return f"{value:,} B"

@@ -1,0 +1,233 @@
+"""Spans → one record per rank of each job: what it opened, read, converted, materialised and held.
+
+A job is a trace (every rank's spans hang from the job's root span); a rank is a resource's ``loadtrace.rank``, else its
+``service.instance.id``. Totals come from the outermost load spans (``transformers.from_pretrained``, ``loadtrace.load``),
+which already count every file opened while they were open, whichever thread read it; a file span outside every load
+(a bare ``safe_open`` / ``torch.load``) is counted from its own attributes. Every number here is a sum of span
+attributes named in docs/spans.md, so it can be traced back to the spans it came from.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from .sources import Span
+
+LOAD_SPANS = frozenset({"transformers.from_pretrained", "loadtrace.load"})
+FILE_SPANS = frozenset({"safetensors.open", "torch.load"})
+# Read bytes without a file of their own (``safetensors.torch.load(bytes)``).
+BYTES_SPANS = frozenset({"safetensors.load"})
+MATERIALIZED_PREFIX = "loadtrace.materialized.bytes."
+HELD_PREFIX = "loadtrace.model.held_bytes."
+META = "meta"
+
+
+def int_attr(attributes: dict[str, Any], key: str) -> int:
+    """An integer attribute, 0 when absent or not an integer (a hand-edited or foreign span must not break a report)."""
+    value = attributes.get(key)
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return 0
+
+
+def str_attr(attributes: dict[str, Any], key: str) -> str | None:
+    value = attributes.get(key)
+    return value if isinstance(value, str) and value else None
+
+
+def by_device(attributes: dict[str, Any], prefix: str) -> dict[str, int]:
+    """``<prefix><device>`` attributes → {device: bytes}."""
+    return {key[len(prefix):]: int_attr(attributes, key) for key in attributes if key.startswith(prefix) and key != prefix}
+
+
+def real_bytes(per_device: dict[str, int]) -> int:
+    """Bytes that occupy memory: every device but ``meta``."""
+    return sum(value for device, value in per_device.items() if device != META)
+
+
+@dataclass(eq=False)  # identity: one record per rank, usable as a dict key
+class RankLoad:
+    trace_id: str
+    rank: int | None
+    instance: str | None
+    world_size: int | None
+    local_world_size: int | None
+    host: str | None
+    strategy: str | None
+    checkpoint: str | None
+    load_seconds: float | None
+    loads: int
+    files_opened: int
+    tensors_read: int
+    read_bytes: int
+    conversions: int
+    conversion_bytes: int
+    materialized_bytes: dict[str, int]
+    materialized_sites: list[tuple[str, int]]
+    held_bytes: dict[str, int]
+    peak_rss_bytes: int | None
+    hook_errors: int
+    resource: dict[str, Any] = field(repr=False)
+    spans: list[Span] = field(repr=False)
+
+    @property
+    def label(self) -> str:
+        return f"rank {self.rank}" if self.rank is not None else (self.instance or "rank ?")
+
+
+@dataclass
+class Job:
+    """One trace: every rank's spans of one job."""
+
+    trace_id: str
+    ranks: list[RankLoad]
+    start_ns: int
+
+    @property
+    def job_id(self) -> str | None:
+        return next((r for r in (str_attr(rank.resource, "loadtrace.job.id") for rank in self.ranks) if r), None)
+
+    @property
+    def world_size(self) -> int | None:
+        sizes = [rank.world_size for rank in self.ranks if rank.world_size is not None]
+        return max(sizes) if sizes else None
+
+    def rank(self, number: int) -> RankLoad | None:
+        return next((rank for rank in self.ranks if rank.rank == number), None)
+
+
+def rank_key(resource: dict[str, Any]) -> tuple[int | None, str | None]:
+    rank = resource.get("loadtrace.rank")
+    rank = rank if isinstance(rank, int) and not isinstance(rank, bool) else None
+    instance = str_attr(resource, "service.instance.id")
+    if instance is None:
+        host, pid = resource.get("host.name"), resource.get("process.pid")
+        instance = f"{host}/{pid}" if host is not None or pid is not None else None
+    # With a rank, the rank alone names the process: a rank that restarted under a new pid is still the same rank.
+    return (rank, None) if rank is not None else (None, instance)
+
+
+def jobs_from_spans(spans: Iterable[Span]) -> list[Job]:
+    """Group spans by trace, then by rank; jobs in order of their first span, ranks in rank order."""
+    grouped: dict[str, dict[tuple[int | None, str | None], list[Span]]] = defaultdict(lambda: defaultdict(list))
+    seen: set[tuple[str, str]] = set()
+    for span in spans:
+        # The same span read twice (a copied file, a file and a collector's copy of it) must not count twice.
+        if span.span_id:
+            if (span.trace_id, span.span_id) in seen:
+                continue
+            seen.add((span.trace_id, span.span_id))
+        grouped[span.trace_id][rank_key(span.resource)].append(span)
+    jobs = []
+    for trace_id, by_rank in grouped.items():
+        ranks = [summarize_rank(trace_id, rank, instance, rank_spans) for (rank, instance), rank_spans in by_rank.items()]
+        ranks.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.instance or ""))
+        start = min(span.start_ns for rank_spans in by_rank.values() for span in rank_spans)
+        jobs.append(Job(trace_id=trace_id, ranks=ranks, start_ns=start))
+    jobs.sort(key=lambda job: (job.start_ns, job.trace_id))
+    return jobs
+
+
+def outermost(spans: list[Span], names: frozenset[str], by_id: dict[str, Span]) -> list[Span]:
+    """Spans named in ``names`` with no ancestor named in ``names`` (a nested load is already in its parent's totals)."""
+    result = []
+    for span in spans:
+        if span.name not in names:
+            continue
+        seen, parent, nested = {span.span_id}, by_id.get(span.parent_span_id), False
+        while parent is not None and parent.span_id not in seen:
+            if parent.name in names:
+                nested = True
+                break
+            seen.add(parent.span_id)
+            parent = by_id.get(parent.parent_span_id)
+        if not nested:
+            result.append(span)
+    return result
+
+
+def inside_any(span: Span, loads: list[Span]) -> bool:
+    """Whether a file span started while a load was open on this rank: the load's totals already count it."""
+    return any(load.start_ns <= span.start_ns <= load.end_ns for load in loads)
+
+
+def merge_sites(loads: Iterable[Span]) -> list[tuple[str, int]]:
+    """``loadtrace.materialized.sites`` / ``site_bytes`` (parallel arrays) of several loads → [(site, bytes)], largest first."""
+    totals: dict[str, int] = defaultdict(int)
+    for load in loads:
+        sites, sizes = load.attributes.get("loadtrace.materialized.sites"), load.attributes.get("loadtrace.materialized.site_bytes")
+        if not isinstance(sites, list) or not isinstance(sizes, list):
+            continue
+        for site, size in zip(sites, sizes):
+            if isinstance(site, str) and isinstance(size, int) and not isinstance(size, bool):
+                totals[site] += size
+    return sorted(totals.items(), key=lambda item: (-item[1], item[0]))
+
+
+def _add(total: dict[str, int], more: dict[str, int]) -> None:
+    for key, value in more.items():
+        total[key] = total.get(key, 0) + value
+
+
+def summarize_rank(trace_id: str, rank: int | None, instance: str | None, spans: list[Span]) -> RankLoad:
+    spans = sorted(spans, key=lambda s: (s.start_ns, s.span_id))
+    by_id = {span.span_id: span for span in spans if span.span_id}
+    resource = spans[0].resource
+    loads = outermost(spans, LOAD_SPANS, by_id)
+    pretrained = outermost(spans, frozenset({"transformers.from_pretrained"}), by_id)
+    every_pretrained = [span for span in spans if span.name == "transformers.from_pretrained"]
+    # Issue 5 (incomplete ranks) belongs here: a rank with an open-span record or without any load span would be marked
+    # incomplete rather than read as "loaded nothing". Today such a rank is summarised from whatever spans it has.
+    stray_files = [s for s in spans if s.name in FILE_SPANS | BYTES_SPANS and not inside_any(s, loads)]
+
+    files_opened = sum(int_attr(s.attributes, "loadtrace.files.opened") for s in loads)
+    files_opened += sum(1 for s in stray_files if s.name in FILE_SPANS)
+    tensors_read = sum(int_attr(s.attributes, "loadtrace.read.tensors") for s in loads + stray_files)
+    read_bytes = sum(int_attr(s.attributes, "loadtrace.read.bytes") for s in loads + stray_files)
+
+    converts = [s for s in spans if s.name == "transformers.convert"]
+    materialized: dict[str, int] = {}
+    held: dict[str, int] = {}
+    for load in loads:
+        _add(materialized, by_device(load.attributes, MATERIALIZED_PREFIX))
+    for load in pretrained:
+        _add(held, by_device(load.attributes, HELD_PREFIX))
+    peaks = [int_attr(s.attributes, "loadtrace.rss.peak") for s in every_pretrained]
+    strategies = [str_attr(s.attributes, "loadtrace.strategy") for s in pretrained]
+    checkpoints = [str_attr(s.attributes, "loadtrace.checkpoint") for s in pretrained]
+
+    return RankLoad(
+        trace_id=trace_id,
+        rank=rank,
+        instance=str_attr(resource, "service.instance.id") or instance,
+        world_size=_positive(resource.get("loadtrace.world_size")),
+        local_world_size=_positive(resource.get("loadtrace.local_world_size")),
+        host=str_attr(resource, "host.name"),
+        # A rank that loaded several models is judged by its first: the strategy a job runs under does not change.
+        strategy=next((s for s in strategies if s), None),
+        checkpoint=next((c for c in checkpoints if c), None) or str_attr(resource, "loadtrace.checkpoint"),
+        load_seconds=sum(s.seconds for s in loads) if loads else None,
+        loads=len(loads),
+        files_opened=files_opened,
+        tensors_read=tensors_read,
+        read_bytes=read_bytes,
+        conversions=sum(int_attr(s.attributes, "loadtrace.convert.count") for s in converts),
+        conversion_bytes=sum(int_attr(s.attributes, "loadtrace.convert.bytes") for s in converts),
+        materialized_bytes=dict(sorted(materialized.items())),
+        materialized_sites=merge_sites(loads),
+        held_bytes=dict(sorted(held.items())),
+        peak_rss_bytes=max((p for p in peaks if p > 0), default=None),
+        hook_errors=sum(int_attr(s.attributes, "loadtrace.hook_errors") for s in loads),
+        resource=resource,
+        spans=spans,
+    )
+
+
+def _positive(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None

@@ -1,0 +1,65 @@
+"""Spans → the ``loadtrace report`` object: jobs, per-rank records, findings. docs/report.md documents its schema.
+
+The object is plain JSON data (dicts, lists, numbers, strings, null), built once and rendered by the CLI either as
+JSON or as a table, so both outputs say the same thing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .findings import Finding, find, model_bytes
+from .ranks import Job, RankLoad, jobs_from_spans
+from .sources import SpanSet, rfc3339_nanos
+
+
+def rank_json(rank: RankLoad) -> dict[str, Any]:
+    return {
+        "trace_id": rank.trace_id,
+        "rank": rank.rank,
+        "instance": rank.instance,
+        "world_size": rank.world_size,
+        "local_world_size": rank.local_world_size,
+        "host": rank.host,
+        "strategy": rank.strategy,
+        "checkpoint": rank.checkpoint,
+        "load_seconds": None if rank.load_seconds is None else round(rank.load_seconds, 6),
+        "loads": rank.loads,
+        "files_opened": rank.files_opened,
+        "tensors_read": rank.tensors_read,
+        "read_bytes": rank.read_bytes,
+        "conversions": rank.conversions,
+        "conversion_bytes": rank.conversion_bytes,
+        "materialized_bytes": rank.materialized_bytes,
+        "materialized_sites": [{"site": site, "bytes": size} for site, size in rank.materialized_sites],
+        "held_bytes": rank.held_bytes,
+        "peak_rss_bytes": rank.peak_rss_bytes,
+        "hook_errors": rank.hook_errors,
+    }
+
+
+def job_json(job: Job) -> dict[str, Any]:
+    return {
+        "trace_id": job.trace_id,
+        "job_id": job.job_id,
+        "start_time": rfc3339_nanos(job.start_ns),
+        "world_size": job.world_size,
+        "ranks": [rank.rank for rank in job.ranks],
+        "model_bytes": model_bytes(job),
+        "spans": sum(len(rank.spans) for rank in job.ranks),
+    }
+
+
+def build_report(spans: SpanSet) -> dict[str, Any]:
+    jobs = jobs_from_spans(spans.spans)
+    findings: list[Finding] = find(jobs)
+    return {
+        "traces": [job_json(job) for job in jobs],
+        "ranks": [rank_json(rank) for job in jobs for rank in job.ranks],
+        "findings": [finding.as_json() for finding in findings],
+        "skipped_lines": spans.skipped_lines,
+    }
+
+
+def has_warnings(report: dict[str, Any]) -> bool:
+    return any(finding["severity"] == "warning" for finding in report["findings"])

@@ -1,0 +1,207 @@
+"""Trace sources → one neutral span model.
+
+OTLP JSON Lines files (what loadtrace writes, one ``TracesData`` per line) become plain ``Span`` records that the rest of
+the analysis works on. A truncated last line (a rank killed mid-write), a corrupt line, a line that is not UTF-8 JSON or
+does not have the OTLP shape, and a line longer than ``MAX_LINE_BYTES`` are each skipped and counted, never raised.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, BinaryIO, Iterable, Iterator
+
+# One TracesData line holds one export batch; anything this long is not one of ours, and reading it whole could exhaust
+# memory, so it is skipped unread.
+MAX_LINE_BYTES = 64 * 1024 * 1024
+_CHUNK = 1024 * 1024
+
+# Everything a malformed line can raise while being decoded into spans: bad JSON or encoding (ValueError, which covers
+# UnicodeDecodeError), the wrong shape (TypeError, KeyError, AttributeError), absurd numbers (OverflowError), or
+# nesting deeper than the interpreter allows (RecursionError).
+_MALFORMED = (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError)
+
+
+class SourceError(Exception):
+    """A source that cannot be read at all (missing path, no trace files, unreachable server): one line for the user."""
+
+
+@dataclass(frozen=True)
+class Span:
+    trace_id: str
+    span_id: str
+    parent_span_id: str
+    name: str
+    start_ns: int
+    end_ns: int
+    attributes: dict[str, Any]
+    resource: dict[str, Any]
+    status_code: int = 0
+
+    @property
+    def seconds(self) -> float:
+        return max(0, self.end_ns - self.start_ns) / 1e9
+
+
+@dataclass
+class SpanSet:
+    spans: list[Span] = field(default_factory=list)
+    skipped_lines: int = 0
+
+
+def rfc3339_nanos(unix_ns: int) -> str | None:
+    """OTLP nanoseconds → RFC 3339 with nanoseconds, UTC (what Jaeger's ``query.start_time_min`` / ``_max`` want).
+
+    None for a time no calendar can show (a corrupt span's timestamp must not break a report).
+    """
+    seconds, nanos = divmod(unix_ns, 1_000_000_000)
+    try:
+        return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{nanos:09d}Z"
+    except (OverflowError, ValueError, OSError):
+        return None
+
+
+def _string(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def _integer(value: Any) -> int:
+    """OTLP JSON writes 64-bit integers as decimal strings; plain JSON numbers are accepted too."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise TypeError(f"expected an integer, got {type(value).__name__}")
+    return int(value)
+
+
+def _object(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(f"expected an object, got {type(value).__name__}")
+    return value
+
+
+def _array(value: Any) -> list[Any]:
+    if not isinstance(value, list):
+        raise TypeError(f"expected an array, got {type(value).__name__}")
+    return value
+
+
+def any_value(value: dict[str, Any]) -> Any:
+    """Decode an OTLP JSON ``AnyValue``; a value of the wrong type raises (the line is then skipped)."""
+    value = _object(value)
+    if "stringValue" in value:
+        return _string(value["stringValue"])
+    if "intValue" in value:
+        return _integer(value["intValue"])
+    if "doubleValue" in value:
+        number = value["doubleValue"]
+        if isinstance(number, bool) or not isinstance(number, (int, float, str)):
+            raise TypeError("doubleValue is not a number")
+        return float(number)
+    if "boolValue" in value:
+        if not isinstance(value["boolValue"], bool):
+            raise TypeError("boolValue is not a boolean")
+        return value["boolValue"]
+    if "arrayValue" in value:
+        return [any_value(v) for v in _array(_object(value["arrayValue"]).get("values", []))]
+    if "kvlistValue" in value:
+        return key_values(_object(value["kvlistValue"]).get("values", []))
+    if "bytesValue" in value:
+        return _string(value["bytesValue"])
+    return None
+
+
+def key_values(items: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    return {_string(_object(item)["key"]): any_value(item.get("value", {})) for item in _array(items)}
+
+
+def spans_from_traces_data(data: dict[str, Any]) -> Iterator[Span]:
+    """Spans of one OTLP ``TracesData`` JSON object (a file line, or Jaeger's ``result``)."""
+    for resource_spans in _array(_object(data).get("resourceSpans", [])):
+        resource = key_values(_object(_object(resource_spans).get("resource", {})).get("attributes", []))
+        for scope_spans in _array(resource_spans.get("scopeSpans", [])):
+            for raw in _array(_object(scope_spans).get("spans", [])):
+                raw = _object(raw)
+                yield Span(
+                    trace_id=_string(raw.get("traceId", "")).lower(),
+                    span_id=_string(raw.get("spanId", "")).lower(),
+                    parent_span_id=_string(raw.get("parentSpanId", "")).lower(),
+                    name=_string(raw.get("name", "")),
+                    start_ns=_integer(raw.get("startTimeUnixNano", 0)),
+                    end_ns=_integer(raw.get("endTimeUnixNano", 0)),
+                    attributes=key_values(raw.get("attributes", [])),
+                    resource=resource,
+                    status_code=_integer(_object(raw.get("status", {})).get("code", 0)),
+                )
+
+
+def decode_line(line: bytes) -> list[Span] | None:
+    """The spans of one JSON line, or None when the line is not a well-formed ``TracesData``.
+
+    A saved Jaeger response line (``{"result": TracesData}``) is accepted as well.
+    """
+    try:
+        data = _object(json.loads(line))
+        if "result" in data:
+            data = data["result"]
+        return list(spans_from_traces_data(data))
+    except _MALFORMED:
+        return None
+
+
+def _lines(handle: BinaryIO) -> Iterator[bytes | None]:
+    """Lines of a binary file, each at most MAX_LINE_BYTES; a longer line is consumed in chunks and yielded as None."""
+    while True:
+        line = handle.readline(MAX_LINE_BYTES + 1)
+        if not line:
+            return
+        if len(line) > MAX_LINE_BYTES:
+            while line and not line.endswith(b"\n"):
+                line = handle.readline(_CHUNK)
+            yield None
+            continue
+        yield line
+
+
+def read_stream(handle: BinaryIO, into: SpanSet) -> None:
+    for line in _lines(handle):
+        if line is not None and not line.strip():
+            continue
+        spans = decode_line(line) if line is not None else None
+        if spans is None:
+            into.skipped_lines += 1
+        else:
+            into.spans.extend(spans)
+
+
+def trace_files(path: str | os.PathLike[str]) -> list[Path]:
+    """The file itself, or every ``*.jsonl`` file under a directory (symlinked directories are not followed)."""
+    root = Path(path)
+    if not root.exists():
+        raise SourceError(f"{root}: no such file or directory")
+    if not root.is_dir():
+        return [root]
+    files = sorted(
+        Path(folder) / name
+        for folder, _, names in os.walk(root)
+        for name in names
+        if name.endswith(".jsonl") and (Path(folder) / name).is_file()
+    )
+    if not files:
+        raise SourceError(f"{root}: no *.jsonl trace files in this directory")
+    return files
+
+
+def read_files(path: str | os.PathLike[str]) -> SpanSet:
+    """Every span in a JSON Lines file, or in all ``*.jsonl`` files under a directory."""
+    result = SpanSet()
+    for file in trace_files(path):
+        try:
+            with open(file, "rb") as handle:
+                read_stream(handle, result)
+        except OSError as error:
+            raise SourceError(f"{file}: {error.strerror or error}") from None
+    return result

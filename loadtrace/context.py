@@ -1,0 +1,194 @@
+"""Who this process is: rank, host, job, and the one trace id all ranks of a job share.
+
+Independent of the hooked libraries: torch.distributed is consulted only if the job already imported it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import sys
+import threading
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any, Mapping
+
+from ._log import warn_once
+
+# Where each launcher puts rank, local rank, world size, local world size, node rank; first match wins.
+LAUNCHERS: tuple[tuple[str, tuple[str, str, str, str | None, str | None]], ...] = (
+    ("torchrun", ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK")),
+    ("slurm", ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_NTASKS_PER_NODE", "SLURM_NODEID")),
+    ("mpi", ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_NODE_RANK")),
+    ("mpi", ("PMI_RANK", "MPI_LOCALRANKID", "PMI_SIZE", "MPI_LOCALNRANKS", None)),
+)
+
+# Job ids, most specific first. Each is shared by every rank of one launch and differs between launches.
+JOB_ID_VARIABLES = (
+    "LOADTRACE_JOB_ID",
+    "TORCHELASTIC_RUN_ID",  # torchrun / accelerate launch: --rdzv-id, or a fresh uuid for single-node runs
+    "SLURM_JOB_ID",  # combined with SLURM_STEP_ID: each srun step is its own launch
+    "PMIX_NAMESPACE",  # Open MPI 5 / PMIx
+    "OMPI_MCA_ess_base_jobid",  # Open MPI 4
+    "LSB_JOBID",
+    "PBS_JOBID",
+)
+
+# Values launchers put in a job id variable when they have no real id. torchrun's static rendezvous sets
+# TORCHELASTIC_RUN_ID=none on every node of every job: trusting it would merge unrelated jobs into one trace.
+PLACEHOLDER_JOB_IDS = frozenset({"", "none", "null", "default", "unknown", "0"})
+
+HOOKED_LIBRARIES = ("torch", "transformers", "safetensors", "accelerate", "deepspeed")
+STORE_KEY = "loadtrace/job_id"
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Rank:
+    launcher: str = "none"
+    rank: int | None = None
+    local_rank: int | None = None
+    world_size: int | None = None
+    local_world_size: int | None = None
+    node_rank: int | None = None
+
+    @property
+    def distributed(self) -> bool:
+        return (self.world_size or 1) > 1
+
+
+def rank_from_env(env: Mapping[str, str]) -> Rank:
+    for launcher, names in LAUNCHERS:
+        if names[0] in env:
+            rank, local, world, local_world, node = (_int(env.get(n)) if n else None for n in names)
+            if "ACCELERATE_MIXED_PRECISION" in env or "ACCELERATE_USE_FSDP" in env or "ACCELERATE_USE_DEEPSPEED" in env:
+                launcher = "accelerate" if launcher == "torchrun" else launcher
+            return Rank(launcher, rank, local, world, local_world, node)
+    return Rank()
+
+
+def current_rank(env: Mapping[str, str] | None = None) -> Rank:
+    """Rank from torch.distributed when the job initialised it, else from the launcher's variables."""
+    found = rank_from_env(os.environ if env is None else env)
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return Rank(found.launcher, dist.get_rank(), found.local_rank, dist.get_world_size(), found.local_world_size, found.node_rank)
+    except Exception:  # an odd backend state must not stop tracing
+        pass
+    return found
+
+
+def job_id_from_env(env: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """The job id and the variable it came from; (None, None) when only placeholders are set."""
+    for name in JOB_ID_VARIABLES:
+        value = env.get(name, "").strip()
+        if value.lower() in PLACEHOLDER_JOB_IDS:
+            continue
+        if name == "SLURM_JOB_ID" and env.get("SLURM_STEP_ID"):
+            value = f"{value}.{env['SLURM_STEP_ID']}"
+        return value, name
+    return None, None
+
+
+def trace_ids(job_id: str) -> tuple[int, int]:
+    """The trace id and job root span id every rank derives from the job id, without talking to the others."""
+    digest = hashlib.sha256(f"loadtrace:{job_id}".encode()).digest()
+    trace_id = int.from_bytes(digest[:16], "big") or 1
+    span_id = int.from_bytes(digest[16:24], "big") or 1
+    return trace_id, span_id
+
+
+def library_versions() -> dict[str, str]:
+    versions = {}
+    for name in HOOKED_LIBRARIES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return versions
+
+
+class Job:
+    """The job this process belongs to. Resolved lazily; may be adopted later from the process group's store."""
+
+    def __init__(self, explicit_id: str | None = None, env: Mapping[str, str] | None = None):
+        env = os.environ if env is None else env
+        self._lock = threading.Lock()
+        if explicit_id:
+            self.id, self.source = explicit_id, "LOADTRACE_JOB_ID"
+        else:
+            self.id, self.source = job_id_from_env(env)
+        self.placeholder = {n: env[n] for n in JOB_ID_VARIABLES if n in env and self.id is None}
+
+    @property
+    def known(self) -> bool:
+        return self.id is not None
+
+    def adopt_from_store(self, store: Any, rank: int, timeout_s: float = 10.0) -> None:
+        """Without a usable job id, rank 0 makes one and publishes it through the process group's store.
+
+        Called right after ``init_process_group`` on every rank, so every rank of the job joins one trace even
+        where the launcher gave them nothing better than ``TORCHELASTIC_RUN_ID=none``.
+        """
+        if self.known:
+            return
+        from datetime import timedelta
+        import uuid
+
+        if rank == 0:
+            job_id = uuid.uuid4().hex
+            store.set(STORE_KEY, job_id)
+        else:
+            store.wait([STORE_KEY], timedelta(seconds=timeout_s))
+            job_id = store.get(STORE_KEY).decode()
+        with self._lock:
+            if not self.known:
+                self.id, self.source = job_id, "process group store (rank 0)"
+
+    def fallback_id(self) -> str:
+        """A per-process id, for a process that has no job id (said once when it is part of a larger job)."""
+        with self._lock:
+            if self.id is None:
+                rank = current_rank()
+                if rank.distributed:
+                    given = ", ".join(f"{k}={v!r}" for k, v in self.placeholder.items()) or "no launcher job id"
+                    warn_once(
+                        "job-id",
+                        f"rank {rank.rank} found no job id ({given}), so its spans go to a trace of their own; "
+                        "set LOADTRACE_JOB_ID to one value on every rank (or torchrun --rdzv-id) to join them",
+                    )
+                self.id, self.source = f"{socket.gethostname()}-{os.getpid()}-{os.urandom(4).hex()}", "process"
+            return self.id
+
+
+def resource_attributes(job: Job, service_name: str | None, version: str) -> dict[str, Any]:
+    """What every span of this process carries: its rank, host, pid, job and library versions."""
+    rank = current_rank()
+    job_id = job.id or job.fallback_id()
+    host = socket.gethostname()
+    attributes: dict[str, Any] = {
+        "service.instance.id": f"{job_id}/rank-{rank.rank}" if rank.rank is not None else f"{host}/{os.getpid()}",
+        "host.name": host,
+        "process.pid": os.getpid(),
+        "loadtrace.launcher": rank.launcher,
+        "loadtrace.job.id": job_id,
+        "loadtrace.job.id_source": job.source or "process",
+        "loadtrace.version": version,
+    }
+    if service_name is None:
+        attributes["service.name"] = "loadtrace"
+    for key in ("rank", "local_rank", "world_size", "local_world_size", "node_rank"):
+        value = getattr(rank, key)
+        if value is not None:
+            attributes[f"loadtrace.{key}"] = value
+    for name, lib_version in library_versions().items():
+        attributes[f"loadtrace.lib.{name}"] = lib_version
+    return attributes

@@ -1,0 +1,154 @@
+"""The hook registry: one way to declare a hook, one way to install and remove it.
+
+Each hooked library has a module here whose ``HOOKS`` lists ``Hook(module, target, handler)``. A handler is called
+before the original with ``(instance, args, kwargs)`` and returns ``None`` to let the call pass untouched (the fast
+path), or a ``Call`` whose ``done(result, error)`` runs after it and may return a proxy for the result.
+
+Hooks install when their module is imported (post-import hooks), or at once if it already is; names that other
+modules bound with ``from x import y`` before that are rebound too, and restored by ``uninstall``.
+A handler that raises is reported once and the original call goes ahead with its original arguments and result.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+import wrapt
+
+from .._log import warn_once
+from .. import spans
+
+
+class Call(Protocol):
+    def done(self, result: Any, error: BaseException | None) -> Any: ...
+
+
+Handler = Callable[[Any, tuple, dict], "Call | None"]
+
+
+@dataclass(frozen=True)
+class Hook:
+    module: str
+    target: str  # attribute path inside the module, e.g. "safe_open" or "PreTrainedModel.from_pretrained"
+    handler: Handler
+
+    @property
+    def name(self) -> str:
+        return f"{self.module}.{self.target}"
+
+
+def _fault(hook: Hook, error: BaseException) -> None:
+    warn_once(f"hook:{hook.name}", f"hook {hook.name} failed ({type(error).__name__}: {error}); the call went ahead untraced")
+    tracing = spans.tracing()
+    if tracing is not None:
+        try:
+            tracing.record_fault(hook.name)
+        except Exception:
+            pass
+
+
+def _wrapper(hook: Hook) -> Callable:
+    handler = hook.handler
+
+    def wrapper(wrapped, instance, args, kwargs):
+        try:
+            call = handler(instance, args, kwargs)
+        except Exception as error:
+            _fault(hook, error)
+            call = None
+        if call is None:
+            return wrapped(*args, **kwargs)
+        try:
+            result = wrapped(*args, **kwargs)
+        except BaseException as error:
+            try:
+                call.done(None, error)
+            except Exception as fault:
+                _fault(hook, fault)
+            raise
+        try:
+            return call.done(result, None)
+        except Exception as fault:
+            _fault(hook, fault)
+            return result
+
+    return wrapper
+
+
+@dataclass
+class _Installed:
+    hook: Hook
+    parent: Any
+    attribute: str
+    original: Any
+    wrapper: Any
+    rebound: list[Any]  # modules whose own binding of the original we replaced
+
+
+class Registry:
+    """Installs hooks when their modules are imported; ``uninstall`` undoes exactly what ``install`` did."""
+
+    def __init__(self, hooks: list[Hook]):
+        self.hooks = hooks
+        self.installed: dict[str, _Installed] = {}
+        self.active = False
+        self._registered: set[str] = set()
+
+    def install(self) -> None:
+        if self.active:
+            return
+        self.active = True
+        for hook in self.hooks:
+            if hook.module in sys.modules:
+                self._install(hook)
+            elif hook.module not in self._registered:
+                # wrapt keeps post-import hooks forever: register each module once, and let it consult `active`.
+                self._registered.add(hook.module)
+                wrapt.register_post_import_hook(self._on_import, hook.module)
+
+    def _on_import(self, module: Any) -> None:
+        if not self.active:
+            return
+        for hook in self.hooks:
+            if hook.module == module.__name__:
+                self._install(hook)
+
+    def _install(self, hook: Hook) -> None:
+        if hook.name in self.installed:
+            return
+        try:
+            parent, attribute, original = wrapt.resolve_path(sys.modules[hook.module], hook.target)
+        except (AttributeError, KeyError) as error:
+            warn_once(f"missing:{hook.name}", f"{hook.name} not found ({error}); that hook is skipped, the others run")
+            return
+        if isinstance(original, wrapt.FunctionWrapper) and getattr(original, "_self_loadtrace", False):
+            return
+        wrapper = wrapt.FunctionWrapper(original, _wrapper(hook))
+        wrapper._self_loadtrace = True
+        setattr(parent, attribute, wrapper)
+        rebound = []
+        if isinstance(parent, type(sys)):
+            for module in list(sys.modules.values()):
+                namespace = getattr(module, "__dict__", None)
+                if module is not parent and namespace is not None and namespace.get(attribute) is original:
+                    setattr(module, attribute, wrapper)
+                    rebound.append(module)
+        self.installed[hook.name] = _Installed(hook, parent, attribute, original, wrapper, rebound)
+
+    def uninstall(self) -> None:
+        self.active = False
+        for entry in self.installed.values():
+            if getattr(entry.parent, entry.attribute, None) is entry.wrapper:
+                setattr(entry.parent, entry.attribute, entry.original)
+            for module in entry.rebound:
+                if module.__dict__.get(entry.attribute) is entry.wrapper:
+                    setattr(module, entry.attribute, entry.original)
+        self.installed.clear()
+
+
+def all_hooks() -> list[Hook]:
+    from . import safetensors, torch, transformers
+
+    return [*safetensors.HOOKS, *torch.HOOKS, *transformers.HOOKS]

@@ -1,0 +1,43 @@
+"""What the hook modules share: a file-shaped call (open → span → proxy) and byte counting."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable
+
+from .. import spans
+
+
+def tensor_bytes(tensor: Any) -> int:
+    return int(tensor.nbytes)
+
+
+def file_attributes(path: Any) -> dict[str, Any]:
+    attributes: dict[str, Any] = {}
+    if isinstance(path, (str, os.PathLike)):
+        attributes["loadtrace.file.path"] = os.fspath(path)
+        try:
+            attributes["loadtrace.file.size"] = os.stat(path).st_size
+        except OSError:
+            pass
+    return attributes
+
+
+class FileCall:
+    """A call that opens or reads a file: its span starts before the call; ``on_result`` accounts the result and
+    returns what the caller gets (a counting proxy, or the result itself after closing the span)."""
+
+    def __init__(self, tracing: spans.Tracing, name: str, attributes: dict[str, Any], on_result: Callable[[Any, spans.Scope], Any]):
+        self.tracing = tracing
+        self.name = name
+        self.attributes = attributes
+        self.on_result = on_result
+        self.started = time.time_ns()
+
+    def done(self, result: Any, error: BaseException | None) -> Any:
+        scope = self.tracing.open_file(self.name, self.attributes, self.started)
+        if error is not None:
+            self.tracing.close_file(scope, error)
+            return result
+        return self.on_result(result, scope)

@@ -1,0 +1,121 @@
+"""safetensors: one span per opened file, with the tensors and bytes read through it.
+
+``safe_open`` is a Rust type whose methods cannot be patched, so the constructor is wrapped and returns a transparent
+proxy (wrapt ``ObjectProxy``) that counts what ``get_tensor``, ``get_tensors`` and indexing a ``get_slice`` result
+return. Counting is one list append per tensor; a span per tensor only with ``LOADTRACE_DETAIL=tensor``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import wrapt
+
+from .. import spans
+from . import Hook
+from ._common import FileCall, file_attributes, tensor_bytes
+
+
+class TracedSafeOpen(wrapt.ObjectProxy):
+    def __init__(self, wrapped: Any, scope: spans.Scope, tracing: spans.Tracing):
+        super().__init__(wrapped)
+        self._self_scope = scope
+        self._self_tracing = tracing
+
+    def __enter__(self):
+        self.__wrapped__.__enter__()
+        return self
+
+    def __exit__(self, *exc_info):
+        try:
+            return self.__wrapped__.__exit__(*exc_info)
+        finally:
+            self._self_tracing.close_file(self._self_scope)
+
+    def __del__(self):
+        try:
+            self._self_tracing.close_file(self._self_scope)
+        except Exception:
+            pass
+
+    def _self_count(self, name: str, tensor: Any, started: int | None) -> None:
+        try:
+            nbytes = tensor.nbytes
+            self._self_scope.ledger.add_read(nbytes)
+            if started is not None:
+                self._self_tracing.point_span("safetensors.read", self._self_scope, started, {
+                    "loadtrace.tensor.name": name, "loadtrace.read.bytes": nbytes,
+                    "loadtrace.tensor.dtype": str(tensor.dtype), "loadtrace.tensor.shape": list(tensor.shape)})
+        except Exception:
+            self._self_tracing.record_fault("safetensors.read")
+
+    def get_tensor(self, name):
+        started = time.time_ns() if self._self_tracing.settings.per_tensor else None
+        tensor = self.__wrapped__.get_tensor(name)
+        self._self_count(name, tensor, started)
+        return tensor
+
+    def get_tensors(self, *args, **kwargs):
+        started = time.time_ns() if self._self_tracing.settings.per_tensor else None
+        tensors = self.__wrapped__.get_tensors(*args, **kwargs)
+        for name, tensor in tensors.items():
+            self._self_count(name, tensor, started)
+        return tensors
+
+    def get_slice(self, name):
+        return TracedSlice(self.__wrapped__.get_slice(name), name, self)
+
+
+class TracedSlice(wrapt.ObjectProxy):
+    """Bytes are read when a slice is indexed, possibly in another thread: they go to the file it came from."""
+
+    def __init__(self, wrapped: Any, name: str, file: TracedSafeOpen):
+        super().__init__(wrapped)
+        self._self_name = name
+        self._self_file = file
+
+    def __getitem__(self, index):
+        file = self._self_file
+        started = time.time_ns() if file._self_tracing.settings.per_tensor else None
+        tensor = self.__wrapped__[index]
+        file._self_count(self._self_name, tensor, started)
+        return tensor
+
+
+def open_file(instance, args, kwargs):
+    tracing = spans.tracing()
+    if tracing is None:
+        return None
+    path = args[0] if args else kwargs.get("filename")
+
+    def opened(handle: Any, scope: spans.Scope) -> Any:
+        if scope.recording:
+            scope.span.set_attribute("loadtrace.file.tensors", len(handle.keys()))
+            return TracedSafeOpen(handle, scope, tracing)
+        tracing.close_file(scope)
+        return handle
+
+    return FileCall(tracing, "safetensors.open", file_attributes(path), opened)
+
+
+def load_bytes(instance, args, kwargs):
+    """``safetensors.torch.load(data)``: transformers reads files this way when mmap is off."""
+    tracing = spans.tracing()
+    if tracing is None:
+        return None
+
+    def loaded(tensors: dict, scope: spans.Scope) -> dict:
+        for tensor in tensors.values():
+            scope.ledger.add_read(tensor_bytes(tensor))
+        tracing.close_file(scope)
+        return tensors
+
+    return FileCall(tracing, "safetensors.load", {}, loaded)
+
+
+HOOKS = [
+    Hook("safetensors", "safe_open", open_file),
+    Hook("safetensors.torch", "load", load_bytes),
+]

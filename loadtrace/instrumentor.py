@@ -1,0 +1,39 @@
+"""loadtrace as an OpenTelemetry instrumentation (``opentelemetry_instrumentor`` entry point ``loadtrace``)."""
+
+from __future__ import annotations
+
+from typing import Any, Collection
+
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+
+from . import settings as settings_module
+from . import spans
+from .hooks import Registry, all_hooks
+
+_registry: Registry | None = None
+
+
+def registry() -> Registry:
+    global _registry
+    if _registry is None:
+        _registry = Registry(all_hooks())
+    return _registry
+
+
+class LoadtraceInstrumentor(BaseInstrumentor):
+    """Hooks safetensors, torch and transformers where they are installed; none is required."""
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return ()
+
+    def _instrument(self, **kwargs: Any) -> None:
+        current = kwargs.get("settings") or settings_module.from_env()
+        spans.set_tracing(spans.Tracing(current, kwargs.get("tracer_provider")))
+        registry().install()
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        registry().uninstall()
+        tracing = spans.tracing()
+        spans.set_tracing(None)
+        if tracing is not None:
+            tracing.shutdown()

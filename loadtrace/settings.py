@@ -1,0 +1,96 @@
+"""Every knob loadtrace reads, read once into a frozen dataclass.
+
+loadtrace's own knobs are ``LOADTRACE_*``; OTel's are the standard ``OTEL_*``. A bad value never raises: it is
+reported once on stderr and the default is used.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Mapping
+
+from ._log import warn_once
+
+TRUE = frozenset({"1", "true", "yes", "on"})
+FALSE = frozenset({"", "0", "false", "no", "off"})
+DETAILS = ("default", "tensor")
+PROTOCOLS = ("http/protobuf", "grpc")
+
+
+@dataclass(frozen=True)
+class Settings:
+    enabled: bool = False
+    """``LOADTRACE``: turn tracing on in every process of the job."""
+    detail: str = "default"
+    """``LOADTRACE_DETAIL``: ``default`` (counters on file and phase spans) or ``tensor`` (plus one span per tensor)."""
+    trace_dir: str | None = None
+    """``LOADTRACE_DIR``: where OTLP JSON Lines files go; None means the default ``./loadtrace-traces/<job id>``."""
+    job_id: str | None = None
+    """``LOADTRACE_JOB_ID``: the job id every rank shares, when the launcher's own id is not enough."""
+    otlp_endpoint: str | None = None
+    """``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_ENDPOINT``: send spans over OTLP."""
+    otlp_protocol: str = "http/protobuf"
+    """``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` or ``OTEL_EXPORTER_OTLP_PROTOCOL``."""
+    exit_timeout_s: float = 1.0
+    """``LOADTRACE_EXIT_TIMEOUT``: the most time, in seconds, spent flushing spans when the process exits."""
+    sdk_disabled: bool = False
+    """``OTEL_SDK_DISABLED``: wins over ``LOADTRACE``."""
+
+    @property
+    def per_tensor(self) -> bool:
+        return self.detail == "tensor"
+
+    @property
+    def writes_files(self) -> bool:
+        """Files are the default, and also written next to OTLP when ``LOADTRACE_DIR`` is set explicitly."""
+        return self.otlp_endpoint is None or self.trace_dir is not None
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    value = env.get(name, "").strip().lower()
+    if value in TRUE:
+        return True
+    if value not in FALSE:
+        warn_once(f"setting:{name}", f"{name}={env[name]!r} is not one of 1/true/yes/on or 0/false/no/off; taken as off")
+    return False
+
+
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], default: str) -> str:
+    value = env.get(name, "").strip().lower()
+    if not value:
+        return default
+    if value in choices:
+        return value
+    warn_once(f"setting:{name}", f"{name}={env[name]!r} is not one of {', '.join(choices)}; using {default}")
+    return default
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    value = env.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        seconds = float(value)
+        if seconds >= 0:
+            return seconds
+    except ValueError:
+        pass
+    warn_once(f"setting:{name}", f"{name}={value!r} is not a number of seconds; using {default}")
+    return default
+
+
+def from_env(env: Mapping[str, str] | None = None) -> Settings:
+    env = os.environ if env is None else env
+    endpoint = (env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "").strip()
+    protocol_var = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL" if env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") else "OTEL_EXPORTER_OTLP_PROTOCOL"
+    return Settings(
+        enabled=_flag(env, "LOADTRACE"),
+        detail=_choice(env, "LOADTRACE_DETAIL", DETAILS, "default"),
+        trace_dir=env.get("LOADTRACE_DIR") or None,
+        job_id=(env.get("LOADTRACE_JOB_ID") or "").strip() or None,
+        otlp_endpoint=endpoint or None,
+        otlp_protocol=_choice(env, protocol_var, PROTOCOLS, "http/protobuf"),
+        exit_timeout_s=_seconds(env, "LOADTRACE_EXIT_TIMEOUT", 1.0),
+        sdk_disabled=env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true",
+    )
