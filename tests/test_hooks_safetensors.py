@@ -1,0 +1,97 @@
+"""safetensors reads are counted exactly, on one span per file, whichever thread reads."""
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import safetensors
+import safetensors.torch
+import torch
+
+import loadtrace
+from _inmemory import traced
+
+TENSORS = {
+    "a": torch.arange(12, dtype=torch.float32).reshape(3, 4),  # 48 B
+    "b": torch.ones(5, dtype=torch.float16),  # 10 B
+    "c": torch.zeros(2, 3, 7, dtype=torch.int64),  # 336 B
+}
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    path = tmp_path / "model.safetensors"
+    safetensors.torch.save_file(TENSORS, str(path))
+    return path
+
+
+def test_get_tensor_counts_exact_bytes_on_the_file_span(checkpoint):
+    with traced() as t:
+        with safetensors.safe_open(str(checkpoint), framework="pt") as handle:
+            a = handle.get_tensor("a")
+            c = handle.get_tensor("c")
+    span = t.one("safetensors.open")
+    assert span.attributes["loadtrace.read.tensors"] == 2
+    assert span.attributes["loadtrace.read.bytes"] == a.nbytes + c.nbytes == 48 + 336
+    assert span.attributes["loadtrace.file.tensors"] == 3
+    assert span.attributes["loadtrace.file.size"] == checkpoint.stat().st_size
+    assert span.attributes["loadtrace.file.path"] == str(checkpoint)
+    assert torch.equal(a, TENSORS["a"]) and torch.equal(c, TENSORS["c"])
+
+
+def test_slices_count_the_bytes_actually_indexed(checkpoint):
+    with traced() as t:
+        with safetensors.safe_open(str(checkpoint), framework="pt") as handle:
+            whole = handle.get_slice("a")[...]
+            rows = handle.get_slice("c")[0:1]
+            assert handle.get_slice("b").get_shape() == [5]  # metadata only: no bytes read
+    span = t.one("safetensors.open")
+    assert span.attributes["loadtrace.read.tensors"] == 2
+    assert span.attributes["loadtrace.read.bytes"] == whole.nbytes + rows.nbytes == 48 + 168
+
+
+def test_load_file_and_load_bytes(checkpoint):
+    with traced() as t:
+        from_file = safetensors.torch.load_file(str(checkpoint))
+        from_bytes = safetensors.torch.load(checkpoint.read_bytes())
+    total = sum(x.nbytes for x in TENSORS.values())
+    assert t.one("safetensors.open").attributes["loadtrace.read.bytes"] == total
+    assert t.one("safetensors.load").attributes["loadtrace.read.bytes"] == total
+    assert t.one("safetensors.load").attributes["loadtrace.read.tensors"] == 3
+    for name, tensor in TENSORS.items():
+        assert torch.equal(from_file[name], tensor) and torch.equal(from_bytes[name], tensor)
+
+
+def test_reads_in_worker_threads_go_to_the_file_and_load_that_opened_them(checkpoint):
+    with traced() as t:
+        with loadtrace.traced_load("threads"):
+            handle = safetensors.safe_open(str(checkpoint), framework="pt")
+            slices = [handle.get_slice(name) for name in TENSORS]
+            with ThreadPoolExecutor(4) as pool:
+                list(pool.map(lambda s: s[...], slices))
+    load = t.one("loadtrace.load")
+    file = t.one("safetensors.open")
+    total = sum(x.nbytes for x in TENSORS.values())
+    assert file.attributes["loadtrace.read.bytes"] == load.attributes["loadtrace.read.bytes"] == total
+    assert load.attributes["loadtrace.files.opened"] == 1
+    assert file.parent.span_id == load.context.span_id  # ended with the load, never an orphan
+    assert all(s.parent is not None for s in t.spans())
+
+
+def test_tensor_detail_adds_one_child_span_per_read(checkpoint):
+    with traced(detail="tensor") as t:
+        with safetensors.safe_open(str(checkpoint), framework="pt") as handle:
+            for name in TENSORS:
+                handle.get_tensor(name)
+    file = t.one("safetensors.open")
+    reads = t.spans("safetensors.read")
+    assert sorted(r.attributes["loadtrace.tensor.name"] for r in reads) == sorted(TENSORS)
+    assert all(r.parent.span_id == file.context.span_id for r in reads)
+    assert sum(r.attributes["loadtrace.read.bytes"] for r in reads) == file.attributes["loadtrace.read.bytes"]
+
+
+def test_the_proxy_is_transparent(checkpoint):
+    with traced():
+        handle = safetensors.safe_open(str(checkpoint), framework="pt")
+        assert isinstance(handle, type(safetensors.safe_open.__wrapped__(str(checkpoint), framework="pt")))
+        assert sorted(handle.keys()) == sorted(TENSORS)
+        assert handle.metadata() == {"format": "pt"} or handle.metadata() is None or isinstance(handle.metadata(), dict)
