@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 
 _said: set[str] = set()
 _lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()  # another thread may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def warn_once(key: str, message: str) -> None:

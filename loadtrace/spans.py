@@ -9,6 +9,7 @@ to the right file and load without any context crossing threads.
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 import time
 from contextvars import ContextVar
@@ -137,14 +138,14 @@ class Tracing:
 
         def flush() -> None:
             try:
-                provider.force_flush(int(self.settings.exit_timeout_s * 1000))
+                provider.force_flush(int(self.settings.exit_timeout_s * 900))
                 provider.shutdown()
             except Exception:
                 pass
             done.set()
 
         threading.Thread(target=flush, name="loadtrace-exit-flush", daemon=True).start()
-        if not done.wait(self.settings.exit_timeout_s + 0.5):
+        if not done.wait(self.settings.exit_timeout_s):
             warn_once("exit-flush", f"gave up flushing spans after {self.settings.exit_timeout_s:g} s at exit")
 
     # Spans ------------------------------------------------------------------------------------------------------
@@ -248,6 +249,19 @@ class Tracing:
 
 
 _tracing: Tracing | None = None
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (DataLoader worker, multiprocessing pool) is a process of its own: it builds its own exporter
+    and file on first use, and starts outside whatever load its parent had open."""
+    if _tracing is not None:
+        _tracing._provider = None
+        _tracing._tracer = None
+        _tracing._lock = threading.Lock()
+    _active.set(())
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def tracing() -> Tracing | None:

@@ -127,7 +127,9 @@ def side(job: Job, source: str, skipped_lines: int) -> dict[str, Any]:
     return {"source": source, "trace_id": job.trace_id, "job_id": job.job_id, "skipped_lines": skipped_lines}
 
 
-def compare(a: Job, b: Job, source_a: str = "A", source_b: str = "B", skipped_a: int = 0, skipped_b: int = 0) -> dict[str, Any]:
+def compare(
+    a: Job, b: Job, source_a: str = "A", source_b: str = "B", skipped_a: int = 0, skipped_b: int = 0
+) -> dict[str, Any]:
     return {
         "a": side(a, source_a, skipped_a),
         "b": side(b, source_b, skipped_b),

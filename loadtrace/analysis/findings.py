@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .ranks import Job, RankLoad, real_bytes
+from .ranks import META, Job, RankLoad, real_bytes
 
 # Strategies under which only the loading rank should read the checkpoint and the other ranks hold empty weights.
 SHARDED_STRATEGIES = frozenset({"zero3", "fsdp_cpu_ram_efficient"})
@@ -110,36 +110,45 @@ def duplicate_checkpoint_read(job: Job, model: int) -> Finding | None:
 def nonzero_rank_materialization(job: Job, model: int) -> Finding | None:
     if model <= 0:
         return None
-    offenders: dict[RankLoad, int] = {}
-    for rank in _non_loading(job, _sharded):
-        created = real_bytes(rank.materialized_bytes)
-        held = real_bytes(rank.held_bytes)
+    created: dict[RankLoad, int] = {}  # real bytes zeros_like / empty_like made during the load
+    held: dict[RankLoad, int] = {}  # real bytes the model keeps when from_pretrained returns
+    candidates = _non_loading(job, _sharded)
+    for rank in candidates:
+        made, kept = real_bytes(rank.materialized_bytes), real_bytes(rank.held_bytes)
         # A ZeRO-3 rank may legitimately hold its own partition: 1/world_size of the model.
-        share = 1 / (rank.world_size or job.world_size or len(job.ranks))
-        copies = [created] if created >= MODEL_SHARE * model else []
-        if held >= MODEL_SHARE * model and held > (share + TOLERANCE) * model:
-            copies.append(held)
-        if copies:
-            offenders[rank] = max(copies)
+        partition = model / (rank.world_size or job.world_size or len(job.ranks))
+        if made >= MODEL_SHARE * model:
+            created[rank] = made
+        if kept >= MODEL_SHARE * model and kept > partition + TOLERANCE * model:
+            held[rank] = kept
+    offenders = {r: max(created.get(r, 0), held.get(r, 0)) for r in candidates if r in created or r in held}
     if not offenders:
         return None
+    if not held:
+        what = "created {bytes} of real (non-meta) tensors with zeros_like/empty_like ({share} of the model)"
+    elif not created:
+        what = "still holds {bytes} of real (non-meta) weights when from_pretrained returns ({share} of the model)"
+    else:
+        what = "created or still holds {bytes} of real (non-meta) tensors ({share} of the model)"
     worst = max(offenders, key=offenders.__getitem__)
     sites = [(site, size) for site, size in worst.materialized_sites if not _meta_site(site)]
-    if sites and real_bytes(worst.materialized_bytes) >= MODEL_SHARE * model:
+    if worst in created and sites:
         note = f"Largest call site on rank {worst.rank}: {sites[0][0]} ({human_bytes(sites[0][1])})."
     else:
-        held = ", ".join(f"{device} {human_bytes(size)}" for device, size in worst.held_bytes.items() if device != "meta")
-        note = f"Rank {worst.rank} holds {held} when from_pretrained returns."
+        devices = ", ".join(f"{d} {human_bytes(size)}" for d, size in worst.held_bytes.items() if d != META)
+        note = f"Rank {worst.rank} holds {devices} when from_pretrained returns."
     return _finding(
         job,
         "nonzero_rank_materialization",
         WARNING,
         offenders,
         model,
-        what="created or holds {bytes} of real (non-meta) tensors ({share} of the model)",
+        what=what,
         why="a non-loading rank should hold empty (meta) weights until the strategy distributes them",
         note=note,
         extra=lambda r: {
+            "created": r in created,
+            "held": r in held,
             "materialized_bytes": r.materialized_bytes,
             "held_bytes": r.held_bytes,
             "sites": [{"site": site, "bytes": size} for site, size in r.materialized_sites if not _meta_site(site)],
@@ -178,7 +187,7 @@ def replicated_load(job: Job, model: int) -> Finding | None:
         readers,
         model,
         what="read {bytes} ({share} of the model)",
-        why="expected: without a sharding strategy every rank loads its own replica",
+        why="expected without a sharding strategy: every rank loads its own replica",
         extra=lambda r: {"read_bytes": r.read_bytes},
     )
 
@@ -192,7 +201,7 @@ RULES: list[Callable[[Job, int], Finding | None]] = [
 
 
 def _meta_site(site: str) -> bool:
-    return site.rsplit(" ", 1)[-1] == "meta"
+    return site.rsplit(" ", 1)[-1] == META
 
 
 def _finding(
@@ -217,8 +226,8 @@ def _finding(
     detail = (
         f"rank{'s' if len(ranks) > 1 else ''} {names} "
         + what.format(bytes=amount + each, share=_percent(worst, model))
-        + f" under strategy {'/'.join(strategies)}: {why}. "
-        + f"Projected host memory: {human_bytes(worst)} × {per_node} rank{'s' if per_node > 1 else ''} per node"
+        + f" under strategy {'/'.join(strategies)}; {why}. "
+        + f"Projected host memory: {human_bytes(worst)} x {per_node} rank{'s' if per_node > 1 else ''} per node"
         + f" = {human_bytes(worst * per_node)} per node."
         + (f" {note}" if note else "")
     )
@@ -234,7 +243,8 @@ def _finding(
             "model_bytes": model,
             "ranks_per_node": per_node,
             "per_rank": [
-                {"rank": r.rank, "host": r.host, "strategy": r.strategy, "bytes": offenders[r], **extra(r)} for r in ranks
+                {"rank": r.rank, "host": r.host, "strategy": r.strategy, "bytes": offenders[r], **extra(r)}
+                for r in ranks
             ],
         },
     )

@@ -56,7 +56,9 @@ def _api(base_url: str) -> str:
 def fetch(url: str, timeout: float = TIMEOUT_SECONDS) -> SpanSet:
     """GET one /api/v3 traces URL and decode the answer; every failure becomes one ``SourceError`` line."""
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers={"Accept": "application/json"}), timeout=timeout) as response:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, headers={"Accept": "application/json"}), timeout=timeout
+        ) as response:
             body = response.read()
     except urllib.error.HTTPError as error:
         if error.code == 404:

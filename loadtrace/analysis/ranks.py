@@ -1,10 +1,10 @@
 """Spans → one record per rank of each job: what it opened, read, converted, materialised and held.
 
-A job is a trace (every rank's spans hang from the job's root span); a rank is a resource's ``loadtrace.rank``, else its
-``service.instance.id``. Totals come from the outermost load spans (``transformers.from_pretrained``, ``loadtrace.load``),
-which already count every file opened while they were open, whichever thread read it; a file span outside every load
-(a bare ``safe_open`` / ``torch.load``) is counted from its own attributes. Every number here is a sum of span
-attributes named in docs/spans.md, so it can be traced back to the spans it came from.
+A job is a trace (every rank's spans hang from the job's root span); a rank is a resource's ``loadtrace.rank``, else
+its ``service.instance.id``. Totals come from the outermost load spans (``transformers.from_pretrained``,
+``loadtrace.load``), which already count every file opened while they were open, whichever thread read it; a file
+span outside every load (a bare ``safe_open`` / ``torch.load``) is counted from its own attributes. Every number here
+is a sum of span attributes named in docs/spans.md, so it can be traced back to the spans it came from.
 """
 
 from __future__ import annotations
@@ -43,7 +43,9 @@ def str_attr(attributes: dict[str, Any], key: str) -> str | None:
 
 def by_device(attributes: dict[str, Any], prefix: str) -> dict[str, int]:
     """``<prefix><device>`` attributes → {device: bytes}."""
-    return {key[len(prefix):]: int_attr(attributes, key) for key in attributes if key.startswith(prefix) and key != prefix}
+    return {
+        key[len(prefix) :]: int_attr(attributes, key) for key in attributes if key.startswith(prefix) and key != prefix
+    }
 
 
 def real_bytes(per_device: dict[str, int]) -> int:
@@ -126,7 +128,9 @@ def jobs_from_spans(spans: Iterable[Span]) -> list[Job]:
         grouped[span.trace_id][rank_key(span.resource)].append(span)
     jobs = []
     for trace_id, by_rank in grouped.items():
-        ranks = [summarize_rank(trace_id, rank, instance, rank_spans) for (rank, instance), rank_spans in by_rank.items()]
+        ranks = [
+            summarize_rank(trace_id, rank, instance, rank_spans) for (rank, instance), rank_spans in by_rank.items()
+        ]
         ranks.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.instance or ""))
         start = min(span.start_ns for rank_spans in by_rank.values() for span in rank_spans)
         jobs.append(Job(trace_id=trace_id, ranks=ranks, start_ns=start))
@@ -135,7 +139,7 @@ def jobs_from_spans(spans: Iterable[Span]) -> list[Job]:
 
 
 def outermost(spans: list[Span], names: frozenset[str], by_id: dict[str, Span]) -> list[Span]:
-    """Spans named in ``names`` with no ancestor named in ``names`` (a nested load is already in its parent's totals)."""
+    """Spans named in ``names`` with no ancestor so named (a nested load is already in its parent's totals)."""
     result = []
     for span in spans:
         if span.name not in names:
@@ -158,13 +162,16 @@ def inside_any(span: Span, loads: list[Span]) -> bool:
 
 
 def merge_sites(loads: Iterable[Span]) -> list[tuple[str, int]]:
-    """``loadtrace.materialized.sites`` / ``site_bytes`` (parallel arrays) of several loads → [(site, bytes)], largest first."""
+    """``loadtrace.materialized.sites`` / ``site_bytes`` (parallel arrays) of loads → [(site, bytes)], largest first."""
     totals: dict[str, int] = defaultdict(int)
     for load in loads:
-        sites, sizes = load.attributes.get("loadtrace.materialized.sites"), load.attributes.get("loadtrace.materialized.site_bytes")
+        sites, sizes = (
+            load.attributes.get("loadtrace.materialized.sites"),
+            load.attributes.get("loadtrace.materialized.site_bytes"),
+        )
         if not isinstance(sites, list) or not isinstance(sizes, list):
             continue
-        for site, size in zip(sites, sizes):
+        for site, size in zip(sites, sizes, strict=False):  # a truncated array pairs what it can
             if isinstance(site, str) and isinstance(size, int) and not isinstance(size, bool):
                 totals[site] += size
     return sorted(totals.items(), key=lambda item: (-item[1], item[0]))

@@ -1,8 +1,8 @@
 """Trace sources → one neutral span model.
 
-OTLP JSON Lines files (what loadtrace writes, one ``TracesData`` per line) become plain ``Span`` records that the rest of
-the analysis works on. A truncated last line (a rank killed mid-write), a corrupt line, a line that is not UTF-8 JSON or
-does not have the OTLP shape, and a line longer than ``MAX_LINE_BYTES`` are each skipped and counted, never raised.
+OTLP JSON Lines files (what loadtrace writes, one ``TracesData`` per line) become plain ``Span`` records that the rest
+of the analysis works on. A truncated last line (a rank killed mid-write), a corrupt line, a line that is not UTF-8
+JSON or not of the OTLP shape, and a line longer than ``MAX_LINE_BYTES`` are each skipped and counted, never raised.
 """
 
 from __future__ import annotations
@@ -126,9 +126,9 @@ def spans_from_traces_data(data: dict[str, Any]) -> Iterator[Span]:
             for raw in _array(_object(scope_spans).get("spans", [])):
                 raw = _object(raw)
                 yield Span(
-                    trace_id=_string(raw.get("traceId", "")).lower(),
-                    span_id=_string(raw.get("spanId", "")).lower(),
-                    parent_span_id=_string(raw.get("parentSpanId", "")).lower(),
+                    trace_id=_string(raw.get("traceId", "")),
+                    span_id=_string(raw.get("spanId", "")),
+                    parent_span_id=_string(raw.get("parentSpanId", "")),
                     name=_string(raw.get("name", "")),
                     start_ns=_integer(raw.get("startTimeUnixNano", 0)),
                     end_ns=_integer(raw.get("endTimeUnixNano", 0)),
@@ -183,6 +183,8 @@ def trace_files(path: str | os.PathLike[str]) -> list[Path]:
     if not root.exists():
         raise SourceError(f"{root}: no such file or directory")
     if not root.is_dir():
+        if not root.is_file():  # a FIFO or a device could stream forever
+            raise SourceError(f"{root}: not a regular file or directory")
         return [root]
     files = sorted(
         Path(folder) / name

@@ -1,0 +1,248 @@
+"""``loadtrace report`` and ``loadtrace compare``: a thin argparse shell over ``loadtrace.analysis``.
+
+Arguments → a source (files or Jaeger) → the analysis' plain JSON data → a table or JSON on stdout. Exit status: 0, 1
+when ``--fail-on-findings`` meets a warning, 2 for bad input (one ``loadtrace: error: ...`` line on stderr, never a
+traceback). Imports nothing of loadtrace's instrumentation, so it runs where torch and OTel are not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, Sequence
+
+from loadtrace.analysis import jaeger
+from loadtrace.analysis.compare import compare
+from loadtrace.analysis.findings import human_bytes
+from loadtrace.analysis.ranks import Job, jobs_from_spans
+from loadtrace.analysis.report import build_report, has_warnings
+from loadtrace.analysis.sources import SourceError, SpanSet, read_files
+
+EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is the same one line as every other bad input."""
+
+    def error(self, message: str) -> Any:
+        self.exit(EXIT_BAD_INPUT, f"loadtrace: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="loadtrace", description="Analyse loadtrace spans: per-rank load work and duplicate work.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    report = commands.add_parser("report", help="per-rank table and findings for one or more jobs")
+    report.add_argument("source", nargs="?", help="a .jsonl file or a directory of them (not with --jaeger)")
+    _add_jaeger_options(report)
+    report.add_argument("--trace-id", help="with --jaeger: the job's trace id")
+    report.add_argument("--service", help="with --jaeger: search this service's traces")
+    report.add_argument(
+        "--since", default="1h", help="with --service: how far back to search (30m, 1h, 2d; default 1h)"
+    )
+    report.add_argument("--fail-on-findings", action="store_true", help="exit 1 when a warning-level finding exists")
+    report.set_defaults(run=run_report)
+
+    compare_ = commands.add_parser("compare", help="two jobs side by side, per phase and rank")
+    compare_.add_argument("a", metavar="A", help="a .jsonl file or directory, or a trace id with --jaeger")
+    compare_.add_argument("b", metavar="B", help="the same for the other job")
+    _add_jaeger_options(compare_)
+    compare_.set_defaults(run=run_compare)
+    return parser
+
+
+def _add_jaeger_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--jaeger", metavar="URL", help="read from Jaeger's query API (http://HOST:16686)")
+    parser.add_argument("--format", choices=("table", "json"), default="table")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "run", None):
+        parser.print_help(sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        return args.run(args)
+    except SourceError as error:
+        print(f"loadtrace: error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except BrokenPipeError:
+        # `loadtrace report ... | head`: the reader left; say nothing, and keep Python from complaining at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+    except KeyboardInterrupt:
+        return 130
+
+
+# Sources
+
+
+def _spans_from_jaeger(url: str) -> SpanSet:
+    spans = jaeger.fetch(url)
+    if not spans.spans:
+        raise SourceError(f"no traces found ({url})")
+    return spans
+
+
+def _spans_from_path(path: str) -> SpanSet:
+    spans = read_files(path)
+    if not spans.spans:
+        raise SourceError(f"{path}: no spans found ({spans.skipped_lines} unreadable lines skipped)")
+    return spans
+
+
+def _report_source(args: argparse.Namespace) -> SpanSet:
+    if args.jaeger is None:
+        if args.source is None:
+            raise SourceError("report needs a SOURCE (a .jsonl file or directory) or --jaeger URL")
+        if args.trace_id or args.service:
+            raise SourceError("--trace-id and --service go with --jaeger")
+        return _spans_from_path(args.source)
+    if args.source is not None:
+        raise SourceError("give either a SOURCE path or --jaeger, not both")
+    if bool(args.trace_id) == bool(args.service):
+        raise SourceError("with --jaeger, give either --trace-id ID or --service NAME [--since 1h]")
+    if args.trace_id:
+        return _spans_from_jaeger(jaeger.trace_url(args.jaeger, args.trace_id))
+    return _spans_from_jaeger(jaeger.search_url(args.jaeger, args.service, jaeger.parse_duration(args.since)))
+
+
+def _one_job(source: str, args: argparse.Namespace) -> tuple[Job, int]:
+    spans = _spans_from_jaeger(jaeger.trace_url(args.jaeger, source)) if args.jaeger else _spans_from_path(source)
+    jobs = jobs_from_spans(spans.spans)
+    if len(jobs) != 1:
+        ids = ", ".join(job.trace_id for job in jobs)
+        raise SourceError(f"{source} holds {len(jobs)} jobs (traces {ids}); compare needs one job on each side")
+    return jobs[0], spans.skipped_lines
+
+
+# Commands
+
+
+def run_report(args: argparse.Namespace) -> int:
+    report = build_report(_report_source(args))
+    if args.format == "json":
+        print(json.dumps(report, indent=2))
+    else:
+        print(report_table(report))
+    return EXIT_FINDINGS if args.fail_on_findings and has_warnings(report) else EXIT_OK
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    job_a, skipped_a = _one_job(args.a, args)
+    job_b, skipped_b = _one_job(args.b, args)
+    result = compare(job_a, job_b, args.a, args.b, skipped_a, skipped_b)
+    print(json.dumps(result, indent=2) if args.format == "json" else compare_table(result))
+    return EXIT_OK
+
+
+# Tables
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -> str:
+    """Columns padded to their widest cell: the first ``left`` left-aligned, the rest (numbers) right-aligned."""
+    grid = [list(headers), *(list(row) for row in rows)]
+    widths = [max(len(row[column]) for row in grid) for column in range(len(headers))]
+
+    def pad(column: int, text: str) -> str:
+        return text.ljust(widths[column]) if column < left else text.rjust(widths[column])
+
+    return "\n".join("  ".join(pad(column, text) for column, text in enumerate(row)).rstrip() for row in grid)
+
+
+def _number(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return f"{value:,}"
+
+
+def _devices(per_device: dict[str, int]) -> str:
+    return " ".join(f"{device}={size:,}" for device, size in per_device.items()) or "-"
+
+
+RANK_COLUMNS = ("rank", "host", "strategy", "load s", "files", "tensors", "read B", "conversions")
+RANK_COLUMNS += ("zeros/empty_like B", "held at return B", "peak RSS B")
+
+
+def report_table(report: dict[str, Any]) -> str:
+    blocks = []
+    for trace in report["traces"]:
+        ranks = [rank for rank in report["ranks"] if rank["trace_id"] == trace["trace_id"]]
+        findings = [finding for finding in report["findings"] if finding["trace_id"] == trace["trace_id"]]
+        header = f"job {trace['job_id'] or '-'}  trace {trace['trace_id']}  world size {_number(trace['world_size'])}"
+        header += f"  model {human_bytes(trace['model_bytes'])}"
+        rows = [
+            [
+                str(rank["rank"]) if rank["rank"] is not None else (rank["instance"] or "?"),
+                rank["host"] or "-",
+                rank["strategy"] or "-",
+                _number(rank["load_seconds"]),
+                _number(rank["files_opened"]),
+                _number(rank["tensors_read"]),
+                _number(rank["read_bytes"]),
+                _number(rank["conversions"]),
+                _devices(rank["materialized_bytes"]),
+                _devices(rank["held_bytes"]),
+                _number(rank["peak_rss_bytes"]),
+            ]
+            for rank in ranks
+        ]
+        blocks.append(header + "\n" + table(RANK_COLUMNS, rows, left=3) + "\n\n" + findings_text(findings))
+    if report["skipped_lines"]:
+        blocks.append(f"{report['skipped_lines']} corrupt or truncated lines skipped")
+    return "\n\n".join(blocks)
+
+
+def findings_text(findings: list[dict[str, Any]]) -> str:
+    if not findings:
+        return "findings: none"
+    lines = ["findings (warnings first, most bytes first):"]
+    for finding in findings:
+        ranks = ("ranks " if len(finding["ranks"]) > 1 else "rank ") + ", ".join(map(str, finding["ranks"]))
+        lines.append(f"  {finding['severity'].upper()} {finding['kind']}  {ranks}  {human_bytes(finding['bytes'])}")
+        lines.append(f"    {finding['detail']}")
+    return "\n".join(lines)
+
+
+def compare_table(result: dict[str, Any]) -> str:
+    a, b = result["a"], result["b"]
+    lines = [
+        f"A: {a['source']}  trace {a['trace_id']}  job {a['job_id'] or '-'}",
+        f"B: {b['source']}  trace {b['trace_id']}  job {b['job_id'] or '-'}",
+        "",
+    ]
+    rows = [
+        [
+            row["phase"],
+            str(row["rank"]),
+            row["metric"],
+            _number(row["a"]),
+            _number(row["b"]),
+            _signed(row["difference"]),
+            "-" if row["ratio"] is None else f"{row['ratio']:.2f}x",
+        ]
+        for row in result["phases"]
+        if row["a"] is not None or row["b"] is not None
+    ]
+    lines.append(table(["phase", "rank", "metric", "A", "B", "B - A", "B / A"], rows, left=3))
+    differing = [[row["name"], row["a"] or "-", row["b"] or "-"] for row in result["resources"] if row["differs"]]
+    lines.append("")
+    if differing:
+        lines.append("what differs:")
+        lines.append(table(["", "A", "B"], differing, left=3))
+    else:
+        lines.append("what differs: nothing recorded (same world size, hosts, versions, strategy, checkpoint)")
+    return "\n".join(lines)
+
+
+def _signed(value: Any) -> str:
+    return "-" if value is None else ("+" if value > 0 else "") + _number(value)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
