@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import re
 import socket
@@ -105,6 +106,28 @@ def _otlp_exporter(settings: Settings) -> SpanExporter:
     else:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     return OTLPSpanExporter()
+
+
+class _OnceHandler(logging.Handler):
+    """OpenTelemetry's exporters log each failed batch and retry, often with a traceback. In someone else's job that
+    becomes one line per problem kind, said once: the job's owner needs to know, not to read a log flood."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno < logging.WARNING:
+            return
+        kind = "export" if ".export" in record.name else record.name
+        try:
+            message = record.getMessage().splitlines()[0]
+        except Exception:
+            message = str(record.msg)
+        warn_once(kind, f"{'span export failing' if kind == 'export' else record.name}: {message}")
+
+
+def route_otel_logs() -> None:
+    otel = logging.getLogger("opentelemetry")
+    if not any(isinstance(h, _OnceHandler) for h in otel.handlers):
+        otel.addHandler(_OnceHandler())
+        otel.propagate = False
 
 
 def span_processors(settings: Settings, resource: dict[str, Any]) -> list[SpanProcessor]:

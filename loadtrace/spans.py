@@ -86,6 +86,7 @@ class Tracing:
         try:
             if self._given_provider is not None:
                 return self._given_provider.get_tracer(SCOPE_NAME, __version__)
+            export.route_otel_logs()
             attributes = context.resource_attributes(self.job, service_name=None, version=__version__)
             default_service = attributes.pop("service.name")
             resource = Resource.create(attributes)
@@ -146,7 +147,7 @@ class Tracing:
 
         threading.Thread(target=flush, name="loadtrace-exit-flush", daemon=True).start()
         if not done.wait(self.settings.exit_timeout_s):
-            warn_once("exit-flush", f"gave up flushing spans after {self.settings.exit_timeout_s:g} s at exit")
+            warn_once("export", f"gave up flushing spans after {self.settings.exit_timeout_s:g} s at exit")
 
     # Spans ------------------------------------------------------------------------------------------------------
 
