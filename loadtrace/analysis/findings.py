@@ -134,9 +134,10 @@ def nonzero_rank_materialization(job: Job, model: int) -> Finding | None:
     sites = [(site, size) for site, size in worst.materialized_sites if not _meta_site(site)]
     if worst in created and sites:
         note = f"Largest call site on rank {worst.rank}: {sites[0][0]} ({human_bytes(sites[0][1])})."
-    else:
-        devices = ", ".join(f"{d} {human_bytes(size)}" for d, size in worst.held_bytes.items() if d != META)
+    elif devices := ", ".join(f"{d} {human_bytes(size)}" for d, size in worst.held_bytes.items() if d != META):
         note = f"Rank {worst.rank} holds {devices} when from_pretrained returns."
+    else:
+        note = ""
     return _finding(
         job,
         "nonzero_rank_materialization",
