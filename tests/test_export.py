@@ -51,3 +51,15 @@ def test_unwritable_directory_is_said_once_and_the_job_goes_on(tmp_path):
     assert result.returncode == 0 and "job finished" in result.stdout
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("loadtrace: cannot write traces to")
+
+
+def test_otel_service_name_and_resource_attributes_are_honoured(tmp_path):
+    result = run(tmp_path, LOADTRACE_DIR=str(tmp_path / "t"), OTEL_SERVICE_NAME="pretrain-7b",
+                 OTEL_RESOURCE_ATTRIBUTES="team=ml-infra,deployment.environment=prod")
+    assert result.returncode == 0, result.stderr
+    (file,) = (tmp_path / "t").glob("*.jsonl")
+    resource = json.loads(file.read_text())["resourceSpans"][0]["resource"]["attributes"]
+    values = {a["key"]: next(iter(a["value"].values())) for a in resource}
+    assert values["service.name"] == "pretrain-7b"
+    assert values["team"] == "ml-infra" and values["deployment.environment"] == "prod"
+    assert values["process.pid"] and values["host.name"] and values["service.instance.id"]
