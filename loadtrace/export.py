@@ -130,13 +130,21 @@ def route_otel_logs() -> None:
         otel.propagate = False
 
 
-def span_processors(settings: Settings, resource: dict[str, Any]) -> list[SpanProcessor]:
+def progress_path(trace_file: str) -> str:
+    """Where the monitor keeps the open spans of a rank still loading (not ``*.jsonl``: collectors replay those)."""
+    return trace_file[: -len(".jsonl")] + ".progress.json"
+
+
+def span_processors(settings: Settings, trace_file: str | None) -> list[SpanProcessor]:
     processors: list[SpanProcessor] = []
-    if settings.writes_files:
-        processors.append(SimpleSpanProcessor(JsonLinesExporter(trace_file_path(settings, resource))))
+    if trace_file is not None:
+        processors.append(SimpleSpanProcessor(JsonLinesExporter(trace_file)))
     if settings.otlp_endpoint:
         try:
-            processors.append(BatchSpanProcessor(_otlp_exporter(settings)))
+            # Export soon after each span ends (OTEL_BSP_SCHEDULE_DELAY still wins): a rank killed mid-load then
+            # loses at most what ended in the last fraction of a second, besides the spans still open.
+            delay = None if os.environ.get("OTEL_BSP_SCHEDULE_DELAY") else 200
+            processors.append(BatchSpanProcessor(_otlp_exporter(settings), schedule_delay_millis=delay))
         except Exception as error:
             warn_once("otlp-export", f"cannot export to {settings.otlp_endpoint} ({type(error).__name__}: {error}); spans are not sent")
     return processors

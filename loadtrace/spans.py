@@ -23,7 +23,10 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status,
 
 from . import __version__, context, export
 from ._log import warn_once
+from . import memory
 from .ledger import Ledger
+from .memory import Memory, process_memory
+from .monitor import Monitor
 from .settings import Settings
 
 SCOPE_NAME = "loadtrace"
@@ -32,7 +35,8 @@ SCOPE_NAME = "loadtrace"
 class Scope:
     """An open span and its ledger."""
 
-    __slots__ = ("kind", "span", "ledger", "load", "phases", "files", "calls", "last_end", "ended", "recording")
+    __slots__ = ("kind", "span", "ledger", "load", "phases", "files", "calls", "last_end", "ended", "recording",
+                 "memory_before", "memory_after", "peak")
 
     def __init__(self, kind: str, span: trace.Span, ledger: Ledger, load: Scope | None = None):
         self.kind = kind  # "load", "phase" or "file"
@@ -45,6 +49,9 @@ class Scope:
         self.last_end: int | None = None
         self.ended = False
         self.recording = span.is_recording()
+        self.memory_before: Memory | None = None  # loads and phases only: memory when first entered,
+        self.memory_after: Memory | None = None  # when last left,
+        self.peak: list[int] | None = None  # and the highest rss, anon, file, shmem seen in between
 
 
 _active: ContextVar[tuple[Scope, ...]] = ContextVar("loadtrace_active", default=())
@@ -73,6 +80,7 @@ class Tracing:
         self._provider: TracerProvider | None = None
         self._tracer: trace.Tracer | None = None
         self._lock = threading.Lock()
+        self.monitor: Monitor | None = None
 
     @property
     def tracer(self) -> trace.Tracer:
@@ -85,6 +93,7 @@ class Tracing:
     def _build(self) -> trace.Tracer:
         try:
             if self._given_provider is not None:
+                self.monitor = Monitor(None, progress_record, {})
                 return self._given_provider.get_tracer(SCOPE_NAME, __version__)
             export.route_otel_logs()
             attributes = context.resource_attributes(self.job, service_name=None, version=__version__)
@@ -92,7 +101,11 @@ class Tracing:
             resource = Resource.create(attributes)
             if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
                 resource = resource.merge(Resource({"service.name": default_service}))
-            processors = export.span_processors(self.settings, dict(resource.attributes))
+            path = export.trace_file_path(self.settings, dict(resource.attributes)) if self.settings.writes_files else None
+            processors = export.span_processors(self.settings, path)
+            self.monitor = Monitor(export.progress_path(path) if path else None, progress_record, {
+                key: resource.attributes.get(f"loadtrace.{key}") for key in ("rank", "world_size", "job.id")
+            } | {"host": resource.attributes.get("host.name"), "pid": os.getpid()})
             # Our own bounded flush at exit replaces the SDK's, which can wait on a dead collector for many seconds.
             provider = TracerProvider(resource=resource, shutdown_on_exit=False)
             for processor in processors:
@@ -155,20 +168,38 @@ class Tracing:
         parent_context = trace.set_span_in_context(parent.span) if parent is not None else self.job_context()
         return self.tracer.start_span(name, context=parent_context, attributes=attributes, start_time=start_time)
 
+    def _measure_from_now(self, scope: Scope) -> None:
+        memory = process_memory()
+        scope.memory_before = memory
+        scope.peak = [memory.rss, memory.anon, memory.file, memory.shmem]
+        if self.monitor is not None:
+            self.monitor.opened(scope)
+
+    def _measure_until_now(self, scope: Scope) -> None:
+        scope.memory_after = process_memory()
+        if self.monitor is not None:
+            self.monitor.closed(scope)
+
     def start_load(self, name: str, attributes: dict[str, Any]) -> tuple[Scope, Any]:
         stack = _active.get()
         scope = Scope("load", self._start(name, attributes, stack[-1] if stack else None), Ledger())
+        self._measure_from_now(scope)
         return scope, _active.set(stack + (scope,))
 
     def end_load(self, scope: Scope, token: Any, attributes: dict[str, Any], error: BaseException | None) -> None:
         _active.reset(token)
+        self._measure_until_now(scope)
         for phase in scope.phases.values():
             self._finish(phase, phase.last_end)
         for file in scope.files:
             self.close_file(file)
         if scope.recording:
             scope.span.set_attributes(attributes)
-            scope.span.set_attributes(scope.ledger.load_attributes())
+            totals = scope.ledger.load_attributes()
+            storage_read = scope.memory_after.storage_read - scope.memory_before.storage_read
+            totals["loadtrace.io.cached_bytes"] = max(0, totals["loadtrace.read.bytes"] - storage_read)
+            totals.update(memory.limit_attributes(memory.limits()))
+            scope.span.set_attributes(totals)
         self._finish(scope, error=error)
 
     def enter_phase(self, name: str) -> tuple[Scope, Any]:
@@ -181,12 +212,16 @@ class Tracing:
             phase.calls = 0
             if load is not None:
                 load.phases[name] = phase
+            self._measure_from_now(phase)
+        elif self.monitor is not None:
+            self.monitor.opened(phase)
         phase.calls += 1
         return phase, _active.set(stack + (phase,))
 
     def exit_phase(self, phase: Scope, token: Any, error: BaseException | None) -> None:
         _active.reset(token)
         phase.last_end = time.time_ns()
+        self._measure_until_now(phase)
         if error is not None and phase.recording:
             phase.span.record_exception(error)
             phase.span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}"))
@@ -224,6 +259,8 @@ class Tracing:
         if scope.recording:
             if scope.kind == "phase":
                 span.set_attribute("loadtrace.calls", scope.calls)
+            if scope.memory_before is not None and scope.memory_after is not None:
+                span.set_attributes(memory.span_attributes(scope.memory_before, scope.memory_after, scope.peak))
             if scope.ledger.materialized:
                 span.set_attributes(scope.ledger.materialized_attributes())
             if scope.ledger.conversions:
@@ -249,6 +286,28 @@ class Tracing:
             load.ledger.add_error(where)
 
 
+def progress_record(scope: Scope) -> dict[str, Any]:
+    """What a killed rank leaves behind about one span it had open (see monitor.py)."""
+    context = scope.span.get_span_context()
+    ledger = scope.ledger
+    materialized: dict[str, int] = {}
+    for _, device, nbytes in list(ledger.materialized):
+        materialized[device] = materialized.get(device, 0) + nbytes
+    reads = list(ledger.reads)
+    return {
+        "name": getattr(scope.span, "name", ""),
+        "kind": scope.kind,
+        "trace_id": format(context.trace_id, "032x"),
+        "span_id": format(context.span_id, "016x"),
+        "start_time_unix_nano": getattr(scope.span, "start_time", None),
+        "read_tensors": len(reads),
+        "read_bytes": sum(reads),
+        "files_opened": len(ledger.files),
+        "materialized_bytes": materialized,
+        "rss_peak": scope.peak[0] if scope.peak else None,
+    }
+
+
 _tracing: Tracing | None = None
 
 
@@ -258,6 +317,7 @@ def _after_fork_in_child() -> None:
     if _tracing is not None:
         _tracing._provider = None
         _tracing._tracer = None
+        _tracing.monitor = None
         _tracing._lock = threading.Lock()
     _active.set(())
 

@@ -13,7 +13,6 @@ from typing import Any
 from .. import spans
 from . import Hook
 from ._common import tensor_bytes
-from ..memory import process_memory
 
 TRUE = ("1", "true", "yes", "on")
 
@@ -49,22 +48,17 @@ class Load:
         self.tracing = tracing
         checkpoint = args[0] if args else kwargs.get("pretrained_model_name_or_path")
         dtype = kwargs.get("dtype", kwargs.get("torch_dtype"))
-        self.memory_before = process_memory()
         attributes = {
             "loadtrace.model.class": getattr(cls, "__name__", str(cls)),
             "loadtrace.checkpoint": os.fspath(checkpoint) if isinstance(checkpoint, (str, os.PathLike)) else str(checkpoint),
             "loadtrace.dtype": str(dtype) if dtype is not None else "default",
             "loadtrace.strategy": strategy(),
-            "loadtrace.rss.before": self.memory_before.rss,
         }
         self.scope, self.token = tracing.start_load("transformers.from_pretrained", attributes)
 
     def done(self, result: Any, error: BaseException | None) -> Any:
         attributes: dict[str, Any] = {}
         try:
-            after = process_memory()
-            attributes["loadtrace.rss.after"] = after.rss
-            attributes["loadtrace.rss.peak"] = after.peak_since(self.memory_before)
             model = result[0] if isinstance(result, tuple) else result
             if model is not None and hasattr(model, "parameters"):
                 for device, nbytes in held_bytes(model).items():

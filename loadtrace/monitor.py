@@ -1,0 +1,92 @@
+"""While anything is loading: memory peaks between hook calls, and progress that survives SIGKILL.
+
+One daemon thread per process, started by the first load. Every ``SAMPLE_INTERVAL_S`` it reads the process's memory
+and raises the peaks of the open loads and phases; every ``PROGRESS_INTERVAL_S`` (and whenever a load or phase starts
+or ends) it writes what is open, with the bytes so far, to ``<trace file>.progress.json``, replaced atomically. A rank
+that finishes removes the file; a rank the OOM killer takes leaves its last state behind for ``loadtrace report``.
+Idle, the thread blocks on an event and costs nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from typing import Any, Callable
+
+from .memory import Memory, process_memory
+
+SAMPLE_INTERVAL_S = 0.05
+PROGRESS_INTERVAL_S = 1.0
+
+
+class Monitor:
+    def __init__(self, progress_path: str | None, describe: Callable[[Any], dict[str, Any]], identity: dict[str, Any]):
+        self.progress_path = progress_path
+        self._describe = describe  # scope -> its progress record (spans.py knows what a scope holds)
+        self._identity = identity  # rank, host, pid, trace: who wrote the progress file
+        self._open: dict[int, Any] = {}
+        self._lock = threading.Lock()
+        self._busy = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._broken = False
+
+    def opened(self, scope: Any) -> None:
+        with self._lock:
+            self._open[id(scope)] = scope
+            self._busy.set()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="loadtrace-monitor", daemon=True)
+                self._thread.start()
+        self.write_progress()
+
+    def closed(self, scope: Any) -> None:
+        with self._lock:
+            self._open.pop(id(scope), None)
+        self.write_progress()
+
+    def _run(self) -> None:
+        last_progress = time.monotonic()
+        while True:
+            self._busy.wait()
+            with self._lock:
+                scopes = list(self._open.values())
+                if not scopes:
+                    self._busy.clear()
+                    continue
+            observe(scopes, process_memory())
+            if time.monotonic() - last_progress >= PROGRESS_INTERVAL_S:
+                self.write_progress()
+                last_progress = time.monotonic()
+            time.sleep(SAMPLE_INTERVAL_S)
+
+    def write_progress(self) -> None:
+        if self.progress_path is None or self._broken:
+            return
+        try:
+            with self._lock:
+                scopes = list(self._open.values())
+            if not scopes:
+                if os.path.exists(self.progress_path):
+                    os.remove(self.progress_path)
+                return
+            record = dict(self._identity, time_unix_nano=time.time_ns(), open=[self._describe(s) for s in scopes])
+            temporary = f"{self.progress_path}.{threading.get_ident()}.tmp"
+            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(descriptor, "w") as handle:
+                json.dump(record, handle)
+            os.replace(temporary, self.progress_path)
+        except Exception:
+            self._broken = True  # the trace file's own error (disk full, unwritable) is said by the exporter
+
+
+def observe(scopes: list[Any], memory: Memory) -> None:
+    """Raise each scope's peaks to this reading."""
+    for scope in scopes:
+        peak = scope.peak
+        if peak is not None:
+            peak[0] = max(peak[0], memory.rss)
+            peak[1] = max(peak[1], memory.anon)
+            peak[2] = max(peak[2], memory.file)
+            peak[3] = max(peak[3], memory.shmem)
