@@ -1,0 +1,1 @@
+"""Helpers shared by the integration tests: venvs, torchrun runs, traces."""

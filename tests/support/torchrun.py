@@ -1,0 +1,105 @@
+"""Run a script under ``torchrun --nproc_per_node N`` in a given venv, the way a user's job runs.
+
+The environment is the caller's minus anything that would change what is measured: ``LOADTRACE*`` and ``OTEL_*``
+variables, ``PYTHONPATH`` (the workers must import the *installed* loadtrace, never the source tree), and the
+accelerate/FSDP switches; then exactly the variables the caller passes. The job runs in its own working
+directory, so loadtrace's default ``./loadtrace-traces/<job id>/`` lands there and nowhere else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .venvs import Venv
+
+DEFAULT_TIMEOUT_S = float(os.environ.get("LOADTRACE_TEST_TORCHRUN_TIMEOUT", "420"))
+SCRUBBED_PREFIXES = ("LOADTRACE", "OTEL_", "ACCELERATE_", "FSDP_")
+SCRUBBED = {"PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONSAFEPATH", "TORCHELASTIC_RUN_ID", "MASTER_ADDR",
+            "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "SLURM_JOB_ID",
+            "SLURM_PROCID", "VIRTUAL_ENV"}
+
+
+@dataclass
+class TorchrunResult:
+    cmd: list[str]
+    cwd: Path
+    env_added: dict[str, str]
+    returncode: int
+    seconds: float
+    log: Path
+
+    def tail(self, lines: int = 60) -> str:
+        text = self.log.read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+    def check(self) -> "TorchrunResult":
+        if self.returncode != 0:
+            raise AssertionError(
+                f"torchrun exited {self.returncode} after {self.seconds:.1f}s: {' '.join(self.cmd)}\n"
+                f"cwd {self.cwd}, env {self.env_added}\n--- last lines of {self.log} ---\n{self.tail()}"
+            )
+        return self
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def extensions_dir(venv: Venv) -> Path:
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    key = hashlib.sha256(str(venv.root.resolve()).encode()).hexdigest()[:12]
+    return cache / "loadtrace-tests" / "torch_extensions" / f"{venv.name.lstrip('.')}-{key}"
+
+
+def clean_env(venv: Venv, extra: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED and not k.startswith(SCRUBBED_PREFIXES)}
+    # The venv's tools first: deepspeed builds its CPU communication op with the venv's ninja on first use.
+    env["PATH"] = f"{venv.bin}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONUNBUFFERED"] = "1"
+    # DeepSpeed JIT-builds its CPU shared-memory communication op at init_distributed. In torch's one default cache
+    # directory two venvs (different include paths in build.ninja) rebuild it on every alternation (~45 s each here):
+    # one cache per venv keeps it built once.
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(extensions_dir(venv)))
+    env.update(extra)
+    return env
+
+
+def torchrun(
+    venv: Venv,
+    script: Path,
+    args: list[str],
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    nproc: int = 2,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> TorchrunResult:
+    """Run ``torchrun --nproc_per_node nproc script args`` with ``venv``'s torchrun; never raises on failure (see
+    ``TorchrunResult.check``). On timeout the whole process group is killed and the result has returncode -9."""
+    cwd.mkdir(parents=True, exist_ok=True)
+    extra = dict(env or {})
+    cmd = [str(venv.torchrun), "--nproc_per_node", str(nproc), "--master_port", str(free_port()), str(script), *args]
+    log = cwd / "torchrun.log"
+    start = time.monotonic()
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            cmd, cwd=cwd, env=clean_env(venv, extra), stdout=out, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+        try:
+            returncode = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            returncode = -9
+            with open(log, "ab") as tail:
+                tail.write(f"\n[tests] killed after {timeout_s:.0f}s timeout\n".encode())
+    return TorchrunResult(cmd, cwd, extra, returncode, time.monotonic() - start, log)
