@@ -178,7 +178,8 @@ def report_table(report: dict[str, Any]) -> str:
         header += f"  model {human_bytes(trace['model_bytes'])}"
         rows = [
             [
-                str(rank["rank"]) if rank["rank"] is not None else (rank["instance"] or "?"),
+                (str(rank["rank"]) if rank["rank"] is not None else (rank["instance"] or "?"))
+                + (" incomplete" if rank["incomplete"] else ""),
                 rank["host"] or "-",
                 rank["strategy"] or "-",
                 _number(rank["load_seconds"]),

@@ -34,6 +34,9 @@ RANK_KEYS = {
     "held_bytes",
     "peak_rss_bytes",
     "hook_errors",
+    "node_memory_bytes",
+    "incomplete",
+    "last_state",
 }
 FINDING_KEYS = {"trace_id", "kind", "severity", "ranks", "bytes", "projected_node_bytes", "detail", "evidence"}
 TRACE_KEYS = {"trace_id", "job_id", "start_time", "world_size", "ranks", "model_bytes", "spans"}

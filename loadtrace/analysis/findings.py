@@ -193,7 +193,40 @@ def replicated_load(job: Job, model: int) -> Finding | None:
     )
 
 
+def incomplete_rank(job: Job, model: int) -> Finding | None:
+    """Ranks that started loading and never finished: the OOM killer's SIGKILL leaves exactly this behind."""
+    stopped = [rank for rank in job.ranks if rank.incomplete]
+    if not stopped:
+        return None
+    sentences, evidence = [], []
+    for rank in stopped:
+        state = rank.last_state or {}
+        name = f"rank {rank.rank}" if rank.rank is not None else rank.label
+        if "during" in state:
+            made = ", ".join(f"{human_bytes(n)} on {d}" for d, n in state["materialized_bytes"].items() if d != META)
+            sentences.append(
+                f"{name} was killed or crashed during {state['during']} after reading {human_bytes(state['read_bytes'])}"
+                + (f" and materialising {made}" if made else "")
+                + (f" (peak RSS {human_bytes(state['peak_rss_bytes'])})" if state.get("peak_rss_bytes") else "")
+            )
+        else:
+            sentences.append(f"{name} never finished: {state.get('unfinished_parent_spans', 0)} of its loads or phases never ended")
+        evidence.append({"rank": rank.rank, "host": rank.host, **state})
+    worst = max((int(e.get("read_bytes", 0)) for e in evidence), default=0)
+    return Finding(
+        trace_id=job.trace_id,
+        kind="incomplete_rank",
+        severity=WARNING,
+        ranks=[rank.rank for rank in stopped if rank.rank is not None],
+        bytes=worst,
+        projected_node_bytes=0,
+        detail="; ".join(sentences) + ". Its last known state is kept; an OOM kill shows as a peak RSS near the node's memory.",
+        evidence={"model_bytes": model, "per_rank": evidence},
+    )
+
+
 RULES: list[Callable[[Job, int], Finding | None]] = [
+    incomplete_rank,
     duplicate_checkpoint_read,
     nonzero_rank_materialization,
     duplicate_conversion,
@@ -229,7 +262,8 @@ def _finding(
         + what.format(bytes=amount + each, share=_percent(worst, model))
         + f" under strategy {'/'.join(strategies)}; {why}. "
         + f"Projected host memory: {human_bytes(worst)} x {per_node} rank{'s' if per_node > 1 else ''} per node"
-        + f" = {human_bytes(worst * per_node)} per node."
+        + f" = {human_bytes(worst * per_node)} per node"
+        + (f" (node memory {human_bytes(node)})." if (node := max((r.node_memory_bytes or 0 for r in ranks), default=0)) else ".")
         + (f" {note}" if note else "")
     )
     return Finding(

@@ -13,7 +13,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from .sources import Span
+from ..context import trace_ids
+from .sources import Progress, Span
 
 LOAD_SPANS = frozenset({"transformers.from_pretrained", "loadtrace.load"})
 FILE_SPANS = frozenset({"safetensors.open", "torch.load"})
@@ -77,6 +78,10 @@ class RankLoad:
     hook_errors: int
     resource: dict[str, Any] = field(repr=False)
     spans: list[Span] = field(repr=False)
+    node_memory_bytes: int | None = None
+    # Started but never finished (killed): from a progress snapshot left behind, or spans whose parent never ended.
+    incomplete: bool = False
+    last_state: dict[str, Any] | None = None
 
     @property
     def label(self) -> str:
@@ -115,8 +120,9 @@ def rank_key(resource: dict[str, Any]) -> tuple[int | None, str | None]:
     return (rank, None) if rank is not None else (None, instance)
 
 
-def jobs_from_spans(spans: Iterable[Span]) -> list[Job]:
-    """Group spans by trace, then by rank; jobs in order of their first span, ranks in rank order."""
+def jobs_from_spans(spans: Iterable[Span], progress: Iterable[Progress] = ()) -> list[Job]:
+    """Group spans by trace, then by rank; jobs in order of their first span, ranks in rank order. Ranks that never
+    finished are marked incomplete (see ``mark_incomplete``)."""
     grouped: dict[str, dict[tuple[int | None, str | None], list[Span]]] = defaultdict(lambda: defaultdict(list))
     seen: set[tuple[str, str]] = set()
     for span in spans:
@@ -126,13 +132,17 @@ def jobs_from_spans(spans: Iterable[Span]) -> list[Job]:
                 continue
             seen.add((span.trace_id, span.span_id))
         grouped[span.trace_id][rank_key(span.resource)].append(span)
+    snapshots = _snapshots_by_rank(progress)
+    for trace_id, rank in snapshots:
+        grouped[trace_id].setdefault((rank, None), [])  # a rank killed before it finished any span
     jobs = []
     for trace_id, by_rank in grouped.items():
         ranks = [
             summarize_rank(trace_id, rank, instance, rank_spans) for (rank, instance), rank_spans in by_rank.items()
         ]
+        mark_incomplete(trace_id, ranks, snapshots)
         ranks.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.instance or ""))
-        start = min(span.start_ns for rank_spans in by_rank.values() for span in rank_spans)
+        start = min((span.start_ns for rank_spans in by_rank.values() for span in rank_spans), default=0)
         jobs.append(Job(trace_id=trace_id, ranks=ranks, start_ns=start))
     jobs.sort(key=lambda job: (job.start_ns, job.trace_id))
     return jobs
@@ -182,15 +192,61 @@ def _add(total: dict[str, int], more: dict[str, int]) -> None:
         total[key] = total.get(key, 0) + value
 
 
+def _snapshots_by_rank(progress: Iterable[Progress]) -> dict[tuple[str, int | None], Progress]:
+    """The latest snapshot of each (trace, rank) that had something open."""
+    latest: dict[tuple[str, int | None], Progress] = {}
+    for snapshot in progress:
+        for trace_id in {entry["trace_id"] for entry in snapshot.open}:
+            key = (trace_id, snapshot.rank)
+            if key not in latest or latest[key].time_ns < snapshot.time_ns:
+                latest[key] = snapshot
+    return latest
+
+
+def last_state(trace_id: str, snapshot: Progress) -> dict[str, Any]:
+    """What a killed rank was doing: the innermost span it had open, and the bytes its open loads had by then."""
+    entries = [entry for entry in snapshot.open if entry.get("trace_id") == trace_id]
+    loads = [entry for entry in entries if entry.get("kind") == "load"]
+    innermost = max(entries, key=lambda entry: int_attr(entry, "start_time_unix_nano"))
+    materialized: dict[str, int] = {}
+    for load in loads:
+        _add(materialized, {str(k): int_attr(load.get("materialized_bytes", {}), k) for k in load.get("materialized_bytes", {})})
+    return {
+        "time_unix_nano": snapshot.time_ns,
+        "during": innermost["name"],
+        "open": [entry["name"] for entry in entries],
+        "read_bytes": sum(int_attr(load, "read_bytes") for load in loads),
+        "tensors_read": sum(int_attr(load, "read_tensors") for load in loads),
+        "materialized_bytes": materialized,
+        "peak_rss_bytes": max((int_attr(entry, "rss_peak") for entry in entries), default=0) or None,
+    }
+
+
+def mark_incomplete(trace_id: str, ranks: list[RankLoad], snapshots: dict[tuple[str, int | None], Progress]) -> None:
+    every_span = {span.span_id for rank in ranks for span in rank.spans}
+    job_id = next((str_attr(rank.resource, "loadtrace.job.id") for rank in ranks if rank.resource), None)
+    root = format(trace_ids(job_id)[1], "016x") if job_id else None
+    for rank in ranks:
+        snapshot = snapshots.get((trace_id, rank.rank))
+        if snapshot is not None:
+            rank.incomplete, rank.last_state = True, last_state(trace_id, snapshot)
+            continue
+        # Without a snapshot (OTLP only, or no disk): a finished span whose parent never ended was inside a load or
+        # phase that was still open when the rank's spans stop.
+        unfinished = {s.parent_span_id for s in rank.spans if s.parent_span_id and s.parent_span_id not in every_span}
+        unfinished.discard(root)
+        if root is not None and unfinished:
+            rank.incomplete = True
+            rank.last_state = {"unfinished_parent_spans": len(unfinished)}
+
+
 def summarize_rank(trace_id: str, rank: int | None, instance: str | None, spans: list[Span]) -> RankLoad:
     spans = sorted(spans, key=lambda s: (s.start_ns, s.span_id))
     by_id = {span.span_id: span for span in spans if span.span_id}
-    resource = spans[0].resource
+    resource = spans[0].resource if spans else ({"loadtrace.rank": rank} if rank is not None else {})
     loads = outermost(spans, LOAD_SPANS, by_id)
     pretrained = outermost(spans, frozenset({"transformers.from_pretrained"}), by_id)
     every_pretrained = [span for span in spans if span.name == "transformers.from_pretrained"]
-    # Issue 5 (incomplete ranks) belongs here: a rank with an open-span record or without any load span would be marked
-    # incomplete rather than read as "loaded nothing". Today such a rank is summarised from whatever spans it has.
     stray_files = [s for s in spans if s.name in FILE_SPANS | BYTES_SPANS and not inside_any(s, loads)]
 
     files_opened = sum(int_attr(s.attributes, "loadtrace.files.opened") for s in loads)
@@ -233,6 +289,7 @@ def summarize_rank(trace_id: str, rank: int | None, instance: str | None, spans:
         hook_errors=sum(int_attr(s.attributes, "loadtrace.hook_errors") for s in loads),
         resource=resource,
         spans=spans,
+        node_memory_bytes=max((int_attr(s.attributes, "loadtrace.node.memory_total") for s in loads), default=0) or None,
     )
 
 

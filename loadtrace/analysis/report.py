@@ -35,6 +35,9 @@ def rank_json(rank: RankLoad) -> dict[str, Any]:
         "held_bytes": rank.held_bytes,
         "peak_rss_bytes": rank.peak_rss_bytes,
         "hook_errors": rank.hook_errors,
+        "node_memory_bytes": rank.node_memory_bytes,
+        "incomplete": rank.incomplete,
+        "last_state": rank.last_state,
     }
 
 
@@ -51,7 +54,7 @@ def job_json(job: Job) -> dict[str, Any]:
 
 
 def build_report(spans: SpanSet) -> dict[str, Any]:
-    jobs = jobs_from_spans(spans.spans)
+    jobs = jobs_from_spans(spans.spans, spans.progress)
     findings: list[Finding] = find(jobs)
     return {
         "traces": [job_json(job) for job in jobs],

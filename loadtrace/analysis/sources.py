@@ -46,10 +46,23 @@ class Span:
         return max(0, self.end_ns - self.start_ns) / 1e9
 
 
+@dataclass(frozen=True)
+class Progress:
+    """What a rank had open at its last progress snapshot (``*.progress.json``, written while loading and removed
+    when a rank finishes): left behind, it is the last known state of a rank that was killed."""
+
+    rank: int | None
+    host: str | None
+    pid: int | None
+    time_ns: int
+    open: list[dict[str, Any]]
+
+
 @dataclass
 class SpanSet:
     spans: list[Span] = field(default_factory=list)
     skipped_lines: int = 0
+    progress: list[Progress] = field(default_factory=list)
 
 
 def rfc3339_nanos(unix_ns: int) -> str | None:
@@ -197,13 +210,44 @@ def trace_files(path: str | os.PathLike[str]) -> list[Path]:
     return files
 
 
+MAX_PROGRESS_BYTES = 4 * 1024 * 1024
+
+
+def read_progress(file: Path) -> Progress | None:
+    """A progress snapshot, or None when it is missing, unreadable, oversized or not of the shape loadtrace writes."""
+    try:
+        if not file.is_file() or file.stat().st_size > MAX_PROGRESS_BYTES:
+            return None
+        data = _object(json.loads(file.read_bytes()))
+        entries = [_object(entry) for entry in _array(data.get("open"))]
+        rank = data.get("rank")
+        pid = data.get("pid")
+        return Progress(
+            rank=rank if isinstance(rank, int) and not isinstance(rank, bool) else None,
+            host=data["host"] if isinstance(data.get("host"), str) else None,
+            pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
+            time_ns=_integer(data.get("time_unix_nano", 0)),
+            open=[e for e in entries if isinstance(e.get("name"), str) and isinstance(e.get("trace_id"), str)],
+        )
+    except (OSError, *_MALFORMED):
+        return None
+
+
 def read_files(path: str | os.PathLike[str]) -> SpanSet:
-    """Every span in a JSON Lines file, or in all ``*.jsonl`` files under a directory."""
+    """Every span in a JSON Lines file, or in all ``*.jsonl`` files under a directory, and the progress snapshots
+    that killed ranks left beside them."""
     result = SpanSet()
-    for file in trace_files(path):
+    files = trace_files(path)
+    for file in files:
         try:
             with open(file, "rb") as handle:
                 read_stream(handle, result)
         except OSError as error:
             raise SourceError(f"{file}: {error.strerror or error}") from None
+    # A rank killed before it finished any span has a snapshot and no trace file: look for snapshots, not beside files.
+    root = Path(path)
+    snapshots = root.rglob("*.progress.json") if root.is_dir() else [files[0].with_name(files[0].name.removesuffix(".jsonl") + ".progress.json")]
+    for snapshot in map(read_progress, snapshots):
+        if snapshot is not None and snapshot.open:
+            result.progress.append(snapshot)
     return result
