@@ -115,12 +115,12 @@ class _OnceHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if record.levelno < logging.WARNING:
             return
-        kind = "export" if ".export" in record.name else record.name
+        kind = "export" if ".export" in record.name else "opentelemetry"
         try:
             message = record.getMessage().splitlines()[0]
         except Exception:
             message = str(record.msg)
-        warn_once(kind, f"{'span export failing' if kind == 'export' else record.name}: {message}")
+        warn_once(kind, f"{'span export failing' if kind == 'export' else 'OpenTelemetry setup'}: {message}")
 
 
 def route_otel_logs() -> None:

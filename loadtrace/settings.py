@@ -36,6 +36,8 @@ class Settings:
     """``LOADTRACE_EXIT_TIMEOUT``: the most time, in seconds, spent flushing spans when the process exits."""
     sdk_disabled: bool = False
     """``OTEL_SDK_DISABLED``: wins over ``LOADTRACE``."""
+    redact_paths: bool = False
+    """``LOADTRACE_REDACT_PATHS``: file and checkpoint paths become a stable hash plus the basename."""
 
     @property
     def per_tensor(self) -> bool:
@@ -93,4 +95,5 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         otlp_protocol=_choice(env, protocol_var, PROTOCOLS, "http/protobuf"),
         exit_timeout_s=_seconds(env, "LOADTRACE_EXIT_TIMEOUT", 1.0),
         sdk_disabled=env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true",
+        redact_paths=_flag(env, "LOADTRACE_REDACT_PATHS"),
     )

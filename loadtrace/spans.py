@@ -9,6 +9,7 @@ to the right file and load without any context crossing threads.
 from __future__ import annotations
 
 import atexit
+import hashlib
 import os
 import threading
 import time
@@ -162,6 +163,21 @@ class Tracing:
         if not done.wait(self.settings.exit_timeout_s):
             warn_once("export", f"gave up flushing spans after {self.settings.exit_timeout_s:g} s at exit")
 
+    def path(self, value: Any) -> str:
+        """A path as spans show it: as given, or with ``LOADTRACE_REDACT_PATHS`` a stable hash plus the basename, so
+        ranks that read the same file still match and no directory names leave the job."""
+        text = os.fspath(value) if isinstance(value, (str, os.PathLike)) else str(value)
+        if not self.settings.redact_paths:
+            return text
+        digest = hashlib.sha256(text.encode(errors="surrogateescape")).hexdigest()[:12]
+        return f"{digest}/{os.path.basename(text.rstrip('/'))}"
+
+    def _record_error(self, span: trace.Span, error: BaseException) -> None:
+        # The job's own exception, raised on unchanged. Its message can name files: kept only when paths may be shown.
+        if not self.settings.redact_paths:
+            span.record_exception(error)
+        span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+
     # Spans ------------------------------------------------------------------------------------------------------
 
     def _start(self, name: str, attributes: dict[str, Any] | None, parent: Scope | None, start_time: int | None = None):
@@ -223,8 +239,7 @@ class Tracing:
         phase.last_end = time.time_ns()
         self._measure_until_now(phase)
         if error is not None and phase.recording:
-            phase.span.record_exception(error)
-            phase.span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}"))
+            self._record_error(phase.span, error)
         if phase.load is None:
             self._finish(phase, phase.last_end)
 
@@ -266,8 +281,7 @@ class Tracing:
             if scope.ledger.conversions:
                 span.set_attributes(scope.ledger.conversion_attributes())
             if error is not None:
-                span.record_exception(error)
-                span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+                self._record_error(span, error)
         span.end(end_time=end_time)
 
     # Records from hooks -----------------------------------------------------------------------------------------

@@ -13,10 +13,10 @@ def tensor_bytes(tensor: Any) -> int:
     return int(tensor.nbytes)
 
 
-def file_attributes(path: Any) -> dict[str, Any]:
+def file_attributes(tracing: spans.Tracing, path: Any) -> dict[str, Any]:
     attributes: dict[str, Any] = {}
     if isinstance(path, (str, os.PathLike)):
-        attributes["loadtrace.file.path"] = os.fspath(path)
+        attributes["loadtrace.file.path"] = tracing.path(path)
         try:
             attributes["loadtrace.file.size"] = os.stat(path).st_size
         except OSError:

@@ -32,13 +32,16 @@ class TracedSafeOpen(wrapt.ObjectProxy):
         try:
             return self.__wrapped__.__exit__(*exc_info)
         finally:
-            self._self_tracing.close_file(self._self_scope)
+            self._self_close()
 
     def __del__(self):
+        self._self_close()
+
+    def _self_close(self) -> None:
         try:
             self._self_tracing.close_file(self._self_scope)
         except Exception:
-            pass
+            self._self_tracing.record_fault("safetensors.close")
 
     def _self_count(self, name: str, tensor: Any, started: int | None) -> None:
         try:
@@ -97,7 +100,7 @@ def open_file(instance, args, kwargs):
         tracing.close_file(scope)
         return handle
 
-    return FileCall(tracing, "safetensors.open", file_attributes(path), opened)
+    return FileCall(tracing, "safetensors.open", file_attributes(tracing, path), opened)
 
 
 def load_bytes(instance, args, kwargs):

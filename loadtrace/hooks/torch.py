@@ -87,7 +87,7 @@ def torch_load(instance, args, kwargs):
     tracing = spans.tracing()
     if tracing is None:
         return None
-    attributes = file_attributes(args[0] if args else kwargs.get("f"))
+    attributes = file_attributes(tracing, args[0] if args else kwargs.get("f"))
     location = kwargs.get("map_location", args[1] if len(args) > 1 else None)
     if location is not None:
         attributes["loadtrace.map_location"] = str(location)

@@ -50,7 +50,7 @@ class Load:
         dtype = kwargs.get("dtype", kwargs.get("torch_dtype"))
         attributes = {
             "loadtrace.model.class": getattr(cls, "__name__", str(cls)),
-            "loadtrace.checkpoint": os.fspath(checkpoint) if isinstance(checkpoint, (str, os.PathLike)) else str(checkpoint),
+            "loadtrace.checkpoint": tracing.path(checkpoint),
             "loadtrace.dtype": str(dtype) if dtype is not None else "default",
             "loadtrace.strategy": strategy(),
         }
