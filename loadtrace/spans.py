@@ -294,8 +294,9 @@ class Tracing:
         for scope in _active.get():
             scope.ledger.add_conversion(operations, nbytes)
 
-    def record_fault(self, where: str) -> None:
-        load = current_load()
+    def record_fault(self, where: str, scope: Scope | None = None) -> None:
+        """Count a fault on the load it belongs to: the scope's (a file read in a worker thread), else this thread's."""
+        load = (scope if scope.kind == "load" else scope.load) if scope is not None else current_load()
         if load is not None:
             load.ledger.add_error(where)
 

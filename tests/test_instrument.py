@@ -58,3 +58,19 @@ def test_it_is_an_opentelemetry_instrumentor_with_an_entry_point():
 
 def test_zeros_like_is_the_original_object_when_not_instrumented():
     assert torch.zeros_like is torch._C._VariableFunctions.zeros_like
+
+
+def test_a_missing_target_is_skipped_with_a_note_and_the_others_still_run(monkeypatch, capsys, tmp_path):
+    import transformers.integrations.deepspeed as deepspeed_integration
+    from transformers import AutoModelForCausalLM
+
+    from _examples import make_checkpoint
+    from _inmemory import traced
+
+    monkeypatch.delattr(deepspeed_integration, "_load_state_dict_into_zero3_model")  # as if a release renamed it
+    make_checkpoint(tmp_path)
+    with traced() as t:
+        AutoModelForCausalLM.from_pretrained(tmp_path)
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("loadtrace:")]
+    assert len(notes) == 1 and "_load_state_dict_into_zero3_model not found" in notes[0]
+    assert t.one("transformers.from_pretrained").attributes["loadtrace.read.bytes"] > 0

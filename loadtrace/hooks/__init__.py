@@ -39,12 +39,13 @@ class Hook:
         return f"{self.module}.{self.target}"
 
 
-def _fault(hook: Hook, error: BaseException) -> None:
-    warn_once(f"hook:{hook.name}", f"hook {hook.name} failed ({type(error).__name__}: {error}); the call went ahead untraced")
+def fault(where: str, error: BaseException, scope: spans.Scope | None = None) -> None:
+    """A loadtrace fault: said once per place, counted on the load it happened in, never raised into the job."""
+    warn_once(f"hook:{where}", f"hook {where} failed ({type(error).__name__}: {error}); the call went ahead untraced")
     tracing = spans.tracing()
     if tracing is not None:
         try:
-            tracing.record_fault(hook.name)
+            tracing.record_fault(where, scope)
         except Exception:
             pass
 
@@ -56,7 +57,7 @@ def _wrapper(hook: Hook) -> Callable:
         try:
             call = handler(instance, args, kwargs)
         except Exception as error:
-            _fault(hook, error)
+            fault(hook.name, error)
             call = None
         if call is None:
             return wrapped(*args, **kwargs)
@@ -65,13 +66,13 @@ def _wrapper(hook: Hook) -> Callable:
         except BaseException as error:
             try:
                 call.done(None, error)
-            except Exception as fault:
-                _fault(hook, fault)
+            except Exception as problem:
+                fault(hook.name, problem)
             raise
         try:
             return call.done(result, None)
-        except Exception as fault:
-            _fault(hook, fault)
+        except Exception as problem:
+            fault(hook.name, problem)
             return result
 
     return wrapper

@@ -14,7 +14,7 @@ from typing import Any
 import wrapt
 
 from .. import spans
-from . import Hook
+from . import Hook, fault
 from ._common import FileCall, file_attributes, tensor_bytes
 
 
@@ -40,8 +40,8 @@ class TracedSafeOpen(wrapt.ObjectProxy):
     def _self_close(self) -> None:
         try:
             self._self_tracing.close_file(self._self_scope)
-        except Exception:
-            self._self_tracing.record_fault("safetensors.close")
+        except Exception as error:
+            fault("safetensors.close", error, self._self_scope)
 
     def _self_count(self, name: str, tensor: Any, started: int | None) -> None:
         try:
@@ -51,8 +51,8 @@ class TracedSafeOpen(wrapt.ObjectProxy):
                 self._self_tracing.point_span("safetensors.read", self._self_scope, started, {
                     "loadtrace.tensor.name": name, "loadtrace.read.bytes": nbytes,
                     "loadtrace.tensor.dtype": str(tensor.dtype), "loadtrace.tensor.shape": list(tensor.shape)})
-        except Exception:
-            self._self_tracing.record_fault("safetensors.read")
+        except Exception as error:
+            fault("safetensors.read", error, self._self_scope)
 
     def get_tensor(self, name):
         started = time.time_ns() if self._self_tracing.settings.per_tensor else None
