@@ -72,13 +72,13 @@ def test_full_disk(checkpoint, tmp_path, baseline):
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(full)], capture_output=True).returncode:
         pytest.skip("cannot mount a small tmpfs here (needs root)")
     try:
-        with open(full / "filler", "wb") as filler:
-            try:
+        try:
+            with open(full / "filler", "wb") as filler:
                 while True:
                     filler.write(b"\0" * 4096)
                     filler.flush()
-            except OSError:
-                pass
+        except OSError:
+            pass  # full
         assert_unharmed(*run_job(checkpoint, tmp_path, {"LOADTRACE_DIR": str(full)}), baseline, "cannot write traces")
     finally:
         subprocess.run(["umount", str(full)], check=False)

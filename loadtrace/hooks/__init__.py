@@ -40,8 +40,9 @@ class Hook:
 
 
 def fault(where: str, error: BaseException, scope: spans.Scope | None = None) -> None:
-    """A loadtrace fault: said once per place, counted on the load it happened in, never raised into the job."""
-    warn_once(f"hook:{where}", f"hook {where} failed ({type(error).__name__}: {error}); the call went ahead untraced")
+    """A loadtrace fault: said once per process, counted on the load it happened in, never raised into the job."""
+    warn_once("hook", f"hook {where} failed ({type(error).__name__}: {error}); the call went ahead untraced "
+                      "(every hook fault is counted in loadtrace.hook_errors on its load span)")
     tracing = spans.tracing()
     if tracing is not None:
         try:
