@@ -169,6 +169,21 @@ class Job:
             return self.id
 
 
+def cluster_attributes(env: Mapping[str, str]) -> dict[str, str]:
+    """Where the job ran, to correlate startups across jobs and clusters: ``LOADTRACE_CLUSTER``, else SLURM's cluster
+    name; on Kubernetes also the pod and namespace (OTel's ``k8s.*`` names)."""
+    attributes = {}
+    cluster = env.get("LOADTRACE_CLUSTER") or env.get("SLURM_CLUSTER_NAME")
+    if cluster:
+        attributes["loadtrace.cluster"] = cluster
+    if "KUBERNETES_SERVICE_HOST" in env:
+        if env.get("HOSTNAME"):
+            attributes["k8s.pod.name"] = env["HOSTNAME"]
+        if env.get("POD_NAMESPACE"):
+            attributes["k8s.namespace.name"] = env["POD_NAMESPACE"]
+    return attributes
+
+
 def resource_attributes(job: Job, service_name: str | None, version: str) -> dict[str, Any]:
     """What every span of this process carries: its rank, host, pid, job and library versions."""
     rank = current_rank()
@@ -185,6 +200,7 @@ def resource_attributes(job: Job, service_name: str | None, version: str) -> dic
     }
     if service_name is None:
         attributes["service.name"] = "loadtrace"
+    attributes.update(cluster_attributes(os.environ))
     for key in ("rank", "local_rank", "world_size", "local_world_size", "node_rank"):
         value = getattr(rank, key)
         if value is not None:

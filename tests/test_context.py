@@ -70,3 +70,13 @@ def test_a_known_job_id_is_never_replaced():
     job = Job(env={"TORCHELASTIC_RUN_ID": "abc"})
     job.adopt_from_store(FakeStore(), rank=0)
     assert job.id == "abc"
+
+
+def test_cluster_from_loadtrace_slurm_or_kubernetes():
+    from loadtrace.context import cluster_attributes
+
+    assert cluster_attributes({"LOADTRACE_CLUSTER": "east", "SLURM_CLUSTER_NAME": "x"}) == {"loadtrace.cluster": "east"}
+    assert cluster_attributes({"SLURM_CLUSTER_NAME": "hpc1"}) == {"loadtrace.cluster": "hpc1"}
+    k8s = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "HOSTNAME": "trainer-0", "POD_NAMESPACE": "ml"}
+    assert cluster_attributes(k8s) == {"k8s.pod.name": "trainer-0", "k8s.namespace.name": "ml"}
+    assert cluster_attributes({}) == {}

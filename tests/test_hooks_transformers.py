@@ -28,6 +28,7 @@ def test_from_pretrained_totals_equal_the_checkpoint(checkpoint):
     assert load.attributes["loadtrace.strategy"] == "plain"
     assert load.attributes["loadtrace.model.class"] == "Qwen3MoeForCausalLM"
     assert load.attributes["loadtrace.checkpoint"] == str(path)
+    assert load.attributes["loadtrace.checkpoint.bytes"] == sum(f.stat().st_size for f in path.glob("*.safetensors"))
     held = sum(t.nbytes for t in (*model.parameters(), *model.buffers()))
     assert load.attributes["loadtrace.model.held_bytes.cpu"] == held
     assert load.attributes["loadtrace.rss.peak"] >= load.attributes["loadtrace.rss.after"] > 0

@@ -43,6 +43,21 @@ def held_bytes(model: Any) -> dict[str, int]:
     return held
 
 
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
+
+
+def checkpoint_bytes(checkpoint: Any) -> int | None:
+    """Total size of a local checkpoint's weight files (a directory or one file); None for a hub id."""
+    if not isinstance(checkpoint, (str, os.PathLike)):
+        return None
+    path = os.fspath(checkpoint)
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    if not os.path.isdir(path):
+        return None
+    return sum(entry.stat().st_size for entry in os.scandir(path) if entry.is_file() and entry.name.endswith(WEIGHT_SUFFIXES))
+
+
 class Load:
     def __init__(self, tracing: spans.Tracing, cls: Any, args: tuple, kwargs: dict):
         self.tracing = tracing
@@ -54,6 +69,9 @@ class Load:
             "loadtrace.dtype": str(dtype) if dtype is not None else "default",
             "loadtrace.strategy": strategy(),
         }
+        size = checkpoint_bytes(checkpoint)
+        if size is not None:
+            attributes["loadtrace.checkpoint.bytes"] = size
         self.scope, self.token = tracing.start_load("transformers.from_pretrained", attributes)
 
     def done(self, result: Any, error: BaseException | None) -> Any:
