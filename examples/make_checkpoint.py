@@ -4,9 +4,10 @@ The default is the tiny Qwen3-MoE of ``field-facts.md``: 2 layers x 8 experts, f
 ``max_shard_size="200KB"`` -> 5 shards, 69 tensors, 1,009,152 bytes of tensor data. The same seed and sizes always give
 the same bytes, so a checkpoint made on one machine equals one made on another.
 
-    python examples/make_checkpoint.py OUT_DIR [--layers N] [--experts N] [--shard-size 200KB]
+    python examples/make_checkpoint.py OUT_DIR [--layers N] [--experts N] [--shard-size 200KB] [--set KEY=INT ...]
 
-or, from Python: ``make_checkpoint(out_dir, layers=2, experts=8)``.
+or, from Python: ``make_checkpoint(out_dir, layers=2, experts=8)``. ``--set`` (``**config`` from Python) overrides any
+other field of the config, e.g. ``--set hidden_size=256 --set vocab_size=8000`` for a bigger model.
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ DEFAULT_SHARD_SIZE = "200KB"
 SEED = 1234
 
 
-def tiny_qwen3_moe_config(layers: int = DEFAULT_LAYERS, experts: int = DEFAULT_EXPERTS):
-    """A Qwen3-MoE config small enough for CPU tests; every layer is sparse (MoE), nothing is tied."""
+def tiny_qwen3_moe_config(layers: int = DEFAULT_LAYERS, experts: int = DEFAULT_EXPERTS, **config: int):
+    """A Qwen3-MoE config small enough for CPU tests; every layer is sparse (MoE), nothing is tied. ``config``
+    overrides any field (``hidden_size``, ``vocab_size``, ...)."""
     from transformers import Qwen3MoeConfig
 
-    return Qwen3MoeConfig(
+    fields = dict(
         vocab_size=1000,
         hidden_size=64,
         intermediate_size=128,
@@ -42,6 +44,8 @@ def tiny_qwen3_moe_config(layers: int = DEFAULT_LAYERS, experts: int = DEFAULT_E
         max_position_embeddings=256,
         tie_word_embeddings=False,
     )
+    fields.update(config)
+    return Qwen3MoeConfig(**fields)
 
 
 def make_checkpoint(
@@ -50,14 +54,15 @@ def make_checkpoint(
     experts: int = DEFAULT_EXPERTS,
     shard_size: str = DEFAULT_SHARD_SIZE,
     seed: int = SEED,
+    **config: int,
 ) -> dict:
     """Save a randomly initialised tiny Qwen3-MoE under ``out_dir``; return a summary (files, tensors, bytes)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    config = tiny_qwen3_moe_config(layers, experts)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model_config = tiny_qwen3_moe_config(layers, experts, **config)
+    model = AutoModelForCausalLM.from_config(model_config, dtype=torch.float32)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, max_shard_size=shard_size)
@@ -89,8 +94,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--experts", type=int, default=DEFAULT_EXPERTS)
     parser.add_argument("--shard-size", default=DEFAULT_SHARD_SIZE, help='max_shard_size for save_pretrained ("200KB")')
     parser.add_argument("--seed", type=int, default=SEED)
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=INT", help="override a config field (hidden_size=256)"
+    )
     args = parser.parse_args(argv)
-    summary = make_checkpoint(args.out_dir, args.layers, args.experts, args.shard_size, args.seed)
+    overrides = {}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        try:
+            overrides[key] = int(value)
+        except ValueError:
+            parser.error(f"--set {item!r}: expected KEY=INT")
+    summary = make_checkpoint(args.out_dir, args.layers, args.experts, args.shard_size, args.seed, **overrides)
     print(
         f"wrote {len(summary['files'])} shards, {summary['tensors']} tensors, "
         f"{summary['bytes']:,} bytes to {summary['dir']}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -82,6 +83,15 @@ class Job:
         return dict(by_rank)
 
 
+def aborted_at_exit(run: TorchrunResult, out: Path) -> bool:
+    """Both ranks wrote their results, then one died at exit with "terminate called without an active exception"
+    (SIGABRT): seen about once in 20 ZeRO-3 runs of transformers 5.12 on CPU here, with and without LOADTRACE. Not
+    what the tests are about, so such a run is repeated once."""
+    finished = all((out / f"count-rank{r}.json").exists() or (out / f"digest-rank{r}.json").exists() for r in range(WORLD_SIZE))
+    log = run.log.read_text(errors="replace") if run.log.exists() else ""
+    return run.returncode != 0 and finished and "terminate called without an active exception" in log
+
+
 class Jobs:
     """Runs each (venv, mode, traced, script) job at most once per test session."""
 
@@ -126,7 +136,12 @@ class Jobs:
         env = dict(MODE_ENV[mode])
         if traced:
             env["LOADTRACE"] = "1"
-        run = torchrun(venv, script, [str(self.checkpoint), "--mode", mode, "--out", str(out)], cwd=cwd, env=env)
+        for attempt in (1, 2):
+            run = torchrun(venv, script, [str(self.checkpoint), "--mode", mode, "--out", str(out)], cwd=cwd, env=env)
+            if not aborted_at_exit(run, out):
+                break
+            print(f"[multirank] {name}: a rank aborted in C++ at exit after finishing; running the job again once")
+            shutil.rmtree(cwd)
         job = Job(venv=venv, mode=mode, traced=traced, script=script, run=run)
         print(f"[multirank] {job.label}: rc {run.returncode} in {run.seconds:.1f}s, cwd {cwd}")
         if run.returncode == 0:
