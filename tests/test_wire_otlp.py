@@ -1,6 +1,6 @@
 """Promise: with ``OTEL_EXPORTER_OTLP_ENDPOINT`` set, a real two-rank job's spans leave over OTLP (http/protobuf, or grpc
 with ``OTEL_EXPORTER_OTLP_PROTOCOL=grpc``) as one trace, each rank with the resource and span attributes of
-docs/spans.md, and with ``LOADTRACE_DIR`` set as well the files hold exactly the same spans, numbers and ids.
+README.md's span reference, and with ``LOADTRACE_DIR`` set as well the files hold exactly the same spans, numbers and ids.
 
 The receivers are this test's own (``tests/_wire.py``) on 127.0.0.1; what arrived is decoded with opentelemetry-proto,
 independently of loadtrace's encoding.
@@ -24,7 +24,7 @@ from support.venvs import REPO, discover, installed_problems, stale_files
 
 VENVS = discover()
 MODE = "fsdp"  # rank 1 reads, converts and holds a whole model: every byte counter is non-zero somewhere
-SPANS_MD = REPO / "docs" / "spans.md"
+SPANS_MD = REPO / "README.md"  # its "Span and attribute reference"
 # Added to every Resource by the OpenTelemetry SDK itself (Resource.create): standard, not loadtrace's to document.
 SDK_RESOURCE = {"telemetry.sdk.language", "telemetry.sdk.name", "telemetry.sdk.version"}
 
@@ -63,7 +63,7 @@ def only(spans, name: str):
     return found[0]
 
 
-# docs/spans.md, read as the contract -------------------------------------------------------------------------------
+# README.md's span reference, read as the contract -------------------------------------------------------------------------------
 
 
 def _cells(line: str) -> list[str]:
@@ -100,15 +100,15 @@ def _pattern(names) -> re.Pattern:
 
 
 def documented() -> tuple[re.Pattern, dict[str, re.Pattern]]:
-    """(resource attribute pattern, span name → attribute pattern) as docs/spans.md lists them."""
+    """(resource attribute pattern, span name → attribute pattern) as README.md's span reference lists them."""
     text = SPANS_MD.read_text()
-    resource = [n for row in _table(text, "## Resource") for n in _names(row[0])]
-    totals = [n for row in _table(text, "### Load totals") for n in _names(row[0])]
-    memory_rows = _table(text, "### Memory and I/O")
+    resource = [n for row in _table(text, "### Resource (one per process") for n in _names(row[0])]
+    totals = [n for row in _table(text, "#### Load totals") for n in _names(row[0])]
+    memory_rows = _table(text, "#### Memory and I/O")
     memory = [n for row in memory_rows for n in _names(row[0])]
     phase_memory = [n for row in memory_rows if not row[1].startswith("load spans") for n in _names(row[0])]
     spans = {}
-    for row in _table(text, "## Spans"):
+    for row in _table(text, "### Spans"):
         (name,) = re.findall(r"`([^`]+)`", row[0])
         attributes = _names(row[2])
         if "load totals" in row[2]:
@@ -173,14 +173,14 @@ def test_resource_says_which_rank(wire: WireRun):
         assert r["loadtrace.lib.transformers"] == wire.venv.transformers, where
         assert r.get("loadtrace.version"), where
         undocumented = sorted(k for k in r if k not in SDK_RESOURCE and not pattern.fullmatch(k))
-        assert not undocumented, f"{where}: resource attributes not in docs/spans.md: {undocumented}"
+        assert not undocumented, f"{where}: resource attributes not in README.md's span reference: {undocumented}"
         job_ids.add(r["loadtrace.job.id"])
         pids.add(r["process.pid"])
     assert len(job_ids) == 1 and len(pids) == WORLD_SIZE, (job_ids, pids)
 
 
 def test_every_span_and_attribute_is_documented(wire: WireRun):
-    """docs/spans.md promises every span and every attribute: nothing on the wire may be missing from it."""
+    """README.md's span reference promises every span and every attribute: nothing on the wire may be missing from it."""
     _, documented_spans = documented()
     undocumented: dict[str, set[str]] = {}
     for span in wire.spans:
@@ -190,7 +190,7 @@ def test_every_span_and_attribute_is_documented(wire: WireRun):
             continue
         undocumented.setdefault(span.name, set()).update(k for k in span.attributes if not pattern.fullmatch(k))
     undocumented = {name: sorted(keys) for name, keys in undocumented.items() if keys}
-    assert not undocumented, f"{wire.label}: on the wire but not in docs/spans.md: {undocumented}"
+    assert not undocumented, f"{wire.label}: on the wire but not in README.md's span reference: {undocumented}"
 
 
 def test_span_attributes_carry_the_loads_numbers(wire: WireRun, checkpoint: Path):

@@ -1,7 +1,7 @@
 """Two jobs side by side: per phase and per rank, time, bytes and peak RSS, plus the resource differences that may
 explain them (world size, hosts, library versions, strategy, checkpoint).
 
-Phases, each from the spans named in docs/spans.md:
+Phases, each from the spans named in README.md's span reference:
 - ``open``: ``safetensors.open`` / ``torch.load`` spans (their time, the files' sizes, how many);
 - ``read``: tensors and bytes read; its time only where spans of its own exist (``safetensors.read`` at tensor detail,
   ``transformers.load_state_dict``, ``safetensors.load``), since at default detail reads happen inside file spans;

@@ -4,7 +4,7 @@ A job is a trace (every rank's spans hang from the job's root span); a rank is a
 its ``service.instance.id``. Totals come from the outermost load spans (``transformers.from_pretrained``,
 ``loadtrace.load``), which already count every file opened while they were open, whichever thread read it; a file
 span outside every load (a bare ``safe_open`` / ``torch.load``) is counted from its own attributes. Every number here
-is a sum of span attributes named in docs/spans.md, so it can be traced back to the spans it came from.
+is a sum of span attributes named in README.md's span reference, so it can be traced back to the spans it came from.
 """
 
 from __future__ import annotations
@@ -35,6 +35,38 @@ def int_attr(attributes: dict[str, Any], key: str) -> int:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return 0
+
+
+def opt_int_attr(attributes: dict[str, Any], key: str) -> int | None:
+    """An integer attribute, None when absent or not an integer: unknown is not zero."""
+    value = attributes.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    return value
+
+
+def _known(values: Iterable[int | None]) -> list[int]:
+    return [value for value in values if value is not None]
+
+
+def _sum_known(spans: list[Span], key: str) -> int | None:
+    """The sum of an attribute over spans, None unless every span carries it (a partial sum would mislead)."""
+    values = [opt_int_attr(span.attributes, key) for span in spans]
+    return sum(values) if values and None not in values else None  # type: ignore[arg-type]
+
+
+def _max_known(spans: list[Span], key: str) -> int | None:
+    return max(_known(opt_int_attr(span.attributes, key) for span in spans), default=None)
+
+
+def _min_known(spans: list[Span], key: str) -> int | None:
+    return min(_known(opt_int_attr(span.attributes, key) for span in spans), default=None)
+
+
+def _first_known(spans: list[Span], key: str) -> int | None:
+    return next(iter(_known(opt_int_attr(span.attributes, key) for span in spans)), None)
 
 
 def str_attr(attributes: dict[str, Any], key: str) -> str | None:
@@ -79,6 +111,19 @@ class RankLoad:
     resource: dict[str, Any] = field(repr=False)
     spans: list[Span] = field(repr=False)
     node_memory_bytes: int | None = None
+    # Memory and I/O of the loads (docs/report.md): None when the spans do not carry them (an older loadtrace).
+    rss_before_bytes: int | None = None
+    rss_after_bytes: int | None = None
+    peak_rss_anon_bytes: int | None = None
+    peak_rss_file_bytes: int | None = None
+    peak_rss_shmem_bytes: int | None = None
+    rss_anon_before_bytes: int | None = None
+    rss_file_before_bytes: int | None = None
+    storage_read_bytes: int | None = None
+    cached_bytes: int | None = None
+    node_available_bytes: int | None = None
+    cgroup_memory_current_bytes: int | None = None
+    cgroup_memory_max_bytes: int | None = None
     # Started but never finished (killed): from a progress snapshot left behind, or spans whose parent never ended.
     incomplete: bool = False
     last_state: dict[str, Any] | None = None
@@ -246,7 +291,6 @@ def summarize_rank(trace_id: str, rank: int | None, instance: str | None, spans:
     resource = spans[0].resource if spans else ({"loadtrace.rank": rank} if rank is not None else {})
     loads = outermost(spans, LOAD_SPANS, by_id)
     pretrained = outermost(spans, frozenset({"transformers.from_pretrained"}), by_id)
-    every_pretrained = [span for span in spans if span.name == "transformers.from_pretrained"]
     stray_files = [s for s in spans if s.name in FILE_SPANS | BYTES_SPANS and not inside_any(s, loads)]
 
     files_opened = sum(int_attr(s.attributes, "loadtrace.files.opened") for s in loads)
@@ -261,7 +305,8 @@ def summarize_rank(trace_id: str, rank: int | None, instance: str | None, spans:
         _add(materialized, by_device(load.attributes, MATERIALIZED_PREFIX))
     for load in pretrained:
         _add(held, by_device(load.attributes, HELD_PREFIX))
-    peaks = [int_attr(s.attributes, "loadtrace.rss.peak") for s in every_pretrained]
+    # Every load span, nested ones too: a custom ``loadtrace.load`` around ``from_pretrained`` has the same peak.
+    peaks = [int_attr(s.attributes, "loadtrace.rss.peak") for s in spans if s.name in LOAD_SPANS]
     strategies = [str_attr(s.attributes, "loadtrace.strategy") for s in pretrained]
     checkpoints = [str_attr(s.attributes, "loadtrace.checkpoint") for s in pretrained]
 
@@ -290,6 +335,19 @@ def summarize_rank(trace_id: str, rank: int | None, instance: str | None, spans:
         resource=resource,
         spans=spans,
         node_memory_bytes=max((int_attr(s.attributes, "loadtrace.node.memory_total") for s in loads), default=0) or None,
+        # Before: the first load's (the process before any loading); after: the last one's.
+        rss_before_bytes=_first_known(loads, "loadtrace.rss.before"),
+        rss_after_bytes=_first_known(loads[::-1], "loadtrace.rss.after"),
+        peak_rss_anon_bytes=_max_known(loads, "loadtrace.rss_anon.peak"),
+        peak_rss_file_bytes=_max_known(loads, "loadtrace.rss_file.peak"),
+        peak_rss_shmem_bytes=_max_known(loads, "loadtrace.rss_shmem.peak"),
+        rss_anon_before_bytes=_first_known(loads, "loadtrace.rss_anon.before"),
+        rss_file_before_bytes=_first_known(loads, "loadtrace.rss_file.before"),
+        storage_read_bytes=_sum_known(loads, "loadtrace.io.storage_read_bytes"),
+        cached_bytes=_sum_known(loads, "loadtrace.io.cached_bytes"),
+        node_available_bytes=_min_known(loads, "loadtrace.node.memory_available"),
+        cgroup_memory_current_bytes=_max_known(loads, "loadtrace.cgroup.memory_current"),
+        cgroup_memory_max_bytes=_min_known(loads, "loadtrace.cgroup.memory_max"),
     )
 
 
