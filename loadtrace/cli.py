@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
 import sys
 from typing import Any, Sequence
 
 from loadtrace.analysis import jaeger
 from loadtrace.analysis.compare import compare
 from loadtrace.analysis.findings import human_bytes
+from loadtrace.analysis.forecast import DTYPE_BYTES, ForecastError, Target
 from loadtrace.analysis.ranks import Job, jobs_from_spans
 from loadtrace.analysis.report import build_report, has_warnings
 from loadtrace.analysis.sources import SourceError, SpanSet, read_files
@@ -43,6 +46,31 @@ def build_parser() -> argparse.ArgumentParser:
         "--since", default="1h", help="with --service: how far back to search (30m, 1h, 2d; default 1h)"
     )
     report.add_argument("--fail-on-findings", action="store_true", help="exit 1 when a warning-level finding exists")
+    forecast = report.add_argument_group(
+        "forecast", "scale this (small) job's measured memory to a target model and say whether a node will hold it"
+    )
+    forecast.add_argument(
+        "--forecast-model-bytes", type=byte_size, metavar="BYTES", help="the target model's bytes: 54e9, 54GB, 50GiB"
+    )
+    forecast.add_argument(
+        "--forecast-params", type=count, metavar="N", help="or its parameter count (7e9, 7B) with --forecast-dtype"
+    )
+    forecast.add_argument("--forecast-dtype", choices=tuple(DTYPE_BYTES), help="with --forecast-params")
+    forecast.add_argument(
+        "--ranks-per-node", type=positive_int, metavar="N", help="ranks on one node (default: as in the measured job)"
+    )
+    forecast.add_argument(
+        "--forecast-world-size",
+        type=positive_int,
+        metavar="N",
+        help="ranks in the target job (default: the measured world size, or --ranks-per-node when larger)",
+    )
+    forecast.add_argument(
+        "--node-memory-bytes",
+        type=byte_size,
+        metavar="BYTES",
+        help="the target node's memory (default: the measured node's MemTotal, or its cgroup limit when lower)",
+    )
     report.set_defaults(run=run_report)
 
     compare_ = commands.add_parser("compare", help="two jobs side by side, per phase and rank")
@@ -51,6 +79,95 @@ def build_parser() -> argparse.ArgumentParser:
     _add_jaeger_options(compare_)
     compare_.set_defaults(run=run_compare)
     return parser
+
+
+# Flag values: a bad one is argparse's one-line error, exit 2.
+
+_BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15}
+_BYTE_UNITS.update({"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50})
+_COUNT_UNITS = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
+_NUMBER = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)(?:e([+-]?\d+))?\s*([a-z]*)\s*", re.IGNORECASE)
+
+
+class Size(int):
+    """A flag's number, remembering how the user wrote it (``54e9``) for the forecast's basis."""
+
+    text: str
+
+    def __new__(cls, value: int, text: str) -> "Size":
+        size = super().__new__(cls, value)
+        size.text = text
+        return size
+
+
+def _scaled(text: str, units: dict[str, int], what: str) -> Size:
+    match = _NUMBER.fullmatch(text)
+    unit = match.group(3).lower() if match else None
+    if match is None or unit not in units:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+    exponent = int(match.group(2) or 0)
+    if abs(exponent) > 30:
+        raise argparse.ArgumentTypeError(f"{text!r} is out of range")
+    value = float(match.group(1)) * 10.0**exponent * units[unit]
+    if not math.isfinite(value) or value >= 2**63:
+        raise argparse.ArgumentTypeError(f"{text!r} is out of range")
+    if round(value) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive size")
+    return Size(round(value), text.strip())
+
+
+def byte_size(text: str) -> Size:
+    """``54e9``, ``54000000000``, ``54GB``, ``50GiB`` → bytes."""
+    return _scaled(text, _BYTE_UNITS, "a byte count (54e9, 54GB, 50GiB)")
+
+
+def count(text: str) -> Size:
+    """``7e9``, ``7B``, ``7000M`` → a count."""
+    return _scaled(text, _COUNT_UNITS, "a count (7e9, 7B, 7000M)")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not positive")
+    return value
+
+
+def forecast_target(args: argparse.Namespace) -> Target | None:
+    """The forecast the flags ask for, None when none; a contradiction raises ``ForecastError`` (exit 2)."""
+    model, params, dtype = args.forecast_model_bytes, args.forecast_params, args.forecast_dtype
+    if model is not None and params is not None:
+        raise ForecastError("give either --forecast-model-bytes or --forecast-params, not both")
+    if params is not None and dtype is None:
+        raise ForecastError(f"--forecast-params needs --forecast-dtype ({'|'.join(DTYPE_BYTES)})")
+    if dtype is not None and params is None:
+        raise ForecastError("--forecast-dtype goes with --forecast-params")
+    if model is None and params is None:
+        extra = [flag for flag, value in (("--ranks-per-node", args.ranks_per_node),
+                                          ("--forecast-world-size", args.forecast_world_size),
+                                          ("--node-memory-bytes", args.node_memory_bytes)) if value is not None]
+        if extra:
+            raise ForecastError(f"{extra[0]} goes with --forecast-model-bytes or --forecast-params")
+        return None
+    if args.ranks_per_node and args.forecast_world_size and args.forecast_world_size < args.ranks_per_node:
+        raise ForecastError(
+            f"--forecast-world-size {args.forecast_world_size} is smaller than --ranks-per-node {args.ranks_per_node}"
+        )
+    if params is not None:
+        model = params * DTYPE_BYTES[dtype]
+        given = f"{params.text} = {int(params):,} parameters x {dtype} ({DTYPE_BYTES[dtype]} B)"
+    else:
+        given = f"--forecast-model-bytes {model.text}"
+    return Target(
+        model_bytes=int(model),
+        ranks_per_node=args.ranks_per_node,
+        world_size=args.forecast_world_size,
+        node_memory_bytes=None if args.node_memory_bytes is None else int(args.node_memory_bytes),
+        given_as=given,
+    )
 
 
 def _add_jaeger_options(parser: argparse.ArgumentParser) -> None:
@@ -66,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     try:
         return args.run(args)
-    except SourceError as error:
+    except (SourceError, ForecastError) as error:
         print(f"loadtrace: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except BrokenPipeError:
@@ -123,7 +240,8 @@ def _one_job(source: str, args: argparse.Namespace) -> tuple[Job, int]:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    report = build_report(_report_source(args))
+    target = forecast_target(args)  # flags first: a contradiction needs no source read
+    report = build_report(_report_source(args), target)
     if args.format == "json":
         print(json.dumps(report, indent=2))
     else:
@@ -165,7 +283,7 @@ def _devices(per_device: dict[str, int]) -> str:
     return " ".join(f"{device}={size:,}" for device, size in per_device.items()) or "-"
 
 
-RANK_COLUMNS = ("rank", "host", "strategy", "load s", "files", "tensors", "read B", "conversions")
+RANK_COLUMNS = ("rank", "host", "strategy", "load s", "files", "tensors", "read B", "from storage B", "conversions")
 RANK_COLUMNS += ("zeros/empty_like B", "held at return B", "peak RSS B")
 
 
@@ -186,6 +304,7 @@ def report_table(report: dict[str, Any]) -> str:
                 _number(rank["files_opened"]),
                 _number(rank["tensors_read"]),
                 _number(rank["read_bytes"]),
+                _number(rank["storage_read_bytes"]),
                 _number(rank["conversions"]),
                 _devices(rank["materialized_bytes"]),
                 _devices(rank["held_bytes"]),
@@ -193,10 +312,55 @@ def report_table(report: dict[str, Any]) -> str:
             ]
             for rank in ranks
         ]
-        blocks.append(header + "\n" + table(RANK_COLUMNS, rows, left=3) + "\n\n" + findings_text(findings))
+        notes = [node["note"] for node in trace["nodes"] if node["note"]]
+        io = "".join(f"\nI/O: {note}." for note in notes)
+        blocks.append(header + "\n" + table(RANK_COLUMNS, rows, left=3) + io + "\n\n" + findings_text(findings))
     if report["skipped_lines"]:
         blocks.append(f"{report['skipped_lines']} corrupt or truncated lines skipped")
+    if "forecast" in report:
+        blocks.append(forecast_text(report["forecast"]))
     return "\n\n".join(blocks)
+
+
+def forecast_text(forecast: dict[str, Any]) -> str:
+    """The forecast block: per rank, per node, the node's memory and a verdict nobody can miss."""
+    basis = forecast["basis"]
+    target = basis["target"]
+    lines = [
+        f"forecast: {human_bytes(forecast['model_bytes'])} model"
+        + (f" ({target['given_as']})" if target["given_as"] and "parameters" in target["given_as"] else "")
+        + f", {forecast['ranks_per_node']} ranks per node, world size {target['world_size']}"
+        + f" (scaled x{basis['model_scale']:.4g} from {human_bytes(basis['measured']['model_bytes'])})"
+    ]
+    categories = basis["categories"]
+    rows = []
+    for rank, peak in forecast["per_rank_peak_bytes"].items():
+        cells = [rank, _number(categories["fixed"]["ranks"][rank]["to_bytes"])]
+        for category in ("once_per_job", "per_rank", "duplicated"):
+            entry = categories[category]["ranks"].get(rank)
+            cells.append(_number(entry["to_growth_bytes"]) if entry else "-")
+        rows.append([*cells, _number(peak)])
+    headers = ["rank", "fixed B", "+ once per job B", "+ own share B", "+ duplicated B", "= peak RSS B"]
+    lines.append("  " + table(headers, rows).replace("\n", "\n  "))
+    profiles = " + ".join(f"{p['count']} x rank {p['rank']}" for p in basis["node"]["profiles"])
+    lines.append(f"  per node: {profiles} = {human_bytes(forecast['per_node_peak_bytes'])}"
+                 f" (file-backed pages counted once; sum of rank peaks {human_bytes(basis['node']['sum_of_rank_peaks_bytes'])})")
+    memory = forecast["node_memory_bytes"]
+    if memory is None:
+        lines.append("  node memory: unknown; give --node-memory-bytes")
+        lines.append("  verdict: UNKNOWN")
+    else:
+        lines.append(f"  node memory: {human_bytes(memory)} ({basis['node']['node_memory_source']})")
+        ratio = forecast["per_node_peak_bytes"] / memory if memory else math.inf
+        share = f"{100 * ratio:.0f}%"
+        if forecast["verdict"] == "oom":
+            lines.append(f"  verdict: WILL OOM: a node needs {human_bytes(forecast['per_node_peak_bytes'])},"
+                         f" {ratio:.2f}x its memory")
+        else:
+            lines.append(f"  verdict: OK: a node needs {share} of its memory"
+                         f" ({human_bytes(basis['node']['headroom_bytes'])} to spare)")
+    lines.append("  basis: " + basis["text"])
+    return "\n".join(lines)
 
 
 def findings_text(findings: list[dict[str, Any]]) -> str:

@@ -100,9 +100,11 @@ def rank_load(
     files: int = SHARDS,
     tensors: int = TENSORS,
     start: int = T0,
+    memory: dict[str, int] | None = None,
 ) -> list[dict]:
     """One rank's spans for one ``from_pretrained``, shaped like loadtrace's: the load span with its totals, one
-    ``safetensors.open`` per shard, a convert and a materialize_missing phase span."""
+    ``safetensors.open`` per shard, a convert and a materialize_missing phase span. ``memory`` adds or replaces
+    attributes of the load span (see ``memory_attributes``)."""
     end = start + int(seconds * 1e9)
     load_id = span_id()
     totals: dict[str, Any] = {
@@ -124,6 +126,7 @@ def rank_load(
         totals["loadtrace.materialized.site_bytes"] = [size for _, size in sites]
     for device, size in (held or {}).items():
         totals[f"loadtrace.model.held_bytes.{device}"] = size
+    totals.update(memory or {})
     result = [span("transformers.from_pretrained", trace_id, start, end, sid=load_id, **totals)]
     step = (end - start) // (files + 3)
     for index in range(files):
@@ -164,6 +167,42 @@ def rank_load(
         span("transformers.materialize_missing", trace_id, end - step, end - step // 2, parent=load_id, **phase)
     )
     return result
+
+
+def memory_attributes(
+    before: int,
+    peak: int,
+    *,
+    anon: tuple[int, int] | None = None,
+    file: tuple[int, int] | None = None,
+    after: int | None = None,
+    storage_read: int | None = None,
+    cached: int | None = None,
+    node_total: int | None = None,
+    node_available: int | None = None,
+    cgroup_current: int | None = None,
+    cgroup_max: int | None = None,
+) -> dict[str, int]:
+    """The memory and I/O attributes loadtrace puts on a load span: RSS before / after / peak, by kind (anon and file
+    as (before, peak); after = peak unless given), storage reads, node and cgroup memory. None leaves one out."""
+    values: dict[str, int | None] = {
+        "loadtrace.rss.before": before,
+        "loadtrace.rss.after": peak if after is None else after,
+        "loadtrace.rss.peak": peak,
+        "loadtrace.io.storage_read_bytes": storage_read,
+        "loadtrace.io.cached_bytes": cached,
+        "loadtrace.node.memory_total": node_total,
+        "loadtrace.node.memory_available": node_available,
+        "loadtrace.cgroup.memory_current": cgroup_current,
+        "loadtrace.cgroup.memory_max": cgroup_max,
+    }
+    for kind, pair in (("anon", anon), ("file", file)):
+        if pair is not None:
+            values[f"loadtrace.rss_{kind}.before"], values[f"loadtrace.rss_{kind}.peak"] = pair
+            values[f"loadtrace.rss_{kind}.after"] = pair[1]
+    if anon is not None:
+        values.update({"loadtrace.rss_shmem.before": 4096, "loadtrace.rss_shmem.after": 4096, "loadtrace.rss_shmem.peak": 4096})
+    return {key: value for key, value in values.items() if value is not None}
 
 
 def job_lines(trace_id: str, ranks: dict[int, list[dict]], world_size: int = 2, **resource_extra: Any) -> list[str]:

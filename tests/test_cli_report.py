@@ -35,11 +35,23 @@ RANK_KEYS = {
     "peak_rss_bytes",
     "hook_errors",
     "node_memory_bytes",
+    "rss_before_bytes",
+    "rss_after_bytes",
+    "peak_rss_anon_bytes",
+    "peak_rss_file_bytes",
+    "peak_rss_shmem_bytes",
+    "storage_read_bytes",
+    "cached_bytes",
+    "node_available_bytes",
+    "cgroup_memory_current_bytes",
+    "cgroup_memory_max_bytes",
     "incomplete",
     "last_state",
 }
 FINDING_KEYS = {"trace_id", "kind", "severity", "ranks", "bytes", "projected_node_bytes", "detail", "evidence"}
-TRACE_KEYS = {"trace_id", "job_id", "start_time", "world_size", "ranks", "model_bytes", "spans"}
+TRACE_KEYS = {"trace_id", "job_id", "start_time", "world_size", "ranks", "model_bytes", "spans", "nodes"}
+NODE_KEYS = {"host", "ranks", "readers", "read_bytes", "storage_read_bytes", "cached_bytes", "times_asked"}
+NODE_KEYS |= {"times_read_from_storage", "outcome", "note"}
 
 
 def job_dir(tmp_path: Path, version: str, strategy: str) -> Path:
@@ -61,6 +73,7 @@ def test_json_report_has_exactly_the_documented_schema(tmp_path, capsys):
     assert code == 0
     assert set(report) == {"traces", "ranks", "findings", "skipped_lines"}
     assert all(set(trace) == TRACE_KEYS for trace in report["traces"])
+    assert all(set(node) == NODE_KEYS for trace in report["traces"] for node in trace["nodes"])
     assert all(set(rank) == RANK_KEYS for rank in report["ranks"])
     assert all(set(finding) == FINDING_KEYS for finding in report["findings"])
     rank1 = report["ranks"][1]
@@ -72,6 +85,9 @@ def test_json_report_has_exactly_the_documented_schema(tmp_path, capsys):
     assert (first["kind"], first["severity"], first["ranks"]) == ("nonzero_rank_materialization", "warning", [1])
     assert report["skipped_lines"] == 0
     assert report["traces"][0]["model_bytes"] == MODEL_BYTES
+    # Spans without memory and I/O figures (an older loadtrace): unknown is null, never 0.
+    assert rank1["storage_read_bytes"] is None and rank1["peak_rss_anon_bytes"] is None
+    assert report["traces"][0]["nodes"][0]["outcome"] is None
 
 
 @pytest.mark.parametrize(

@@ -173,7 +173,8 @@ def forecast(job: Job, target: Target) -> dict[str, Any]:
     measured_model = model_bytes(job)
     if measured_model <= 0:
         raise ForecastError(
-            f"trace {job.trace_id}: cannot tell the measured model's size (rank 0 read nothing and no rank holds real bytes)"
+            f"trace {job.trace_id}: cannot tell the measured model's size"
+            " (rank 0 read nothing and no rank holds real bytes)"
         )
     loading = job.rank(LOADING_RANK)
     if loading is None:
@@ -184,18 +185,30 @@ def forecast(job: Job, target: Target) -> dict[str, Any]:
     if world_t < per_node:
         raise ForecastError(f"a world size of {world_t} cannot have {per_node} ranks per node")
     scale = target.model_bytes / measured_model
-    profiles = [p for rank in job.ranks if (p := profile(rank, measured_model, scale, world_s, world_t)) is not None]
+    profiles: list[Profile] = []
+    left_out: list[dict[str, Any]] = []
+    for rank in job.ranks:
+        if rank.rank is None:
+            continue  # which rank of the job it was is unknown
+        found = profile(rank, measured_model, scale, world_s, world_t)
+        if found is None:
+            why = "did not finish" if rank.incomplete else "no loadtrace.rss.* memory figures"
+            left_out.append({"rank": rank.rank, "why": why})
+        else:
+            profiles.append(found)
     first = next((p for p in profiles if p.rank.rank == LOADING_RANK), None)
     if first is None:
         why = "did not finish" if loading.incomplete else "carry no loadtrace.rss.* memory figures (an older loadtrace?)"
         raise ForecastError(f"trace {job.trace_id}: rank 0's load spans {why}; nothing to scale")
-    others = [p for p in profiles if p.rank.rank != LOADING_RANK and p.rank.rank is not None]
+    others = [p for p in profiles if p is not first]
     worst = max(others, key=lambda p: (p.target_peak(scale), -(p.rank.rank or 0)), default=None)
     stand_in = worst or first
-    node0 = [first] + [stand_in] * (per_node - 1)
-    node0_peak, node0_sum, node0_shared = _node_peak(node0, scale)
-    other_peak = _node_peak([stand_in] * per_node, scale)[0] if world_t > per_node else None
-    node_peak = max(node0_peak, other_peak or 0)
+    node0_peak, node0_sum, node0_shared = _node_peak([first] + [stand_in] * (per_node - 1), scale)
+    other = _node_peak([stand_in] * per_node, scale) if world_t > per_node else None
+    # The node the verdict is about: node 0, or another node when the world spans several and theirs is worse.
+    node_peak, node_sum, node_shared = other if other is not None and other[0] > node0_peak else (
+        node0_peak, node0_sum, node0_shared
+    )
     memory, memory_source = node_memory(job, target)
     verdict = None if memory is None else ("oom" if node_peak > memory else "ok")
 
@@ -203,11 +216,13 @@ def forecast(job: Job, target: Target) -> dict[str, Any]:
         counts = [{"rank": LOADING_RANK, "count": per_node}]
     else:
         counts = [{"rank": LOADING_RANK, "count": 1}, {"rank": stand_in.rank.rank, "count": per_node - 1}]
+    other_peak = other[0] if other is not None else None
     text = _text(job, target, measured_model, world_s, world_t, per_node, scale, first, worst, other_peak)
+    measured = {"model_bytes": measured_model, "world_size": world_s, "ranks_per_node": ranks_per_node(job, loading)}
     return {
         "model_bytes": target.model_bytes,
         "ranks_per_node": per_node,
-        "per_rank_peak_bytes": {str(p.rank.rank): p.target_peak(scale) for p in profiles if p.rank.rank is not None},
+        "per_rank_peak_bytes": {str(p.rank.rank): p.target_peak(scale) for p in profiles},
         "per_node_peak_bytes": node_peak,
         "node_memory_bytes": memory,
         "verdict": verdict,
@@ -215,7 +230,7 @@ def forecast(job: Job, target: Target) -> dict[str, Any]:
             "text": text,
             "trace_id": job.trace_id,
             "job_id": job.job_id,
-            "measured": {"model_bytes": measured_model, "world_size": world_s, "ranks_per_node": ranks_per_node(job, loading)},
+            "measured": measured,
             "target": {
                 "model_bytes": target.model_bytes,
                 "given_as": target.given_as,
@@ -225,11 +240,12 @@ def forecast(job: Job, target: Target) -> dict[str, Any]:
             },
             "model_scale": round(scale, 6),
             "categories": _categories(profiles, scale, world_s, world_t),
-            "ranks": {str(p.rank.rank): _rank_basis(p, scale) for p in profiles if p.rank.rank is not None},
+            "ranks": {str(p.rank.rank): _rank_basis(p, scale) for p in profiles},
+            "left_out_ranks": left_out,
             "node": {
                 "profiles": counts,
-                "sum_of_rank_peaks_bytes": node0_sum,
-                "file_backed_bytes_counted_once": node0_shared,
+                "sum_of_rank_peaks_bytes": node_sum,
+                "file_backed_bytes_counted_once": node_shared,
                 "node_0_peak_bytes": node0_peak,
                 "other_nodes_peak_bytes": other_peak,
                 "node_memory_source": memory_source,
@@ -241,16 +257,16 @@ def forecast(job: Job, target: Target) -> dict[str, Any]:
 
 def _categories(profiles: list[Profile], scale: float, world_s: int, world_t: int) -> dict[str, Any]:
     """Each category: how it scales, and per rank the bytes and the RSS growth it was scaled from and to."""
-    partition = f"model size / world size ({round(scale * world_s / world_t, 6)}) when sharded, model size ({round(scale, 6)}) for a replica"
+    partition = f"model size / world size ({round(scale * world_s / world_t, 6)}) when sharded,"
+    partition += f" model size ({round(scale, 6)}) for a replica"
     how = {
         "fixed": "does not scale (RSS before the load)",
         "once_per_job": f"model size ({round(scale, 6)})",
         "per_rank": partition,
         "duplicated": f"model size ({round(scale, 6)}): whole-model work, less the rank's own share at the target",
     }
-    result: dict[str, Any] = {
-        "fixed": {"scaled_by": how["fixed"], "ranks": {str(p.rank.rank): {"from_bytes": p.fixed, "to_bytes": p.fixed} for p in profiles}}
-    }
+    fixed = {str(p.rank.rank): {"from_bytes": p.fixed, "to_bytes": p.fixed} for p in profiles}
+    result: dict[str, Any] = {"fixed": {"scaled_by": how["fixed"], "ranks": fixed}}
     for category in CATEGORIES:
         ranks = {}
         for p in profiles:
@@ -297,11 +313,12 @@ def _text(
 ) -> str:
     given = f" ({target.given_as})" if target.given_as else ""
     world = "given" if target.world_size is not None else "the measured one, or the ranks per node when more"
-    node = f"rank 0's profile once and rank {worst.rank.rank}'s (the worst other rank) {per_node - 1} times" if worst else (
-        f"rank 0's profile {per_node} times (the job had no other rank)"
-    )
     if per_node == 1:
         node = "rank 0's profile"
+    elif worst is None:
+        node = f"rank 0's profile {per_node} times (the job had no other rank)"
+    else:
+        node = f"rank 0's profile once and rank {worst.rank.rank}'s (the worst other rank) {per_node - 1} times"
     lines = [
         f"Scaled from job {job.job_id or job.trace_id} ({human_bytes(measured)} model, world size {world_s})"
         f" to {human_bytes(target.model_bytes)}{given}: x{scale:.4g}; world size {world_t} ({world}), {per_node} rank"

@@ -66,24 +66,24 @@ def node_reads(host: str | None, ranks: list[RankLoad], model: int) -> dict[str,
 
 def _sentence(node: dict[str, Any]) -> str:
     readers, host = node["readers"], node["host"] or "an unnamed host"
-    times = f" ({node['times_asked']:g}x the checkpoint)" if node["times_asked"] is not None else ""
-    who = f"{readers} ranks on {host} asked for {human_bytes(node['read_bytes'])}{times}"
-    if readers == 1:
-        who = f"1 rank on {host} asked for {human_bytes(node['read_bytes'])}{times}"
+    asked = human_bytes(node["read_bytes"])
+    if node["times_asked"] is not None:
+        asked = f"{node['times_asked']:g}x the checkpoint, {asked}"
+    who = f"{readers} rank{'s' if readers > 1 else ''} on {host} asked for {asked}"
     storage = human_bytes(node["storage_read_bytes"])
     if node["outcome"] == "page_cache":
-        return f"{who}; storage was read for {storage} only: the page cache already held it (a cold node reads it at least once)"
+        return f"{who}; storage delivered only {storage}: the page cache already held it (a cold node reads it at least once)"
     if node["outcome"] == "read_once":
         if readers == 1:
             return f"{who}; storage was read once ({storage})"
-        return f"{who} but storage was read once ({storage}): the page cache served the other {readers - 1}"
+        return f"{who}, but storage was read once ({storage}): the page cache served the other {readers - 1}"
     if node["outcome"] == "repeated":
         if readers == 1:
-            return f"{who}; storage was read for all of it ({storage})"
-        return f"{who} and storage was read for every one of them ({storage}): the page cache did not keep the checkpoint"
+            return f"{who}; storage delivered all of it ({storage})"
+        return f"{who}, and storage was read for every one of them ({storage}): the page cache did not keep the checkpoint"
     times_read = node["times_read_from_storage"]
     read = f"{times_read:g}x the checkpoint, " if times_read is not None else ""
-    return f"{who}; storage was read for {read}{storage}: some of it was read again"
+    return f"{who}; storage delivered {read}{storage}: some of it was read again"
 
 
 def job_nodes(job: Job, model: int) -> list[dict[str, Any]]:

@@ -1,0 +1,231 @@
+"""Promise: from one small job, loadtrace forecasts each rank's and each node's peak host memory for a bigger model
+(and more ranks), scaling what the strategy says scales and nothing else, and says OK or WILL OOM.
+
+The hand-built jobs below use round numbers (docs/report.md has the formulas): a 1,000,000-byte model, RSS before the
+load 100 MB on every rank, and a target 1000x larger.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from loadtrace.analysis.forecast import ForecastError, Target, forecast
+from loadtrace.analysis.ranks import jobs_from_spans
+from loadtrace.analysis.sources import decode_line
+from test_analysis_otlp import line, memory_attributes, rank_load, resource, trace_id_of
+
+M = 1_000_000  # measured model bytes
+BEFORE = 100_000_000  # fixed: RSS before the load
+FILE_BEFORE = 20_000_000
+FSDP = "fsdp_cpu_ram_efficient"
+
+
+def rank_spans(trace: str, rank: int, strategy: str, read: int, growth: int, *, file_growth: int = 0, held: int = M,
+               created: int = 0, node_total: int | None = 64_000_000_000, cgroup_max: int | None = None):  # fmt: skip
+    memory = memory_attributes(
+        BEFORE, BEFORE + growth,
+        anon=(BEFORE - FILE_BEFORE, BEFORE - FILE_BEFORE + growth - file_growth),
+        file=(FILE_BEFORE, FILE_BEFORE + file_growth), node_total=node_total, cgroup_max=cgroup_max,
+    )  # fmt: skip
+    return rank_load(
+        trace, rank, strategy, read, held={"cpu": held}, materialized={"cpu": created} if created else None,
+        memory=memory,
+    )  # fmt: skip
+
+
+def job(name: str, ranks: dict[int, list[dict]], world_size: int | None = None, local_world_size: int | None = None):
+    size = world_size or len(ranks)
+    lines = [line(resource(r, world_size=size, local_world_size=local_world_size or size), s) for r, s in ranks.items()]
+    (result,) = jobs_from_spans([s for text in lines for s in decode_line(text.encode())])
+    return result
+
+
+def fsdp_512(**rank1: int):
+    """Rank 0 loads (2 B of RSS growth per model byte, half of it file-backed); rank 1 reads the model too AND fills a
+    second one with zeros_like (the transformers 5.12 FSDP case): 4,000,000 B of growth, a quarter file-backed."""
+    trace = trace_id_of("fsdp-512" + repr(rank1))
+    return job(
+        "fsdp",
+        {
+            0: rank_spans(trace, 0, FSDP, M, 2 * M, file_growth=M, **rank1),
+            1: rank_spans(trace, 1, FSDP, M, 4 * M, file_growth=M, created=M, **rank1),
+        },
+    )
+
+
+def test_forecasting_the_measured_size_gives_back_the_measured_peaks():
+    result = forecast(fsdp_512(), Target(model_bytes=M))
+    assert result["per_rank_peak_bytes"] == {"0": BEFORE + 2 * M, "1": BEFORE + 4 * M}
+
+
+def test_load_growth_scales_with_the_model_and_the_fixed_part_does_not():
+    result = forecast(fsdp_512(), Target(model_bytes=1000 * M, ranks_per_node=2))
+    assert result["model_bytes"] == 1000 * M and result["ranks_per_node"] == 2
+    assert result["per_rank_peak_bytes"] == {"0": BEFORE + 2_000_000_000, "1": BEFORE + 4_000_000_000}
+    categories = result["basis"]["categories"]
+    assert categories["fixed"]["ranks"]["1"] == {"from_bytes": BEFORE, "to_bytes": BEFORE}
+    # Rank 0 read the model once: its copy scales with the model.
+    assert categories["once_per_job"]["ranks"]["0"] == {
+        "from_bytes": M, "to_bytes": 1000 * M, "from_growth_bytes": 2 * M, "to_growth_bytes": 2000 * M,
+    }  # fmt: skip
+    # Rank 1: read + created = 2 M of load bytes; its share is M / 2, the rest is duplicated.
+    assert categories["per_rank"]["ranks"]["1"]["from_bytes"] == M // 2
+    assert categories["per_rank"]["ranks"]["1"]["to_bytes"] == 500 * M
+    assert categories["duplicated"]["ranks"]["1"] == {
+        "from_bytes": 3 * M // 2, "to_bytes": 1500 * M, "from_growth_bytes": 3 * M, "to_growth_bytes": 3000 * M,
+    }  # fmt: skip
+    assert result["basis"]["ranks"]["1"]["growth_per_load_byte"] == 2.0
+
+
+def test_the_node_sums_its_ranks_and_counts_shared_file_pages_once():
+    result = forecast(fsdp_512(), Target(model_bytes=1000 * M, ranks_per_node=2))
+    node = result["basis"]["node"]
+    # File-backed: 20 MB before + growth x file share (rank 0: 1/2 of 2e9, rank 1: 1/4 of 4e9) = 1.02e9 each.
+    assert result["basis"]["ranks"]["0"]["target_file_backed_bytes"] == 1_020_000_000
+    assert result["basis"]["ranks"]["1"]["target_file_backed_bytes"] == 1_020_000_000
+    assert node["sum_of_rank_peaks_bytes"] == 2_100_000_000 + 4_100_000_000
+    assert node["file_backed_bytes_counted_once"] == 1_020_000_000
+    assert result["per_node_peak_bytes"] == 6_200_000_000 - 1_020_000_000
+    assert node["profiles"] == [{"rank": 0, "count": 1}, {"rank": 1, "count": 1}]
+
+
+def test_sixteen_ranks_per_node_use_rank_0_once_and_the_worst_other_rank_for_the_rest():
+    trace = trace_id_of("four-ranks")
+    ranks = {
+        0: rank_spans(trace, 0, FSDP, M, 2 * M),
+        1: rank_spans(trace, 1, FSDP, M, 3 * M),
+        2: rank_spans(trace, 2, FSDP, M, 5 * M),  # the worst
+        3: rank_spans(trace, 3, FSDP, M, 4 * M),
+    }
+    result = forecast(job("four", ranks), Target(model_bytes=1000 * M, ranks_per_node=16))
+    assert result["basis"]["node"]["profiles"] == [{"rank": 0, "count": 1}, {"rank": 2, "count": 15}]
+    assert result["basis"]["target"]["world_size"] == 16  # no fewer ranks than one node holds
+    # Every rank's 20 MB of file-backed pages (libraries) is the same pages: counted once for the node.
+    assert result["per_node_peak_bytes"] == (BEFORE + 2000 * M) + 15 * (BEFORE + 5000 * M) - 15 * FILE_BEFORE
+    assert "rank 2's (the worst other rank) 15 times" in result["basis"]["text"]
+
+
+def test_a_sharded_rank_holding_its_partition_shrinks_with_more_ranks():
+    """ZeRO-3 on transformers 5.24: rank 1 reads nothing and holds only its partition (M / 2 of two ranks)."""
+    trace = trace_id_of("zero3")
+    ranks = {
+        0: rank_spans(trace, 0, "zero3", M, 2 * M, held=M // 2),
+        1: rank_spans(trace, 1, "zero3", 0, M, held=M // 2),
+    }
+    result = forecast(job("zero3", ranks), Target(model_bytes=1000 * M, ranks_per_node=8, world_size=16))
+    per_rank = result["basis"]["categories"]["per_rank"]["ranks"]["1"]
+    # Its share goes from M / 2 to 1000 M / 16; so does its growth (2 B per byte).
+    assert (per_rank["from_bytes"], per_rank["to_bytes"]) == (M // 2, 1000 * M // 16)
+    assert result["per_rank_peak_bytes"]["1"] == BEFORE + 2 * 1000 * M // 16
+    assert result["per_rank_peak_bytes"]["0"] == BEFORE + 2000 * M  # the loading rank still reads it all
+    assert result["basis"]["categories"]["per_rank"]["scaled_by"].startswith("model size / world size (125.0)")
+
+
+def test_a_duplicate_does_not_shrink_with_more_ranks():
+    """A non-loading rank that reads the whole model reads the whole model at any world size: its share shrinks
+    and its duplicate grows by as much."""
+    same = forecast(fsdp_512(), Target(model_bytes=1000 * M, ranks_per_node=2))
+    more = forecast(fsdp_512(), Target(model_bytes=1000 * M, ranks_per_node=8, world_size=64))
+    assert more["per_rank_peak_bytes"]["1"] == same["per_rank_peak_bytes"]["1"]
+    moved = more["basis"]["categories"]
+    assert moved["per_rank"]["ranks"]["1"]["to_bytes"] == 1000 * M // 64  # the target's partition
+    assert moved["duplicated"]["ranks"]["1"]["to_bytes"] == 2000 * M - 1000 * M // 64
+
+
+def test_a_replica_does_not_shrink_with_more_ranks():
+    trace = trace_id_of("plain")
+    ranks = {0: rank_spans(trace, 0, "plain", M, 2 * M), 1: rank_spans(trace, 1, "plain", M, 2 * M)}
+    result = forecast(job("plain", ranks), Target(model_bytes=1000 * M, ranks_per_node=8, world_size=64))
+    assert result["per_rank_peak_bytes"] == {"0": BEFORE + 2000 * M, "1": BEFORE + 2000 * M}
+    assert result["basis"]["categories"]["per_rank"]["ranks"]["1"]["to_bytes"] == 1000 * M
+    assert "once_per_job" not in result["basis"]["categories"] or not result["basis"]["categories"]["once_per_job"]["ranks"]
+
+
+def test_more_nodes_than_one_forecast_the_other_nodes_too():
+    result = forecast(fsdp_512(), Target(model_bytes=1000 * M, ranks_per_node=2, world_size=4))
+    node = result["basis"]["node"]
+    # Rank 1 is worse than rank 0, so a node of two rank-1 profiles is the worst node: the verdict is about it.
+    assert node["other_nodes_peak_bytes"] == 2 * 4_100_000_000 - 1_020_000_000
+    assert result["per_node_peak_bytes"] == node["other_nodes_peak_bytes"] > node["node_0_peak_bytes"]
+    assert node["sum_of_rank_peaks_bytes"] == 2 * 4_100_000_000
+    assert "Other nodes: the worst other rank's profile on every rank." in result["basis"]["text"]
+
+
+@pytest.mark.parametrize(
+    "target, rank1, verdict, memory, source",
+    [
+        (Target(1000 * M, 2), {}, "ok", 64_000_000_000, "loadtrace.node.memory_total"),
+        (Target(1000 * M, 2), {"node_total": 5_000_000_000}, "oom", 5_000_000_000, "loadtrace.node.memory_total"),
+        (Target(1000 * M, 2), {"cgroup_max": 4_000_000_000}, "oom", 4_000_000_000, "loadtrace.cgroup.memory_max"),
+        (Target(1000 * M, 2), {"cgroup_max": 128_000_000_000}, "ok", 64_000_000_000, "loadtrace.node.memory_total"),
+        (Target(1000 * M, 2, node_memory_bytes=6_000_000_000), {"node_total": 1}, "ok", 6_000_000_000,
+         "--node-memory-bytes"),
+        (Target(1000 * M, 2), {"node_total": None}, None, None, None),
+    ],
+)  # fmt: skip
+def test_the_verdict_weighs_the_node_peak_against_the_nodes_memory(target, rank1, verdict, memory, source):
+    result = forecast(fsdp_512(**rank1), target)
+    assert result["per_node_peak_bytes"] == 5_180_000_000
+    assert (result["verdict"], result["node_memory_bytes"], result["basis"]["node"]["node_memory_source"]) == (
+        verdict,
+        memory,
+        source,
+    )
+    if memory is not None:
+        assert result["basis"]["node"]["headroom_bytes"] == memory - 5_180_000_000
+
+
+def test_the_basis_says_what_was_scaled_from_and_to():
+    result = forecast(fsdp_512(), Target(model_bytes=1000 * M, ranks_per_node=2, given_as="500,000,000 parameters x bf16 (2 B)"))
+    basis = result["basis"]
+    assert basis["measured"] == {"model_bytes": M, "world_size": 2, "ranks_per_node": 2}
+    assert basis["target"] == {
+        "model_bytes": 1000 * M, "given_as": "500,000,000 parameters x bf16 (2 B)", "world_size": 2,
+        "world_size_given": False, "ranks_per_node": 2,
+    }  # fmt: skip
+    assert basis["model_scale"] == 1000.0
+    assert "RSS before the load (fixed" in basis["text"] and "x1000" in basis["text"]
+    assert set(basis["categories"]) == {"fixed", "once_per_job", "per_rank", "duplicated"}
+
+
+def test_growth_without_load_bytes_scales_with_the_model():
+    trace = trace_id_of("no-bytes")
+    ranks = {0: rank_spans(trace, 0, "plain", M, 2 * M), 1: rank_spans(trace, 1, "plain", 0, M, held=0)}
+    result = forecast(job("no-bytes", ranks), Target(model_bytes=1000 * M))
+    assert result["per_rank_peak_bytes"]["1"] == BEFORE + 1000 * M
+    assert "no load bytes has its growth scaled with the model" in result["basis"]["text"]
+
+
+def test_a_job_without_memory_figures_cannot_be_forecast():
+    trace = trace_id_of("old")
+    lines = [line(resource(0), rank_load(trace, 0, "plain", M, memory={"loadtrace.rss.before": "?"}))]
+    (old,) = jobs_from_spans([s for text in lines for s in decode_line(text.encode())])
+    with pytest.raises(ForecastError, match="rank 0's load spans carry no loadtrace.rss"):
+        forecast(old, Target(model_bytes=1000 * M))
+
+
+def test_a_rank_without_memory_figures_is_left_out_and_named():
+    trace = trace_id_of("left-out")
+    ranks = {
+        0: rank_spans(trace, 0, FSDP, M, 2 * M),
+        1: rank_load(trace, 1, FSDP, M, memory={"loadtrace.rss.before": "?"}),
+        2: rank_spans(trace, 2, FSDP, M, 3 * M),
+    }
+    result = forecast(job("left-out", ranks), Target(model_bytes=1000 * M, ranks_per_node=3))
+    assert sorted(result["per_rank_peak_bytes"]) == ["0", "2"]
+    assert result["basis"]["left_out_ranks"] == [{"rank": 1, "why": "no loadtrace.rss.* memory figures"}]
+    assert result["basis"]["node"]["profiles"] == [{"rank": 0, "count": 1}, {"rank": 2, "count": 2}]
+
+
+def test_a_job_without_rank_0_or_a_model_size_cannot_be_forecast():
+    trace = trace_id_of("no-rank-0")
+    with pytest.raises(ForecastError, match="no spans of rank 0"):
+        forecast(job("x", {1: rank_spans(trace, 1, "plain", M, M)}), Target(model_bytes=M))
+    trace = trace_id_of("no-model")
+    with pytest.raises(ForecastError, match="cannot tell the measured model's size"):
+        forecast(job("y", {0: rank_spans(trace, 0, "plain", 0, M, held=0)}), Target(model_bytes=M))
+
+
+def test_a_world_smaller_than_a_node_is_refused():
+    with pytest.raises(ForecastError, match="a world size of 2 cannot have 4 ranks per node"):
+        forecast(fsdp_512(), Target(model_bytes=M, ranks_per_node=4, world_size=2))

@@ -1,0 +1,162 @@
+"""Promise: ``loadtrace report SOURCE --forecast-model-bytes 54e9 --ranks-per-node 16`` (or ``--forecast-params N
+--forecast-dtype bf16``) prints a forecast block ending in OK or WILL OOM, adds a documented ``forecast`` object to
+``--format json``, and turns every bad flag value into one error line and exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from loadtrace.cli import main
+from test_analysis_forecast import BEFORE, FSDP, M, rank_spans
+from test_analysis_otlp import line, rank_load, resource, trace_id_of, write_lines
+
+FORECAST_KEYS = {
+    "model_bytes",
+    "ranks_per_node",
+    "per_rank_peak_bytes",
+    "per_node_peak_bytes",
+    "node_memory_bytes",
+    "verdict",
+    "basis",
+}
+BASIS_KEYS = {"text", "trace_id", "job_id", "measured", "target", "model_scale", "categories", "ranks", "node"}
+BASIS_KEYS |= {"left_out_ranks"}
+
+
+def small_job(folder: Path, name: str = "small") -> Path:
+    """Two FSDP ranks of a 1,000,000-byte model, 64 GB nodes (see test_analysis_forecast.fsdp_512)."""
+    trace = trace_id_of(name)
+    ranks = {
+        0: rank_spans(trace, 0, FSDP, M, 2 * M, file_growth=M),
+        1: rank_spans(trace, 1, FSDP, M, 4 * M, file_growth=M, created=M),
+    }
+    for rank, spans in ranks.items():
+        write_lines(folder / name / f"rank{rank}.jsonl", [line(resource(rank), spans)])
+    return folder / name
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exit_:  # argparse's own usage errors
+        code = exit_.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_json_gets_a_forecast_object_only_when_asked(tmp_path, capsys):
+    source = str(small_job(tmp_path))
+    code, out, _ = run(capsys, "report", source, "--format", "json")
+    assert code == 0 and "forecast" not in json.loads(out)
+    code, out, _ = run(capsys, "report", source, "--format", "json", "--forecast-model-bytes", "1e9", "--ranks-per-node", "2")
+    forecast = json.loads(out)["forecast"]
+    assert code == 0 and set(forecast) == FORECAST_KEYS and set(forecast["basis"]) == BASIS_KEYS
+    assert (forecast["model_bytes"], forecast["ranks_per_node"], forecast["verdict"]) == (1_000_000_000, 2, "ok")
+    assert forecast["per_rank_peak_bytes"] == {"0": BEFORE + 2_000_000_000, "1": BEFORE + 4_000_000_000}
+    assert forecast["per_node_peak_bytes"] == 5_180_000_000 and forecast["node_memory_bytes"] == 64_000_000_000
+    assert forecast["basis"]["target"]["given_as"] == "--forecast-model-bytes 1e9"
+
+
+@pytest.mark.parametrize(
+    "flags, model_bytes",
+    [
+        (["--forecast-model-bytes", "54e9"], 54_000_000_000),
+        (["--forecast-model-bytes", "54GB"], 54_000_000_000),
+        (["--forecast-model-bytes", "50GiB"], 50 * 2**30),
+        (["--forecast-model-bytes", "1234567"], 1_234_567),
+        (["--forecast-params", "27e9", "--forecast-dtype", "bf16"], 54_000_000_000),
+        (["--forecast-params", "27B", "--forecast-dtype", "fp16"], 54_000_000_000),
+        (["--forecast-params", "7e9", "--forecast-dtype", "fp32"], 28_000_000_000),
+        (["--forecast-params", "7000M", "--forecast-dtype", "fp8"], 7_000_000_000),
+    ],
+)
+def test_the_target_is_given_in_bytes_or_as_parameters_and_a_dtype(tmp_path, capsys, flags, model_bytes):
+    code, out, _ = run(capsys, "report", str(small_job(tmp_path)), "--format", "json", *flags)
+    forecast = json.loads(out)["forecast"]
+    assert code == 0 and forecast["model_bytes"] == model_bytes
+    assert forecast["ranks_per_node"] == 2  # default: as the measured job ran
+    if "--forecast-params" in flags:
+        count, dtype = flags[1], flags[-1]
+        assert forecast["basis"]["target"]["given_as"].startswith(f"{count} = ")
+        assert f"parameters x {dtype} (" in forecast["basis"]["target"]["given_as"]
+
+
+def test_the_table_ends_in_will_oom_when_a_node_cannot_hold_it(tmp_path, capsys):
+    source = str(small_job(tmp_path))
+    argv = ["report", source, "--forecast-model-bytes", "54e9", "--ranks-per-node", "16"]
+    code, out, _ = run(capsys, *argv)
+    block = out[out.index("forecast: ") :]
+    assert code == 0
+    assert block.startswith("forecast: 54,000,000,000 B (54.0 GB) model, 16 ranks per node, world size 16")
+    assert "per node: 1 x rank 0 + 15 x rank 1 = " in block
+    assert "node memory: 64,000,000,000 B (64.0 GB) (loadtrace.node.memory_total)" in block
+    assert "verdict: WILL OOM: a node needs " in block and "basis: Scaled from job job-1" in block
+    rows = block.splitlines()[1:4]
+    assert rows[0].split() == ["rank", "fixed", "B", "+", "once", "per", "job", "B", "+", "own", "share", "B", "+",
+                               "duplicated", "B", "=", "peak", "RSS", "B"]  # fmt: skip
+    assert rows[1].split()[0] == "0" and rows[2].split()[0] == "1"
+
+
+def test_the_table_says_ok_with_room_to_spare(tmp_path, capsys):
+    argv = ["report", str(small_job(tmp_path)), "--forecast-model-bytes", "1e9", "--node-memory-bytes", "8GB"]
+    code, out, _ = run(capsys, *argv)
+    assert code == 0
+    assert "verdict: OK: a node needs 65% of its memory (2,820,000,000 B (2.8 GB) to spare)" in out
+    assert "node memory: 8,000,000,000 B (8.0 GB) (--node-memory-bytes)" in out
+
+
+def test_an_oom_forecast_is_not_a_finding(tmp_path, capsys):
+    """--fail-on-findings gates on findings only; the verdict is in the output for a script to read."""
+    argv = ["report", str(small_job(tmp_path)), "--forecast-model-bytes", "54e9", "--ranks-per-node", "16"]
+    code, out, _ = run(capsys, *argv, "--format", "json")
+    assert code == 0 and json.loads(out)["forecast"]["verdict"] == "oom"
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--forecast-model-bytes", "lots"], "argument --forecast-model-bytes: 'lots' is not a byte count"),
+        (["--forecast-model-bytes", "0"], "'0' is not a positive size"),
+        (["--forecast-model-bytes", "-5"], "'-5' is not a byte count"),
+        (["--forecast-model-bytes", "1e400"], "'1e400' is out of range"),
+        (["--forecast-model-bytes", "nan"], "'nan' is not a byte count"),
+        (["--forecast-model-bytes", "54 XB"], "'54 XB' is not a byte count"),
+        (["--forecast-model-bytes", "1e30"], "'1e30' is out of range"),
+        (["--forecast-model-bytes", "0.4"], "'0.4' is not a positive size"),
+        (["--forecast-params", "seven"], "argument --forecast-params: 'seven' is not a count"),
+        (["--forecast-params", "7e9", "--forecast-dtype", "int4"], "argument --forecast-dtype: invalid choice"),
+        (["--forecast-params", "7e9"], "--forecast-params needs --forecast-dtype (fp8|bf16|fp16|fp32)"),
+        (["--forecast-dtype", "bf16"], "--forecast-dtype goes with --forecast-params"),
+        (["--forecast-model-bytes", "1e9", "--forecast-params", "5e8", "--forecast-dtype", "bf16"],
+         "either --forecast-model-bytes or --forecast-params, not both"),
+        (["--forecast-model-bytes", "1e9", "--ranks-per-node", "0"], "argument --ranks-per-node: '0' is not positive"),
+        (["--forecast-model-bytes", "1e9", "--ranks-per-node", "2.5"], "'2.5' is not a whole number"),
+        (["--forecast-model-bytes", "1e9", "--forecast-world-size", "-1"], "'-1' is not positive"),
+        (["--forecast-model-bytes", "1e9", "--node-memory-bytes", "0"], "'0' is not a positive size"),
+        (["--ranks-per-node", "16"], "--ranks-per-node goes with --forecast-model-bytes or --forecast-params"),
+        (["--node-memory-bytes", "1TB"], "--node-memory-bytes goes with --forecast-model-bytes"),
+        (["--forecast-model-bytes", "1e9", "--ranks-per-node", "16", "--forecast-world-size", "8"],
+         "--forecast-world-size 8 is smaller than --ranks-per-node 16"),
+    ],
+)  # fmt: skip
+def test_a_bad_flag_is_one_line_and_exit_2(tmp_path, capsys, flags, message):
+    code, out, err = run(capsys, "report", str(small_job(tmp_path)), *flags)
+    assert code == 2 and out == ""
+    assert err.startswith("loadtrace: error: ") and err.count("\n") == 1 and message in err, err
+
+
+def test_a_source_the_forecast_cannot_use_is_one_line_and_exit_2(tmp_path, capsys):
+    small_job(tmp_path, "one")
+    small_job(tmp_path, "two")
+    code, out, err = run(capsys, "report", str(tmp_path), "--forecast-model-bytes", "1e9")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith("loadtrace: error: a forecast scales one job; this source holds 2 (traces ")
+    # Spans of an older loadtrace: no memory figures to scale.
+    trace = trace_id_of("old")
+    old = write_lines(tmp_path / "old.jsonl", [line(resource(0), rank_load(trace, 0, "plain", M, memory={"loadtrace.rss.before": "?"}))])
+    code, out, err = run(capsys, "report", str(old), "--forecast-model-bytes", "1e9")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "rank 0's load spans carry no loadtrace.rss.* memory figures" in err
