@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 MODES = ("plain", "fsdp", "zero3")
+DEFAULT_CHECKPOINT = "tiny-qwen3-moe"
 
 
 def init_distributed() -> tuple[int, int]:
@@ -38,6 +39,17 @@ def init_distributed() -> tuple[int, int]:
     if not dist.is_initialized():
         dist.init_process_group(backend="gloo", timeout=datetime.timedelta(minutes=5))
     return dist.get_rank(), dist.get_world_size()
+
+
+def ensure_checkpoint(ckpt: Path, rank: int) -> None:
+    """Rank 0 writes the tiny example checkpoint when ``ckpt`` holds none; every rank waits for it."""
+    import torch.distributed as dist
+    from make_checkpoint import make_checkpoint
+
+    if rank == 0 and not (ckpt / "config.json").exists():
+        summary = make_checkpoint(ckpt)
+        print(f"wrote {len(summary['files'])} shards, {summary['bytes']:,} bytes of tensors to {ckpt}", flush=True)
+    dist.barrier()
 
 
 def zero3_config() -> dict[str, Any]:

@@ -25,19 +25,6 @@ import sys
 from pathlib import Path
 
 import load  # examples/load.py: the job's distributed setup, its ZeRO-3 config and its from_pretrained
-from make_checkpoint import make_checkpoint
-
-DEFAULT_CHECKPOINT = "tiny-qwen3-moe"
-
-
-def ensure_checkpoint(ckpt: Path, rank: int) -> None:
-    """Rank 0 writes the tiny test checkpoint when ``ckpt`` holds none; every rank waits for it."""
-    import torch.distributed as dist
-
-    if rank == 0 and not (ckpt / "config.json").exists():
-        summary = make_checkpoint(ckpt)
-        print(f"wrote {len(summary['files'])} shards, {summary['bytes']:,} bytes of tensors to {ckpt}", flush=True)
-    dist.barrier()
 
 
 def partition_bytes(model) -> int:
@@ -49,12 +36,12 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("ckpt", nargs="?", default=DEFAULT_CHECKPOINT, help="checkpoint directory (written if missing)")
+    parser.add_argument("ckpt", nargs="?", default=load.DEFAULT_CHECKPOINT, help="checkpoint directory (written if missing)")
     args = parser.parse_args(argv)
     ckpt = Path(args.ckpt)
 
     rank, world = load.init_distributed()
-    ensure_checkpoint(ckpt, rank)
+    load.ensure_checkpoint(ckpt, rank)
     ds_config = load.prepare("zero3")  # deepspeed.init_distributed + HfDeepSpeedConfig(stage 3), kept alive
     model = load.from_pretrained(ckpt)
     print(f"rank {rank}/{world} holds its ZeRO-3 partition: {partition_bytes(model):,} B", flush=True)

@@ -6,7 +6,6 @@ Each case is a real 2-rank torchrun load (plain mode) with LOADTRACE=1 and one t
 from __future__ import annotations
 
 import http.server
-import os
 import socket
 import subprocess
 import threading

@@ -7,7 +7,6 @@ return. Counting is one list append per tensor; a span per tensor only with ``LO
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 

@@ -7,7 +7,6 @@ with a note and the others still run.
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
 from .. import spans
