@@ -72,6 +72,7 @@ class Monitor:
                     os.remove(self.progress_path)
                 return
             record = dict(self._identity, time_unix_nano=time.time_ns(), open=[self._describe(s) for s in scopes])
+            os.makedirs(os.path.dirname(self.progress_path) or ".", mode=0o700, exist_ok=True)
             temporary = f"{self.progress_path}.{threading.get_ident()}.tmp"
             descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(descriptor, "w") as handle:

@@ -82,6 +82,8 @@ class Tracing:
         self._tracer: trace.Tracer | None = None
         self._lock = threading.Lock()
         self.monitor: Monitor | None = None
+        self._open_files: set[Scope] = set()  # ended at exit if the job never closed them
+        self._shut_down = False
 
     @property
     def tracer(self) -> trace.Tracer:
@@ -146,6 +148,9 @@ class Tracing:
 
     def shutdown(self) -> None:
         """Flush within ``LOADTRACE_EXIT_TIMEOUT``; a dead or slow collector must not hold the job's exit."""
+        for file in list(self._open_files):
+            self.close_file(file)
+        self._shut_down = True
         provider, self._provider = self._provider, None
         if provider is None:
             return
@@ -252,10 +257,12 @@ class Tracing:
         if load is not None:
             load.ledger.add_file()
             load.files.append(scope)
+        self._open_files.add(scope)
         return scope
 
     def close_file(self, scope: Scope, error: BaseException | None = None) -> None:
-        if scope.ended:
+        self._open_files.discard(scope)
+        if scope.ended or self._shut_down:
             return
         if scope.recording:
             scope.span.set_attributes(scope.ledger.read_attributes())
