@@ -20,14 +20,18 @@ def instrument(**kwargs: Any) -> None:
     """
     from .instrumentor import LoadtraceInstrumentor
 
-    LoadtraceInstrumentor().instrument(**kwargs)
+    instrumentor = LoadtraceInstrumentor()
+    if not instrumentor.is_instrumented_by_opentelemetry:  # idempotent without BaseInstrumentor's warning
+        instrumentor.instrument(**kwargs)
 
 
 def uninstrument() -> None:
     """Remove every hook ``instrument()`` installed, exactly; flush what was traced. Idempotent."""
     from .instrumentor import LoadtraceInstrumentor
 
-    LoadtraceInstrumentor().uninstrument()
+    instrumentor = LoadtraceInstrumentor()
+    if instrumentor.is_instrumented_by_opentelemetry:
+        instrumentor.uninstrument()
 
 
 @contextmanager

@@ -28,7 +28,9 @@ class LoadtraceInstrumentor(BaseInstrumentor):
 
     def _instrument(self, **kwargs: Any) -> None:
         current = kwargs.get("settings") or settings_module.from_env()
-        spans.set_tracing(spans.Tracing(current, kwargs.get("tracer_provider")))
+        tracing = spans.Tracing(current, kwargs.get("tracer_provider"))
+        tracing.load_listeners = (registry().load_opened, registry().load_closed)
+        spans.set_tracing(tracing)
         registry().install()
 
     def _uninstrument(self, **kwargs: Any) -> None:

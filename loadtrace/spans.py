@@ -14,7 +14,7 @@ import os
 import threading
 import time
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, Callable
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
@@ -83,6 +83,8 @@ class Tracing:
         self._lock = threading.Lock()
         self.monitor: Monitor | None = None
         self._open_files: set[Scope] = set()  # ended at exit if the job never closed them
+        # Told when a load opens and closes: the instrumentor puts the while-loading hooks in place for that time.
+        self.load_listeners: tuple[Callable[[], None], Callable[[], None]] | None = None
         self._shut_down = False
 
     @property
@@ -205,10 +207,14 @@ class Tracing:
         stack = _active.get()
         scope = Scope("load", self._start(name, attributes, stack[-1] if stack else None), Ledger())
         self._measure_from_now(scope)
+        if self.load_listeners is not None:
+            self.load_listeners[0]()
         return scope, _active.set(stack + (scope,))
 
     def end_load(self, scope: Scope, token: Any, attributes: dict[str, Any], error: BaseException | None) -> None:
         _active.reset(token)
+        if self.load_listeners is not None:
+            self.load_listeners[1]()
         self._measure_until_now(scope)
         for phase in scope.phases.values():
             self._finish(phase, phase.last_end)

@@ -16,6 +16,10 @@ import safetensors, transformers.modeling_utils as mu
 print("loaded", "loadtrace" in sys.modules)
 print("zeros_like", "wrapped" if isinstance(torch.zeros_like, wrapt.FunctionWrapper) else ("original" if torch.zeros_like is torch._C._VariableFunctions.zeros_like else "other"))
 print("safe_open", "wrapped" if isinstance(mu.safe_open, wrapt.FunctionWrapper) else "original")
+if "loadtrace" in sys.modules:
+    import loadtrace
+    with loadtrace.traced_load("probe"):
+        print("zeros_like_loading", "wrapped" if isinstance(torch.zeros_like, wrapt.FunctionWrapper) else "original")
 """
 
 
@@ -47,12 +51,13 @@ def test_off_imports_nothing_and_patches_nothing(value):
 @pytest.mark.parametrize("value", ["1", "true", "YES", "on"])
 def test_on_hooks_before_first_use(value):
     got = facts(run({"LOADTRACE": value}))
-    assert got == {"loaded": "True", "zeros_like": "wrapped", "safe_open": "wrapped"}
+    # zeros_like is hooked only while a load is open: training calls it constantly.
+    assert got == {"loaded": "True", "zeros_like": "original", "safe_open": "wrapped", "zeros_like_loading": "wrapped"}
 
 
 def test_otel_sdk_disabled_wins():
     got = facts(run({"LOADTRACE": "1", "OTEL_SDK_DISABLED": "true"}))
-    assert got["zeros_like"] == "original" and got["safe_open"] == "original"
+    assert got == {"loaded": "False", "zeros_like": "original", "safe_open": "original"}
 
 
 def test_an_unknown_value_is_said_once_and_taken_as_off():

@@ -1,5 +1,6 @@
 """instrument() / uninstrument() are exact inverses, idempotent, and reach names bound with `from x import y`."""
 
+import pytest
 import safetensors
 import torch
 import transformers.core_model_loading as core_model_loading
@@ -10,6 +11,11 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 import loadtrace
 from loadtrace.hooks import all_hooks
 from loadtrace.instrumentor import LoadtraceInstrumentor
+
+
+@pytest.fixture(autouse=True)
+def traces_in_tmp(monkeypatch, tmp_path):
+    monkeypatch.setenv("LOADTRACE_DIR", str(tmp_path))  # instrument() with loadtrace's own export writes files
 
 
 def targets():
@@ -24,12 +30,21 @@ def targets():
     return found
 
 
+WHILE_LOADING = {hook.name for hook in all_hooks() if hook.while_loading}
+
+
 def test_instrument_then_uninstrument_restores_every_object():
     before = targets()
     loadtrace.instrument()
     loadtrace.instrument()  # idempotent
     during = targets()
-    assert all(isinstance(during[name], wrapt.FunctionWrapper) for name in before), [n for n in before if not isinstance(during[n], wrapt.FunctionWrapper)]
+    wrapped = {name for name in before if isinstance(during[name], wrapt.FunctionWrapper)}
+    assert wrapped == set(before) - WHILE_LOADING
+    assert WHILE_LOADING == {"torch.zeros_like", "torch.empty_like"}
+    with loadtrace.traced_load("x"):
+        inside = targets()
+        assert all(isinstance(inside[name], wrapt.FunctionWrapper) for name in before)
+    assert all(targets()[name] is before[name] for name in WHILE_LOADING)  # out again after the load
     loadtrace.uninstrument()
     loadtrace.uninstrument()  # idempotent
     after = targets()
@@ -58,6 +73,27 @@ def test_it_is_an_opentelemetry_instrumentor_with_an_entry_point():
 
 def test_zeros_like_is_the_original_object_when_not_instrumented():
     assert torch.zeros_like is torch._C._VariableFunctions.zeros_like
+
+
+def test_while_loading_hooks_wrap_whatever_is_there_and_give_it_back():
+    """Someone else's wrapper on torch.zeros_like keeps working inside ours, and is what remains after the load."""
+    theirs_calls = []
+    original = torch.zeros_like
+
+    def theirs(*args, **kwargs):
+        theirs_calls.append(1)
+        return original(*args, **kwargs)
+
+    torch.zeros_like = theirs
+    try:
+        loadtrace.instrument()
+        with loadtrace.traced_load("x"):
+            torch.zeros_like(torch.ones(2))
+        assert torch.zeros_like is theirs and theirs_calls == [1]
+        loadtrace.uninstrument()
+        assert torch.zeros_like is theirs
+    finally:
+        torch.zeros_like = original
 
 
 def test_a_missing_target_is_skipped_with_a_note_and_the_others_still_run(monkeypatch, capsys, tmp_path):

@@ -12,6 +12,7 @@ A handler that raises is reported once and the original call goes ahead with its
 from __future__ import annotations
 
 import sys
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
@@ -33,6 +34,9 @@ class Hook:
     module: str
     target: str  # attribute path inside the module, e.g. "safe_open" or "PreTrainedModel.from_pretrained"
     handler: Handler
+    # In place only while a load is open: for functions a training loop calls constantly (torch.zeros_like), where
+    # even a pass-through wrapper outside loading would cost the job.
+    while_loading: bool = False
 
     @property
     def name(self) -> str:
@@ -89,14 +93,25 @@ class _Installed:
     rebound: list[Any]  # modules whose own binding of the original we replaced
 
 
+@dataclass
+class _WhileLoading:
+    hook: Hook
+    parent: Any
+    attribute: str
+    wrapper: Any = None  # while a load is open: ours, around whatever was there when the first load opened
+    replaced: Any = None
+
 class Registry:
     """Installs hooks when their modules are imported; ``uninstall`` undoes exactly what ``install`` did."""
 
     def __init__(self, hooks: list[Hook]):
         self.hooks = hooks
         self.installed: dict[str, _Installed] = {}
+        self.while_loading: dict[str, _WhileLoading] = {}
         self.active = False
         self._registered: set[str] = set()
+        self._loads_open = 0
+        self._lock = threading.Lock()
 
     def install(self) -> None:
         if self.active:
@@ -118,12 +133,15 @@ class Registry:
                 self._install(hook)
 
     def _install(self, hook: Hook) -> None:
-        if hook.name in self.installed:
+        if hook.name in self.installed or hook.name in self.while_loading:
             return
         try:
             parent, attribute, original = wrapt.resolve_path(sys.modules[hook.module], hook.target)
         except (AttributeError, KeyError) as error:
             warn_once(f"missing:{hook.name}", f"{hook.name} not found ({error}); that hook is skipped, the others run")
+            return
+        if hook.while_loading:
+            self.while_loading[hook.name] = _WhileLoading(hook, parent, attribute)
             return
         if isinstance(original, wrapt.FunctionWrapper) and getattr(original, "_self_loadtrace", False):
             return
@@ -139,15 +157,49 @@ class Registry:
                     rebound.append(module)
         self.installed[hook.name] = _Installed(hook, parent, attribute, original, wrapper, rebound)
 
+    def load_opened(self) -> None:
+        """The first open load puts the while-loading hooks in place, around whatever is there at that moment (so a
+        wrapper someone else put there keeps working, inside ours)."""
+        with self._lock:
+            self._loads_open += 1
+            if self._loads_open == 1:
+                for entry in self.while_loading.values():
+                    entry.replaced = getattr(entry.parent, entry.attribute)
+                    entry.wrapper = wrapt.FunctionWrapper(entry.replaced, _wrapper(entry.hook))
+                    setattr(entry.parent, entry.attribute, entry.wrapper)
+
+    def load_closed(self) -> None:
+        """The last load to close takes them out again; training then calls the bare functions."""
+        with self._lock:
+            self._loads_open = max(0, self._loads_open - 1)
+            if self._loads_open == 0:
+                self._take_out_while_loading()
+
+    def _take_out_while_loading(self) -> None:
+        for entry in self.while_loading.values():
+            if entry.wrapper is not None and _bound(entry.parent, entry.attribute) is entry.wrapper:
+                setattr(entry.parent, entry.attribute, entry.replaced)
+            entry.wrapper = entry.replaced = None
+
     def uninstall(self) -> None:
         self.active = False
+        with self._lock:
+            self._take_out_while_loading()
+            self.while_loading.clear()
+            self._loads_open = 0
         for entry in self.installed.values():
-            if getattr(entry.parent, entry.attribute, None) is entry.wrapper:
+            if _bound(entry.parent, entry.attribute) is entry.wrapper:
                 setattr(entry.parent, entry.attribute, entry.original)
             for module in entry.rebound:
                 if module.__dict__.get(entry.attribute) is entry.wrapper:
                     setattr(module, entry.attribute, entry.original)
         self.installed.clear()
+
+
+def _bound(parent: Any, attribute: str) -> Any:
+    """What ``parent`` itself holds under ``attribute``: a class's own dict entry (getattr would bind a new object)."""
+    namespace = vars(parent) if isinstance(parent, type) else None
+    return namespace.get(attribute) if namespace is not None else getattr(parent, attribute, None)
 
 
 def all_hooks() -> list[Hook]:

@@ -1,6 +1,7 @@
 """torch: bytes created by ``zeros_like`` / ``empty_like`` during a load, ``torch.load`` files, and the job id.
 
-``zeros_like`` is called constantly in training: outside a load the handler returns at the first check.
+``zeros_like`` is called constantly in training: its hooks are in place only while a load is open, and even then a
+call from a thread that is not loading returns at the first check.
 """
 
 from __future__ import annotations
@@ -124,8 +125,8 @@ def init_process_group(instance, args, kwargs):
 
 
 HOOKS = [
-    Hook("torch", "zeros_like", _materializer("zeros_like")),
-    Hook("torch", "empty_like", _materializer("empty_like")),
+    Hook("torch", "zeros_like", _materializer("zeros_like"), while_loading=True),
+    Hook("torch", "empty_like", _materializer("empty_like"), while_loading=True),
     Hook("torch", "load", torch_load),
     Hook("torch.distributed.distributed_c10d", "init_process_group", init_process_group),
 ]
