@@ -6,6 +6,7 @@ Each case is a real 2-rank torchrun load (plain mode) with LOADTRACE=1 and one t
 from __future__ import annotations
 
 import http.server
+import re
 import socket
 import subprocess
 import threading
@@ -33,11 +34,9 @@ def run_job(checkpoint, cwd, env, script=EXAMPLE_WORKER):
     result = torchrun(VENVS[0], script, [str(checkpoint), "--out", str(cwd / "out")], cwd=cwd,
                       env={"LOADTRACE": "1", **env}, timeout_s=300)
     log = result.log.read_text()
-    digests = {}
-    for line in log.splitlines():
-        if " digest " in line and line.startswith("rank "):
-            digests[int(line.split()[1].split("/")[0])] = line.rsplit(" ", 1)[1]
-    said = [line for line in log.splitlines() if line.startswith("loadtrace:")]
+    # Two processes' writes can share a line of the log: find messages, not lines.
+    digests = {int(rank): digest for rank, digest in re.findall(r"rank (\d+)/\d+ mode \w+ digest ([0-9a-f]{64})", log)}
+    said = re.findall(r"loadtrace: .*?(?=rank \d+/\d+ mode|loadtrace: |\n|$)", log)
     return result, log, digests, said
 
 
