@@ -15,20 +15,17 @@ MAX_SITES = 10
 class Ledger:
     """What happened under one span: tensors read, tensors materialised, conversions, files, faults."""
 
-    __slots__ = ("reads", "materialized", "conversions", "files", "errors", "parent")
+    __slots__ = ("reads", "materialized", "conversions", "files", "errors")
 
-    def __init__(self, parent: Ledger | None = None):
-        self.reads: list[int] = []  # bytes of each tensor read
+    def __init__(self) -> None:
+        self.reads: list[int] = []  # bytes of each tensor read (a load's own; its files keep theirs)
         self.materialized: list[tuple[str, str, int]] = []  # (call site, device type, bytes)
         self.conversions: list[tuple[tuple[str, ...], int]] = []  # (operation names, bytes produced)
         self.files: list[int] = []  # one entry per file opened
         self.errors: list[str] = []  # loadtrace faults swallowed
-        self.parent = parent  # reads and files also count towards the load that opened the file
 
     def add_read(self, nbytes: int) -> None:
         self.reads.append(nbytes)
-        if self.parent is not None:
-            self.parent.reads.append(nbytes)
 
     def add_file(self) -> None:
         self.files.append(1)
@@ -44,12 +41,15 @@ class Ledger:
 
     # Span attributes ---------------------------------------------------------------------------------------------
 
-    def read_attributes(self) -> dict[str, Any]:
-        return {"loadtrace.read.tensors": len(self.reads), "loadtrace.read.bytes": sum(self.reads)}
+    def read_attributes(self, *more: Ledger) -> dict[str, Any]:
+        """Tensors and bytes read, here and in ``more`` ledgers (a load's files)."""
+        tensors = len(self.reads) + sum(len(other.reads) for other in more)
+        nbytes = sum(self.reads) + sum(sum(other.reads) for other in more)
+        return {"loadtrace.read.tensors": tensors, "loadtrace.read.bytes": nbytes}
 
-    def load_attributes(self) -> dict[str, Any]:
-        """The totals on a load span (``transformers.from_pretrained`` or ``loadtrace.load``)."""
-        attributes = self.read_attributes()
+    def load_attributes(self, files: list[Ledger]) -> dict[str, Any]:
+        """The totals on a load span (``transformers.from_pretrained`` or ``loadtrace.load``), with its files' reads."""
+        attributes = self.read_attributes(*files)
         attributes["loadtrace.files.opened"] = len(self.files)
         attributes["loadtrace.hook_errors"] = len(self.errors)
         attributes.update(self.materialized_attributes())

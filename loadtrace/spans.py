@@ -222,7 +222,7 @@ class Tracing:
             self.close_file(file)
         if scope.recording:
             scope.span.set_attributes(attributes)
-            totals = scope.ledger.load_attributes()
+            totals = scope.ledger.load_attributes([file.ledger for file in scope.files])
             storage_read = scope.memory_after.storage_read - scope.memory_before.storage_read
             totals["loadtrace.io.cached_bytes"] = max(0, totals["loadtrace.read.bytes"] - storage_read)
             totals.update(memory.limit_attributes(memory.limits()))
@@ -259,7 +259,7 @@ class Tracing:
         stack = _active.get()
         parent = stack[-1] if stack else None
         span = self._start(name, attributes, parent, start_time)
-        scope = Scope("file", span, Ledger(load.ledger if load else None), load)
+        scope = Scope("file", span, Ledger(), load)
         if load is not None:
             load.ledger.add_file()
             load.files.append(scope)
@@ -321,7 +321,7 @@ def progress_record(scope: Scope) -> dict[str, Any]:
     materialized: dict[str, int] = {}
     for _, device, nbytes in list(ledger.materialized):
         materialized[device] = materialized.get(device, 0) + nbytes
-    reads = list(ledger.reads)
+    reads = [n for part in (ledger, *(file.ledger for file in scope.files)) for n in list(part.reads)]
     return {
         "name": getattr(scope.span, "name", ""),
         "kind": scope.kind,

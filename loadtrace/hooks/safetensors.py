@@ -22,12 +22,28 @@ class TracedSafeOpen(wrapt.ObjectProxy):
         super().__init__(wrapped)
         self._self_scope = scope
         self._self_tracing = tracing
+        self._self_reads = scope.ledger.reads  # the hot path appends here directly
+        self._self_per_tensor = tracing.settings.per_tensor
+        self._self_counted_keys = False
+
+    def keys(self):
+        # Counted when the job lists them (transformers always does): listing them ourselves costs ~0.1 ms a file.
+        names = self.__wrapped__.keys()
+        if not self._self_counted_keys:
+            self._self_counted_keys = True
+            self._self_scope.span.set_attribute("loadtrace.file.tensors", len(names))
+        return names
 
     def __enter__(self):
         self.__wrapped__.__enter__()
         return self
 
     def __exit__(self, *exc_info):
+        if not self._self_counted_keys:
+            try:
+                self.keys()
+            except Exception:
+                pass
         try:
             return self.__wrapped__.__exit__(*exc_info)
         finally:
@@ -54,24 +70,46 @@ class TracedSafeOpen(wrapt.ObjectProxy):
             fault("safetensors.read", error, self._self_scope)
 
     def get_tensor(self, name):
-        started = time.time_ns() if self._self_tracing.settings.per_tensor else None
+        started = time.time_ns() if self._self_per_tensor else None
         tensor = self.__wrapped__.get_tensor(name)
         self._self_count(name, tensor, started)
         return tensor
 
     def get_tensors(self, *args, **kwargs):
-        started = time.time_ns() if self._self_tracing.settings.per_tensor else None
+        started = time.time_ns() if self._self_per_tensor else None
         tensors = self.__wrapped__.get_tensors(*args, **kwargs)
+        if not self._self_counted_keys and not args and not kwargs:
+            self._self_counted_keys = True
+            self._self_scope.span.set_attribute("loadtrace.file.tensors", len(tensors))
         for name, tensor in tensors.items():
             self._self_count(name, tensor, started)
         return tensors
 
     def get_slice(self, name):
-        return TracedSlice(self.__wrapped__.get_slice(name), name, self)
+        if self._self_per_tensor:
+            return TracedSlice(self.__wrapped__.get_slice(name), name, self)
+        return CountingSlice(self.__wrapped__.get_slice(name), self)
+
+
+class CountingSlice(wrapt.ObjectProxy):
+    """Bytes are read when a slice is indexed, possibly in another thread: they go to the file it came from.
+    This is the per-tensor hot path of a default-detail load: one append."""
+
+    def __init__(self, wrapped: Any, file: TracedSafeOpen):
+        super().__init__(wrapped)
+        self._self_file = file
+
+    def __getitem__(self, index):
+        tensor = self.__wrapped__[index]
+        try:
+            self._self_file._self_reads.append(tensor.nbytes)
+        except Exception as error:
+            fault("safetensors.read", error, self._self_file._self_scope)
+        return tensor
 
 
 class TracedSlice(wrapt.ObjectProxy):
-    """Bytes are read when a slice is indexed, possibly in another thread: they go to the file it came from."""
+    """``LOADTRACE_DETAIL=tensor``: the same, plus a span for each read."""
 
     def __init__(self, wrapped: Any, name: str, file: TracedSafeOpen):
         super().__init__(wrapped)
@@ -80,7 +118,7 @@ class TracedSlice(wrapt.ObjectProxy):
 
     def __getitem__(self, index):
         file = self._self_file
-        started = time.time_ns() if file._self_tracing.settings.per_tensor else None
+        started = time.time_ns()
         tensor = self.__wrapped__[index]
         file._self_count(self._self_name, tensor, started)
         return tensor
@@ -94,7 +132,6 @@ def open_file(instance, args, kwargs):
 
     def opened(handle: Any, scope: spans.Scope) -> Any:
         if scope.recording:
-            scope.span.set_attribute("loadtrace.file.tensors", len(handle.keys()))
             return TracedSafeOpen(handle, scope, tracing)
         tracing.close_file(scope)
         return handle

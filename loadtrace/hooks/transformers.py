@@ -31,11 +31,12 @@ def strategy() -> str:
     return "plain"
 
 
-def held_bytes(model: Any) -> dict[str, int]:
+def held_bytes(model: Any, partitioned: bool) -> dict[str, int]:
     """Bytes of parameters and buffers the model holds, by device type (ZeRO-3: this rank's partitions)."""
     held: dict[str, int] = {}
     for tensor in (*model.parameters(), *model.buffers()):
-        partition = getattr(tensor, "ds_tensor", None)
+        # Only ZeRO-3 parameters have a partition; looking for one on a plain tensor costs a caught AttributeError.
+        partition = getattr(tensor, "ds_tensor", None) if partitioned else None
         counted = partition if partition is not None else tensor
         device = counted.device.type
         held[device] = held.get(device, 0) + tensor_bytes(counted)
@@ -68,6 +69,7 @@ class Load:
             "loadtrace.dtype": str(dtype) if dtype is not None else "default",
             "loadtrace.strategy": strategy(),
         }
+        self.partitioned = attributes["loadtrace.strategy"] == "zero3"
         size = checkpoint_bytes(checkpoint)
         if size is not None:
             attributes["loadtrace.checkpoint.bytes"] = size
@@ -78,7 +80,7 @@ class Load:
         try:
             model = result[0] if isinstance(result, tuple) else result
             if model is not None and hasattr(model, "parameters"):
-                for device, nbytes in held_bytes(model).items():
+                for device, nbytes in held_bytes(model, self.partitioned).items():
                     attributes[f"loadtrace.model.held_bytes.{device}"] = nbytes
         finally:
             self.tracing.end_load(self.scope, self.token, attributes, error)

@@ -22,15 +22,32 @@ def broken(*args, **kwargs):
 # Each kind of hook code: a handler before the call, a handler after it, a proxy on the per-tensor path, a phase.
 FAULTS = {
     "file_open": ("loadtrace.hooks.safetensors", "TracedSafeOpen"),  # after safe_open returns
-    "tensor_read": ("loadtrace.ledger", "Ledger.add_read"),  # inside the slice proxy, in transformers' threads
+    "tensor_read": None,  # inside the slice proxy, in transformers' threads (see inject)
     "materialize": ("loadtrace.hooks.torch", "call_site"),  # before zeros_like / empty_like
     "phase": ("loadtrace.spans", "Tracing.enter_phase"),  # before convert / materialize_missing
     "conversion": ("loadtrace.spans", "Tracing.record_conversion"),  # after each weight conversion
 }
 
 
+class BrokenList(list):
+    def append(self, item):
+        raise RuntimeError("injected fault")
+
+
 def inject(kind: str) -> None:
     import importlib
+
+    if kind == "tensor_read":  # every per-tensor count fails, on the hot path itself
+        from loadtrace.hooks import safetensors as hook
+
+        init = hook.TracedSafeOpen.__init__
+
+        def broken_counts(self, *args, **kwargs):
+            init(self, *args, **kwargs)
+            self._self_reads = BrokenList()
+
+        hook.TracedSafeOpen.__init__ = broken_counts
+        return
 
     module_name, path = FAULTS[kind]
     owner = importlib.import_module(module_name)
