@@ -40,11 +40,92 @@ def _hex_ids(node: Any) -> None:
             _hex_ids(item)
 
 
-def otlp_json(spans: Sequence[ReadableSpan]) -> str:
-    """One OTLP JSON Lines line (``TracesData``) for these spans."""
+def otlp_json_via_protobuf(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
+    """``TracesData`` through OTel's own protobuf encoder and protobuf's JSON mapping: the reference that
+    ``traces_data`` is tested against (it is ~10x slower, and the file exporter runs on the loading thread)."""
     data = MessageToDict(encode_spans(spans), use_integers_for_enums=True)
     _hex_ids(data)
-    return json.dumps(data, separators=(",", ":")) + "\n"
+    return data
+
+
+def _value(value: Any) -> dict[str, Any]:
+    if isinstance(value, bool):
+        return {"boolValue": value}
+    if isinstance(value, int):
+        return {"intValue": str(value)}
+    if isinstance(value, float):
+        return {"doubleValue": value}
+    if isinstance(value, str):
+        return {"stringValue": value}
+    if isinstance(value, bytes):
+        return {"bytesValue": base64.b64encode(value).decode()}
+    if isinstance(value, (list, tuple)):
+        return {"arrayValue": {"values": [_value(v) for v in value]} if value else {}}
+    return {"stringValue": str(value)}
+
+
+def _attributes(attributes: Any) -> list[dict[str, Any]]:
+    return [{"key": key, "value": _value(value)} for key, value in (attributes or {}).items()]
+
+
+def _span(span: ReadableSpan) -> dict[str, Any]:
+    context = span.context
+    encoded: dict[str, Any] = {"traceId": f"{context.trace_id:032x}", "spanId": f"{context.span_id:016x}"}
+    if span.parent is not None:
+        encoded["parentSpanId"] = f"{span.parent.span_id:016x}"
+    encoded.update(name=span.name, kind=span.kind.value + 1,
+                   startTimeUnixNano=str(span.start_time), endTimeUnixNano=str(span.end_time))
+    if span.attributes:
+        encoded["attributes"] = _attributes(span.attributes)
+    if span.events:
+        encoded["events"] = [
+            {"timeUnixNano": str(e.timestamp), "name": e.name, **({"attributes": _attributes(e.attributes)} if e.attributes else {})}
+            for e in span.events
+        ]
+    status: dict[str, Any] = {}
+    if span.status.description:
+        status["message"] = span.status.description
+    if span.status.status_code.value:
+        status["code"] = span.status.status_code.value
+    encoded["status"] = status
+    # "has is_remote" (0x100) and "is_remote" (0x200) of the parent, as OTel's OTLP encoder sets them.
+    encoded["flags"] = 0x100 | (0x200 if span.parent is not None and span.parent.is_remote else 0)
+    return encoded
+
+
+class _Encoder:
+    """OTLP JSON straight from the SDK's spans; a process's resource is encoded once."""
+
+    def __init__(self) -> None:
+        self._resources: dict[int, tuple[Any, dict[str, Any]]] = {}
+
+    def traces_data(self, spans: Sequence[ReadableSpan]) -> dict[str, Any]:
+        grouped: dict[tuple[int, Any], list[dict[str, Any]]] = {}
+        for span in spans:
+            grouped.setdefault((id(span.resource), span.instrumentation_scope), []).append(_span(span))
+        resource_spans: dict[int, dict[str, Any]] = {}
+        for (resource_id, scope), encoded in grouped.items():
+            entry = resource_spans.get(resource_id)
+            if entry is None:
+                resource = next(s.resource for s in spans if id(s.resource) == resource_id)
+                entry = resource_spans[resource_id] = {"resource": self._resource(resource), "scopeSpans": []}
+            scope_json = {"name": scope.name, **({"version": scope.version} if scope.version else {})} if scope else {}
+            entry["scopeSpans"].append({"scope": scope_json, "spans": encoded})
+        return {"resourceSpans": list(resource_spans.values())}
+
+    def _resource(self, resource: Any) -> dict[str, Any]:
+        cached = self._resources.get(id(resource))
+        if cached is None or cached[0] is not resource:
+            cached = self._resources[id(resource)] = (resource, {"attributes": _attributes(resource.attributes)})
+        return cached[1]
+
+
+traces_data = _Encoder().traces_data
+
+
+def otlp_json(spans: Sequence[ReadableSpan]) -> str:
+    """One OTLP JSON Lines line (``TracesData``) for these spans."""
+    return json.dumps(traces_data(spans), separators=(",", ":")) + "\n"
 
 
 def safe_name(text: str) -> str:
