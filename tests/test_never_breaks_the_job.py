@@ -142,3 +142,42 @@ def test_a_failing_hook_lets_the_call_through_and_is_counted(checkpoint, tmp_pat
     loads = [s for s in read_files(tmp_path / "loadtrace-traces").spans if s.name == "transformers.from_pretrained"]
     assert sorted(s.resource["loadtrace.rank"] for s in loads) == [0, 1]
     assert all(s.attributes["loadtrace.hook_errors"] >= 1 for s in loads)
+
+
+EXIT_PROBE = """
+import sys, time, safetensors
+with safetensors.safe_open(sys.argv[1], framework="pt") as f:
+    f.get_tensor("w")
+print(time.time(), flush=True)
+"""
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_a_hanging_collector_holds_exit_for_at_most_the_exit_timeout(tmp_path, protocol):
+    """A collector that accepts and never answers: the process exits within LOADTRACE_EXIT_TIMEOUT (1 s) of the
+    job's last line, beyond what an untraced exit takes."""
+    import sys
+    import time
+
+    import safetensors.torch
+    import torch
+
+    ckpt = tmp_path / "w.safetensors"
+    safetensors.torch.save_file({"w": torch.ones(16)}, str(ckpt))
+    collector = Collector("hangs")
+
+    def exit_delay(env_extra):
+        env = {k: v for k, v in __import__("os").environ.items() if not k.startswith(("LOADTRACE", "OTEL_"))}
+        env.update(env_extra)
+        proc = subprocess.run([sys.executable, "-c", EXIT_PROBE, str(ckpt)], env=env, capture_output=True, text=True, timeout=120)
+        ended = time.time()
+        assert proc.returncode == 0, proc.stderr
+        return ended - float(proc.stdout.split()[-1])
+
+    try:
+        untraced = min(exit_delay({}) for _ in range(2))
+        traced = exit_delay({"LOADTRACE": "1", "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
+                             "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.port}"})
+    finally:
+        collector.close()
+    assert traced - untraced <= 1.0 + 0.5, (traced, untraced)  # the exit timeout, plus scheduling noise
