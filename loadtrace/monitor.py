@@ -1,9 +1,9 @@
 """While anything is loading: memory peaks between hook calls, and progress that survives SIGKILL.
 
 One daemon thread per process, started by the first load. Every ``SAMPLE_INTERVAL_S`` it reads the process's memory
-and raises the peaks of the open loads and phases; every ``PROGRESS_INTERVAL_S`` (and whenever a load or phase starts
-or ends) it writes what is open, with the bytes so far, to ``<trace file>.progress.json``, replaced atomically. A rank
-that finishes removes the file; a rank the OOM killer takes leaves its last state behind for ``loadtrace report``.
+and raises the peaks of the open loads and phases; every ``PROGRESS_INTERVAL_S``, and within one sample of a load or
+phase starting or ending, it writes what is open, with the bytes so far, to ``<trace file>.progress.json``, replaced
+atomically. A rank that finishes removes the file; a rank the OOM killer takes leaves its last state behind for ``loadtrace report``.
 Idle, the thread blocks on an event and costs nothing.
 """
 
@@ -31,55 +31,70 @@ class Monitor:
         self._busy = threading.Event()
         self._thread: threading.Thread | None = None
         self._broken = False
+        self._changed = False
+        self._write_lock = threading.Lock()  # a write and the final removal never interleave
 
     def opened(self, scope: Any) -> None:
         with self._lock:
             self._open[id(scope)] = scope
+            self._changed = True
             self._busy.set()
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="loadtrace-monitor", daemon=True)
                 self._thread.start()
-        self.write_progress()
 
     def closed(self, scope: Any) -> None:
         with self._lock:
             self._open.pop(id(scope), None)
-        self.write_progress()
+            self._changed = True
+            finished = not self._open
+        if finished:  # at once, on the loading thread: the process may exit right after its last load
+            self._remove_progress()
 
     def _run(self) -> None:
-        last_progress = time.monotonic()
+        # The loading thread only marks changes; this thread samples and writes, so the load never waits on a write.
+        last_progress = 0.0
         while True:
             self._busy.wait()
             with self._lock:
                 scopes = list(self._open.values())
+                changed, self._changed = self._changed, False
                 if not scopes:
                     self._busy.clear()
                     continue
             observe(scopes, process_memory())
-            if time.monotonic() - last_progress >= PROGRESS_INTERVAL_S:
-                self.write_progress()
+            if changed or time.monotonic() - last_progress >= PROGRESS_INTERVAL_S:
+                self._write_progress()
                 last_progress = time.monotonic()
             time.sleep(SAMPLE_INTERVAL_S)
 
-    def write_progress(self) -> None:
+    def _write_progress(self) -> None:
         if self.progress_path is None or self._broken:
             return
-        try:
+        with self._write_lock:
             with self._lock:
                 scopes = list(self._open.values())
-            if not scopes:
-                if os.path.exists(self.progress_path):
-                    os.remove(self.progress_path)
+            if not scopes:  # the last load ended meanwhile and removed the file: do not bring it back
                 return
-            record = dict(self._identity, time_unix_nano=time.time_ns(), open=[self._describe(s) for s in scopes])
-            os.makedirs(os.path.dirname(self.progress_path) or ".", mode=0o700, exist_ok=True)
-            temporary = f"{self.progress_path}.{threading.get_ident()}.tmp"
-            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(descriptor, "w") as handle:
-                json.dump(record, handle)
-            os.replace(temporary, self.progress_path)
-        except Exception:
-            self._broken = True  # the trace file's own error (disk full, unwritable) is said by the exporter
+            try:
+                record = dict(self._identity, time_unix_nano=time.time_ns(), open=[self._describe(s) for s in scopes])
+                os.makedirs(os.path.dirname(self.progress_path) or ".", mode=0o700, exist_ok=True)
+                temporary = f"{self.progress_path}.tmp"
+                descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with os.fdopen(descriptor, "w") as handle:
+                    json.dump(record, handle)
+                os.replace(temporary, self.progress_path)
+            except Exception:
+                self._broken = True  # the trace file's own error (disk full, unwritable) is said by the exporter
+
+    def _remove_progress(self) -> None:
+        if self.progress_path is None:
+            return
+        with self._write_lock:
+            try:
+                os.remove(self.progress_path)
+            except OSError:
+                pass  # never written (a short load), or already gone
 
 
 def observe(scopes: list[Any], memory: Memory) -> None:
