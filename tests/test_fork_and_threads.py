@@ -35,7 +35,8 @@ stop = threading.Event()
 def spin():
     while not stop.is_set():
         read(0)
-threading.Thread(target=spin, daemon=True).start()
+spinner = threading.Thread(target=spin)
+spinner.start()
 
 with loadtrace.traced_load("parent"):
     read(0)
@@ -43,6 +44,7 @@ with loadtrace.traced_load("parent"):
         assert pool.map(read, range(6)) == [16] * 6
     batches = list(DataLoader(Shards(), num_workers=2, multiprocessing_context="fork"))
 stop.set()
+spinner.join()
 print("done", os.getpid(), flush=True)
 """
 
