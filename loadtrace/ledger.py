@@ -13,22 +13,18 @@ MAX_SITES = 10
 
 
 class Ledger:
-    """What happened under one span: tensors read, tensors materialised, conversions, files, faults."""
+    """What happened under one span: tensors read, tensors materialised, conversions, faults."""
 
-    __slots__ = ("reads", "materialized", "conversions", "files", "errors")
+    __slots__ = ("reads", "materialized", "conversions", "errors")
 
     def __init__(self) -> None:
         self.reads: list[int] = []  # bytes of each tensor read (a load's own; its files keep theirs)
         self.materialized: list[tuple[str, str, int]] = []  # (call site, device type, bytes)
         self.conversions: list[tuple[tuple[str, ...], int]] = []  # (operation names, bytes produced)
-        self.files: list[int] = []  # one entry per file opened
         self.errors: list[str] = []  # loadtrace faults swallowed
 
     def add_read(self, nbytes: int) -> None:
         self.reads.append(nbytes)
-
-    def add_file(self) -> None:
-        self.files.append(1)
 
     def add_materialized(self, site: str, device: str, nbytes: int) -> None:
         self.materialized.append((site, device, nbytes))
@@ -50,7 +46,7 @@ class Ledger:
     def load_attributes(self, files: list[Ledger]) -> dict[str, Any]:
         """The totals on a load span (``transformers.from_pretrained`` or ``loadtrace.load``), with its files' reads."""
         attributes = self.read_attributes(*files)
-        attributes["loadtrace.files.opened"] = len(self.files)
+        attributes["loadtrace.files.opened"] = len(files)
         attributes["loadtrace.hook_errors"] = len(self.errors)
         attributes.update(self.materialized_attributes())
         if self.conversions:

@@ -261,7 +261,6 @@ class Tracing:
         span = self._start(name, attributes, parent, start_time)
         scope = Scope("file", span, Ledger(), load)
         if load is not None:
-            load.ledger.add_file()
             load.files.append(scope)
         self._open_files.add(scope)
         return scope
@@ -330,7 +329,7 @@ def progress_record(scope: Scope) -> dict[str, Any]:
         "start_time_unix_nano": getattr(scope.span, "start_time", None),
         "read_tensors": len(reads),
         "read_bytes": sum(reads),
-        "files_opened": len(ledger.files),
+        "files_opened": len(scope.files),
         "materialized_bytes": materialized,
         "rss_peak": scope.peak[0] if scope.peak else None,
     }
