@@ -50,10 +50,24 @@ PY = sys.executable
 
 # The workloads. MOE matches field-facts.md (16 x 64 experts, 3,219 tensors, ~409 MB of float32): hidden 256 so the
 # bytes are realistic for the per-tensor path. MANY is for span counts and the report: ~20,000 tensors, tiny sizes.
-MOE = {"name": "moe-16x64-h256", "layers": 16, "experts": 64, "hidden": 256, "intermediate": 512, "moe_intermediate": 128,
-       "shard": "50MB"}
-MANY = {"name": "moe-32x208-h16", "layers": 32, "experts": 208, "hidden": 16, "intermediate": 32, "moe_intermediate": 8,
-        "shard": "2MB"}
+MOE = {
+    "name": "moe-16x64-h256",
+    "layers": 16,
+    "experts": 64,
+    "hidden": 256,
+    "intermediate": 512,
+    "moe_intermediate": 128,
+    "shard": "50MB",
+}
+MANY = {
+    "name": "moe-32x208-h16",
+    "layers": 32,
+    "experts": 208,
+    "hidden": 16,
+    "intermediate": 32,
+    "moe_intermediate": 8,
+    "shard": "2MB",
+}
 
 TARGETS = {"start_ms": 1.0, "load_ratio": 1.02, "rss_mb": 20.0, "spans_over_files": 20, "report_s": 2.0}
 
@@ -86,8 +100,15 @@ def reset_peak() -> bool:
 def clean_env(**extra: str) -> dict[str, str]:
     """The job's environment without any loadtrace / OTel knob the caller may have set, plus ``extra``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LOADTRACE", "OTEL_"))}
-    env.update({"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1",
-                "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"})
+    env.update(
+        {
+            "TRANSFORMERS_VERBOSITY": "error",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1",
+            "PYTHONUNBUFFERED": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+        }
+    )
     env.pop("PYTHONPATH", None)
     env.update(extra)
     return env
@@ -200,8 +221,6 @@ def cmd_load(argv: list[str]) -> int:
     started = time.perf_counter()
     import gc
 
-    import torch
-    import torch.profiler  # in every configuration, so the profiler's imports never land inside a timed load
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
@@ -246,8 +265,14 @@ def cmd_load(argv: list[str]) -> int:
         after = proc_status()
         # cpu_s: CPU seconds of every thread of this process during the load. Other jobs on the machine stretch wall
         # time more than CPU time, and what loadtrace adds is CPU work: steadier than wall time, if not steady.
-        record.update(wall_s=t2 - t1, cpu_s=c2 - c1, rss_before=before["VmRSS"], rss_after=after["VmRSS"], hwm=after["VmHWM"],
-                      peak_delta=after["VmHWM"] - before["VmRSS"])
+        record.update(
+            wall_s=t2 - t1,
+            cpu_s=c2 - c1,
+            rss_before=before["VmRSS"],
+            rss_after=after["VmRSS"],
+            hwm=after["VmHWM"],
+            peak_delta=after["VmHWM"] - before["VmRSS"],
+        )
         loads.append(record)
         del model
     result = {
@@ -287,7 +312,7 @@ def cmd_ab(argv: list[str]) -> int:
     labels = ["off", "on", "off (null)"]
     rows = []
     for t in range(triples):
-        order = labels[t % 3:] + labels[:t % 3]
+        order = labels[t % 3 :] + labels[: t % 3]
         row = {}
         for label in order:
             if label == "on":
@@ -312,16 +337,22 @@ def bench_ab(ckpt: Path, triples: int, work: Path) -> dict[str, Any]:
     out.parent.mkdir(parents=True, exist_ok=True)
     env = clean_env(LOADTRACE="1", LOADTRACE_DIR=str(work / "traces" / "ab"))
     shutil.rmtree(work / "traces" / "ab", ignore_errors=True)
-    run_checked([PY, str(HERE), "_ab", str(ckpt), str(triples), str(out)], env, 1800, work / "results" / "ab.log", cwd=work)
+    run_checked(
+        [PY, str(HERE), "_ab", str(ckpt), str(triples), str(out)], env, 1800, work / "results" / "ab.log", cwd=work
+    )
     rows = json.loads(out.read_text())
     result: dict[str, Any] = {"triples": triples, "rows": rows}
     for label in ("off", "on", "off (null)", "off cpu", "on cpu", "off (null) cpu"):
         base = "off cpu" if label.endswith("cpu") else "off"
         values = [row[label] for row in rows]
         ratios = [row[label] / row[base] for row in rows]
-        result[label] = {"median": med(values), "min": low(values), "pair_ratio_median": med(ratios),
-                         "ratio_of_minima": low(values) / low([row[base] for row in rows]),
-                         "pair_diff_median_ms": med([(row[label] - row[base]) * 1000 for row in rows])}
+        result[label] = {
+            "median": med(values),
+            "min": low(values),
+            "pair_ratio_median": med(ratios),
+            "ratio_of_minima": low(values) / low([row[base] for row in rows]),
+            "pair_diff_median_ms": med([(row[label] - row[base]) * 1000 for row in rows]),
+        }
     return result
 
 
@@ -369,18 +400,31 @@ def cmd_account(argv: list[str]) -> int:
             handle.seek(sizes.get(file, 0))
             for line in handle.read().decode().splitlines():
                 if line.strip():
-                    spans_ += [span for rs in json.loads(line)["resourceSpans"] for ss in rs["scopeSpans"]
-                               for span in ss["spans"]]
+                    spans_ += [
+                        span
+                        for rs in json.loads(line)["resourceSpans"]
+                        for ss in rs["scopeSpans"]
+                        for span in ss["spans"]
+                    ]
 
     def attrs(span: dict[str, Any]) -> dict[str, Any]:
         return {a["key"]: next(iter(a["value"].values()), None) for a in span.get("attributes", [])}
+
     load_attrs = attrs(next(span for span in spans_ if span["name"] == "transformers.from_pretrained"))
-    phases = [span for span in spans_ if span["name"].startswith("transformers.") and span["name"] != "transformers.from_pretrained"]
-    counts = {"spans": len(spans_), "tensors_read": int(load_attrs.get("loadtrace.read.tensors", 0)),
-              "files": int(load_attrs.get("loadtrace.files.opened", 0)),
-              "phase_entries": sum(int(attrs(span).get("loadtrace.calls", 1)) for span in phases),
-              "conversions": int(load_attrs.get("loadtrace.convert.count", 0)),
-              "materialized": int(load_attrs.get("loadtrace.materialized.calls", 0)), "load_wall_s": load_wall}
+    phases = [
+        span
+        for span in spans_
+        if span["name"].startswith("transformers.") and span["name"] != "transformers.from_pretrained"
+    ]
+    counts = {
+        "spans": len(spans_),
+        "tensors_read": int(load_attrs.get("loadtrace.read.tensors", 0)),
+        "files": int(load_attrs.get("loadtrace.files.opened", 0)),
+        "phase_entries": sum(int(attrs(span).get("loadtrace.calls", 1)) for span in phases),
+        "conversions": int(load_attrs.get("loadtrace.convert.count", 0)),
+        "materialized": int(load_attrs.get("loadtrace.materialized.calls", 0)),
+        "load_wall_s": load_wall,
+    }
     tracing = lt_spans.tracing()
     installed = registry().installed
     shard = str(sorted(Path(ckpt).glob("*.safetensors"))[0])
@@ -394,11 +438,14 @@ def cmd_account(argv: list[str]) -> int:
 
     def empty_load() -> float:
         """A whole traced load with nothing in it: its span (export included), memory readings, progress file."""
+
         def run(n: int) -> None:
             for _ in range(n):
                 with loadtrace.traced_load("bench"):
                     pass
+
         return _best_ns(run, 50, 7)
+
     item("a load or phase scope: span, export, memory readings (per scope)", empty_load)
 
     def one_span_export() -> float:
@@ -406,6 +453,7 @@ def cmd_account(argv: list[str]) -> int:
             for _ in range(n):
                 with loadtrace.traced_load("bench"):
                     pass
+
         exporter_cost = []
         for processor in lt_spans.tracing()._provider._active_span_processor._span_processors:
             exporter = getattr(processor, "span_exporter", None)
@@ -420,8 +468,10 @@ def cmd_account(argv: list[str]) -> int:
                 def export_only(n: int, exporter=exporter, span=span) -> None:
                     for _ in range(n):
                         exporter.export([span])
+
                 exporter_cost.append(_best_ns(export_only, 50, 7))
         return sum(exporter_cost)
+
     item("  of which: exporting that span (file exporter)", one_span_export)
 
     progress_broken: list[bool] = []
@@ -432,7 +482,9 @@ def cmd_account(argv: list[str]) -> int:
         writes none and the per-scope cost above does not include them."""
         from loadtrace import monitor as monitor_module
 
-        counts["progress_writes"] = 2 * (1 + counts["phase_entries"]) + int(load_wall / monitor_module.PROGRESS_INTERVAL_S)
+        counts["progress_writes"] = 2 * (1 + counts["phase_entries"]) + int(
+            load_wall / monitor_module.PROGRESS_INTERVAL_S
+        )
         with loadtrace.traced_load("bench"):
             monitor = lt_spans.tracing().monitor
             progress_broken.append(bool(monitor._broken))
@@ -442,9 +494,11 @@ def cmd_account(argv: list[str]) -> int:
             def run(n: int) -> None:
                 for _ in range(n):
                     monitor._write_progress()
+
             cost = _best_ns(run, 50, 7)
             monitor._broken = progress_broken[0]
             return cost
+
     item("progress-file write, directory present (per write)", progress_write)
 
     def open_close() -> float:
@@ -469,8 +523,10 @@ def cmd_account(argv: list[str]) -> int:
         def run_in_load(n: int) -> None:
             with loadtrace.traced_load("bench"):
                 run_traced(n)
+
         per_load = _best_ns(run_empty, 20, 5)
         return _best_ns(run_in_load, 50, 7) - per_load / 50 - _best_ns(run_bare, 50, 7)
+
     item("a file: safetensors.open span + export (per file)", open_close)
 
     scope, token = tracing.start_load("loadtrace.load", {"loadtrace.load.name": "account"})
@@ -487,7 +543,9 @@ def cmd_account(argv: list[str]) -> int:
             def run_traced(n: int) -> None:
                 for _ in range(n):
                     traced.get_slice(expert)
+
             return _best_ns(run_traced, 20000, 15) - _best_ns(run_bare, 20000, 15)
+
         item("get_slice proxy (per tensor)", get_slice)
 
         def index() -> float:
@@ -496,7 +554,7 @@ def cmd_account(argv: list[str]) -> int:
             sample = bare.get_slice(expert)[...]
 
             class StandIn:
-                def get_slice(self, name: str) -> "StandIn":
+                def get_slice(self, name: str) -> StandIn:
                     return self
 
                 def __getitem__(self, key: Any) -> Any:
@@ -513,7 +571,9 @@ def cmd_account(argv: list[str]) -> int:
             def run_traced(n: int) -> None:
                 for _ in range(n):
                     traced_slice[...]
+
             return _best_ns(run_traced, 20000, 15) - _best_ns(run_bare, 20000, 15)
+
         item("slice[...] counting (per tensor)", index)
 
         def conversion() -> float:
@@ -528,7 +588,9 @@ def cmd_account(argv: list[str]) -> int:
             def run(n: int) -> None:
                 for _ in range(n):
                     hooks_transformers.weight_conversion(converter, (), {}).done(produced, None)
+
             return _best_ns(run, 5000)
+
         item("WeightConverter/WeightRenaming hook (per conversion)", conversion)
 
         def zeros_like_in_load() -> float:
@@ -542,7 +604,9 @@ def cmd_account(argv: list[str]) -> int:
             def run_traced(n: int) -> None:
                 for _ in range(n):
                     torch.zeros_like(x)
+
             return _best_ns(run_traced, 2000) - _best_ns(run_bare, 2000)
+
         item("zeros_like/empty_like inside a load (per call)", zeros_like_in_load)
     finally:
         tracing.end_load(scope, token, {}, None)
@@ -554,7 +618,9 @@ def cmd_account(argv: list[str]) -> int:
             for _ in range(n):
                 hooks_transformers.strategy()
                 hooks_transformers.held_bytes(model, False)
+
         return _best_ns(run, 50, 7)
+
     item("from_pretrained extras: strategy, held bytes of the model (per load)", held)
 
     def sample() -> float:
@@ -566,30 +632,43 @@ def cmd_account(argv: list[str]) -> int:
         def run(n: int) -> None:
             for _ in range(n):
                 process_memory()
+
         return _best_ns(run, 200, 7)
+
     item("memory sample by the monitor thread (per sample)", sample)
 
     def number(key: str) -> float:
         value = costs.get(key)
         return value if isinstance(value, float) else 0.0
+
     scopes = 1 + counts["phase_entries"]
     breakdown = {
-        "per tensor: get_slice proxy + counting read": counts["tensors_read"] * (
-            number("get_slice proxy (per tensor)") + number("slice[...] counting (per tensor)")),
+        "per tensor: get_slice proxy + counting read": counts["tensors_read"]
+        * (number("get_slice proxy (per tensor)") + number("slice[...] counting (per tensor)")),
         "per file: span + export": counts["files"] * number("a file: safetensors.open span + export (per file)"),
-        "per load / phase entry: span, export, memory readings": scopes * number(
-            "a load or phase scope: span, export, memory readings (per scope)"),
+        "per load / phase entry: span, export, memory readings": scopes
+        * number("a load or phase scope: span, export, memory readings (per scope)"),
         "conversion hooks": counts["conversions"] * number("WeightConverter/WeightRenaming hook (per conversion)"),
         "materialisations": counts["materialized"] * number("zeros_like/empty_like inside a load (per call)"),
         "from_pretrained extras (strategy, held bytes)": number(
-            "from_pretrained extras: strategy, held bytes of the model (per load)"),
-        "monitor thread memory samples": counts.get("monitor_samples", 0) * number(
-            "memory sample by the monitor thread (per sample)"),
+            "from_pretrained extras: strategy, held bytes of the model (per load)"
+        ),
+        "monitor thread memory samples": counts.get("monitor_samples", 0)
+        * number("memory sample by the monitor thread (per sample)"),
     }
     progress_ns = counts.get("progress_writes", 0) * number("progress-file write, directory present (per write)")
-    Path(out).write_text(json.dumps({"counts": counts, "costs_ns": costs, "breakdown_ns": breakdown,
-                                     "total_ms": sum(breakdown.values()) / 1e6, "progress_ms": progress_ns / 1e6,
-                                     "progress_broken": progress_broken[0] if progress_broken else None}))
+    Path(out).write_text(
+        json.dumps(
+            {
+                "counts": counts,
+                "costs_ns": costs,
+                "breakdown_ns": breakdown,
+                "total_ms": sum(breakdown.values()) / 1e6,
+                "progress_ms": progress_ns / 1e6,
+                "progress_broken": progress_broken[0] if progress_broken else None,
+            }
+        )
+    )
     return 0
 
 
@@ -599,8 +678,13 @@ def bench_account(ckpt: Path, work: Path) -> dict[str, Any]:
     trace_dir = work / "traces" / "account"
     shutil.rmtree(trace_dir, ignore_errors=True)
     env = clean_env(LOADTRACE="1", LOADTRACE_DIR=str(trace_dir))
-    run_checked([PY, str(HERE), "_account", str(ckpt), str(out), str(trace_dir)], env, 900, work / "results" / "account.log",
-                cwd=work)
+    run_checked(
+        [PY, str(HERE), "_account", str(ckpt), str(out), str(trace_dir)],
+        env,
+        900,
+        work / "results" / "account.log",
+        cwd=work,
+    )
     return json.loads(out.read_text())
 
 
@@ -713,13 +797,15 @@ def config_env(label: str, trace_dir: Path, receiver: Receiver | None) -> tuple[
         return clean_env(LOADTRACE="1", LOADTRACE_DETAIL="tensor", LOADTRACE_DIR=str(trace_dir)), []
     if label == "OTLP http":
         assert receiver is not None
-        return clean_env(LOADTRACE="1", OTEL_EXPORTER_OTLP_ENDPOINT=receiver.url,
-                         OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf"), []
+        return clean_env(
+            LOADTRACE="1", OTEL_EXPORTER_OTLP_ENDPOINT=receiver.url, OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf"
+        ), []
     raise ValueError(label)
 
 
-def run_load(label: str, ckpt: Path, loads: int, work: Path, run_id: str, receiver: Receiver | None,
-             ddp: bool) -> dict[str, Any]:
+def run_load(
+    label: str, ckpt: Path, loads: int, work: Path, run_id: str, receiver: Receiver | None, ddp: bool
+) -> dict[str, Any]:
     trace_dir = work / "traces" / run_id
     out_dir = work / "results" / run_id
     shutil.rmtree(trace_dir, ignore_errors=True)
@@ -729,8 +815,19 @@ def run_load(label: str, ckpt: Path, loads: int, work: Path, run_id: str, receiv
     worker = [str(HERE), "_load", str(ckpt), "--loads", str(loads), "--out", str(out_dir / "rank{rank}.json"), *extra]
     if ddp:
         env.setdefault("OMP_NUM_THREADS", "1")  # what torchrun sets for nproc > 1 anyway; said here to keep it quiet
-        cmd = [PY, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-               "--master_port", str(free_port()), *worker, "--ddp"]
+        cmd = [
+            PY,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            str(free_port()),
+            *worker,
+            "--ddp",
+        ]
     else:
         cmd = [PY, *worker]
     before = receiver.snapshot() if receiver else (0, 0, 0)
@@ -743,11 +840,22 @@ def run_load(label: str, ckpt: Path, loads: int, work: Path, run_id: str, receiv
     span_counts = []
     for file in files:
         spans, resource = read_spans(file)
-        span_counts.append({"file": file.name, "rank": resource.get("loadtrace.rank"), "total": len(spans),
-                            "loads": spans_per_load(spans)})
-    return {"label": label, "ranks": ranks, "process_s": process_s, "span_files": span_counts,
-            "otlp": {"requests": after[0] - before[0], "spans": after[1] - before[1], "bytes": after[2] - before[2]},
-            "trace_dir": str(trace_dir)}
+        span_counts.append(
+            {
+                "file": file.name,
+                "rank": resource.get("loadtrace.rank"),
+                "total": len(spans),
+                "loads": spans_per_load(spans),
+            }
+        )
+    return {
+        "label": label,
+        "ranks": ranks,
+        "process_s": process_s,
+        "span_files": span_counts,
+        "otlp": {"requests": after[0] - before[0], "spans": after[1] - before[1], "bytes": after[2] - before[2]},
+        "trace_dir": str(trace_dir),
+    }
 
 
 def warm(rank: dict[str, Any], key: str = "wall_s") -> float | None:
@@ -782,11 +890,12 @@ def metric(run: dict[str, Any], name: str) -> float | None:
     return max(values) if values else None
 
 
-def interleave(configs: list[str], rounds: int, ckpt: Path, loads: int, work: Path, receiver: Receiver | None,
-               ddp: bool, tag: str) -> list[dict[str, dict[str, Any]]]:
+def interleave(
+    configs: list[str], rounds: int, ckpt: Path, loads: int, work: Path, receiver: Receiver | None, ddp: bool, tag: str
+) -> list[dict[str, dict[str, Any]]]:
     results = []
     for r in range(rounds):
-        order = configs[r % len(configs):] + configs[:r % len(configs)]  # rotate: no config always goes first
+        order = configs[r % len(configs) :] + configs[: r % len(configs)]  # rotate: no config always goes first
         if r % 2:
             order.reverse()
         round_results = {}
@@ -797,8 +906,10 @@ def interleave(configs: list[str], rounds: int, ckpt: Path, loads: int, work: Pa
             traced = label.startswith(("LOADTRACE", "OTLP", "DETAIL"))
             if any(rank["zeros_like_wrapped"] != traced for rank in run["ranks"]):
                 log(f"WARNING: {run_id}: torch.zeros_like {'not ' if traced else ''}wrapped, unlike what {label} means")
-            log(f"{tag} round {r + 1}/{rounds} {label:15s} first {metric(run, 'first'):.3f} s  warm "
-                f"{fmt(metric(run, 'warm'))} s  peak {metric(run, 'peak_mb'):.0f} MB  (load avg {loadavg()})")
+            log(
+                f"{tag} round {r + 1}/{rounds} {label:15s} first {metric(run, 'first'):.3f} s  warm "
+                f"{fmt(metric(run, 'warm'))} s  peak {metric(run, 'peak_mb'):.0f} MB  (load avg {loadavg()})"
+            )
         results.append(round_results)
     return results
 
@@ -807,16 +918,38 @@ def summarize_load(results: list[dict[str, dict[str, Any]]], configs: list[str])
     summary = {}
     for label in configs:
         entry: dict[str, Any] = {}
-        for name in ("first", "warm", "first_cpu", "warm_cpu", "profiler_inner", "peak_mb", "load_peak_mb", "import_mb"):
+        for name in (
+            "first",
+            "warm",
+            "first_cpu",
+            "warm_cpu",
+            "profiler_inner",
+            "peak_mb",
+            "load_peak_mb",
+            "import_mb",
+        ):
             values = [metric(rnd[label], name) for rnd in results]
             values = [v for v in values if v is not None]
             base = [metric(rnd["off"], name if name != "profiler_inner" else "first") for rnd in results]
-            ratios = [metric(rnd[label], name) / b for rnd, b in zip(results, base)
-                      if b and metric(rnd[label], name) is not None]
-            diffs = [metric(rnd[label], name) - b for rnd, b in zip(results, base)
-                     if b is not None and metric(rnd[label], name) is not None]
-            entry[name] = {"median": med(values), "min": low(values), "n": len(values), "values": values,
-                           "pair_ratio_median": med(ratios), "pair_ratios": ratios, "pair_diff_median": med(diffs)}
+            ratios = [
+                metric(rnd[label], name) / b
+                for rnd, b in zip(results, base)
+                if b and metric(rnd[label], name) is not None
+            ]
+            diffs = [
+                metric(rnd[label], name) - b
+                for rnd, b in zip(results, base)
+                if b is not None and metric(rnd[label], name) is not None
+            ]
+            entry[name] = {
+                "median": med(values),
+                "min": low(values),
+                "n": len(values),
+                "values": values,
+                "pair_ratio_median": med(ratios),
+                "pair_ratios": ratios,
+                "pair_diff_median": med(diffs),
+            }
             base_values = [b for b in base if b is not None]
             entry[name]["ratio_of_minima"] = (low(values) / low(base_values)) if values and base_values else None
             entry[name]["ratio_of_medians"] = (med(values) / med(base_values)) if values and base_values else None
@@ -868,10 +1001,13 @@ def cmd_unpatched(argv: list[str]) -> int:
         problems.append("torch.zeros_like is not the original")
     if torch.empty_like is not torch._C._VariableFunctions.empty_like:
         problems.append("torch.empty_like is not the original")
-    for name, obj in [("safetensors.safe_open", safetensors.safe_open), ("torch.load", torch.load),
-                      ("modeling_utils.safe_open", mu.safe_open),
-                      ("PreTrainedModel.from_pretrained", mu.PreTrainedModel.__dict__["from_pretrained"]),
-                      ("convert_and_load_state_dict_in_model", cml.convert_and_load_state_dict_in_model)]:
+    for name, obj in [
+        ("safetensors.safe_open", safetensors.safe_open),
+        ("torch.load", torch.load),
+        ("modeling_utils.safe_open", mu.safe_open),
+        ("PreTrainedModel.from_pretrained", mu.PreTrainedModel.__dict__["from_pretrained"]),
+        ("convert_and_load_state_dict_in_model", cml.convert_and_load_state_dict_in_model),
+    ]:
         if type(obj).__name__ in ("FunctionWrapper", "BoundFunctionWrapper", "ObjectProxy"):
             problems.append(f"{name} is wrapped")
     print(json.dumps({"ok": not problems, "problems": problems, "modules": len(sys.modules)}))
@@ -881,8 +1017,11 @@ def cmd_unpatched(argv: list[str]) -> int:
 def bench_start(work: Path, pairs: int) -> dict[str, Any]:
     without = shadow_venv(work / "venv-without-loadtrace", False)
     with_ = shadow_venv(work / "venv-with-loadtrace", True)
-    variants = {"not installed": (without, clean_env()), "installed, off": (with_, clean_env()),
-                "installed, LOADTRACE=1": (with_, clean_env(LOADTRACE="1", LOADTRACE_DIR=str(work / "traces-start")))}
+    variants = {
+        "not installed": (without, clean_env()),
+        "installed, off": (with_, clean_env()),
+        "installed, LOADTRACE=1": (with_, clean_env(LOADTRACE="1", LOADTRACE_DIR=str(work / "traces-start"))),
+    }
     # Sanity: the shadows really differ only by loadtrace, and start the same interpreter.
     probe = "import sys, importlib.util as u; print(sys.prefix, u.find_spec('loadtrace') is not None, u.find_spec('torch') is not None)"
     for name, (python, env) in variants.items():
@@ -907,31 +1046,55 @@ def bench_start(work: Path, pairs: int) -> dict[str, Any]:
     for name in names:
         diffs = [(a - b) * 1000 for a, b in zip(times[name], base)]
         python, env = variants[name]
-        rss = [int(subprocess.run([str(python), "-c", rss_probe], env=env, capture_output=True, text=True,
-                                  check=True).stdout) / 1024 for _ in range(3)]
-        result[name] = {"median_ms": med(times[name]) * 1000, "min_ms": low(times[name]) * 1000,
-                        "pair_diff_median_ms": med(diffs), "pair_ratio_median": med([a / b for a, b in zip(times[name], base)]),
-                        "max_rss_mb": med(rss)}
+        rss = [
+            int(
+                subprocess.run(
+                    [str(python), "-c", rss_probe], env=env, capture_output=True, text=True, check=True
+                ).stdout
+            )
+            / 1024
+            for _ in range(3)
+        ]
+        result[name] = {
+            "median_ms": med(times[name]) * 1000,
+            "min_ms": low(times[name]) * 1000,
+            "pair_diff_median_ms": med(diffs),
+            "pair_ratio_median": med([a / b for a, b in zip(times[name], base)]),
+            "max_rss_mb": med(rss),
+        }
+
     # -X importtime: what an off start imports that a start without loadtrace does not (should be nothing).
     def imported(python: Path) -> set[str]:
-        err = subprocess.run([str(python), "-X", "importtime", "-c", "pass"], env=clean_env(), capture_output=True,
-                             text=True, check=True).stderr
-        return {line.split("|")[-1].strip() for line in err.splitlines() if line.startswith("import time:")} - {"package"}
+        err = subprocess.run(
+            [str(python), "-X", "importtime", "-c", "pass"], env=clean_env(), capture_output=True, text=True, check=True
+        ).stderr
+        return {line.split("|")[-1].strip() for line in err.splitlines() if line.startswith("import time:")} - {
+            "package"
+        }
+
     result["extra_imports_when_off"] = sorted(imported(with_) - imported(without))
     # The exact extra work of an off start: site processing loadtrace.pth (open, read, exec one line), in-process.
-    site_dir = with_.parent.parent / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
-    code = ("import site, time, os\n"
-            f"d = {str(site_dir)!r}\n"
-            "n = 2000\n"
-            "best = []\n"
-            "for _ in range(7):\n"
-            "    t = time.perf_counter()\n"
-            "    for _ in range(n): site.addpackage(d, 'loadtrace.pth', set())\n"
-            "    best.append((time.perf_counter() - t) / n)\n"
-            "print(min(best) * 1e6, sorted(best)[3] * 1e6)\n")
-    out = subprocess.run([str(with_), "-c", code], env=clean_env(), capture_output=True, text=True, check=True).stdout.split()
+    site_dir = (
+        with_.parent.parent / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    )
+    code = (
+        "import site, time, os\n"
+        f"d = {str(site_dir)!r}\n"
+        "n = 2000\n"
+        "best = []\n"
+        "for _ in range(7):\n"
+        "    t = time.perf_counter()\n"
+        "    for _ in range(n): site.addpackage(d, 'loadtrace.pth', set())\n"
+        "    best.append((time.perf_counter() - t) / n)\n"
+        "print(min(best) * 1e6, sorted(best)[3] * 1e6)\n"
+    )
+    out = subprocess.run(
+        [str(with_), "-c", code], env=clean_env(), capture_output=True, text=True, check=True
+    ).stdout.split()
     result["pth_processing_us"] = {"min": float(out[0]), "median": float(out[1])}
-    check = subprocess.run([str(PY), str(HERE), "_unpatched"], env=clean_env(), capture_output=True, text=True, check=True)
+    check = subprocess.run(
+        [str(PY), str(HERE), "_unpatched"], env=clean_env(), capture_output=True, text=True, check=True
+    )
     result["unpatched_when_off"] = json.loads(check.stdout.strip().splitlines()[-1])
     return result
 
@@ -945,9 +1108,9 @@ def cmd_micro(argv: list[str]) -> int:
     import torch
 
     bare = {"zeros_like": torch.zeros_like, "empty_like": torch.empty_like}
-    import loadtrace
-
     import wrapt
+
+    import loadtrace
 
     def passthrough(wrapped_, instance, args, kwargs):
         return wrapped_(*args, **kwargs)
@@ -956,11 +1119,19 @@ def cmd_micro(argv: list[str]) -> int:
     loadtrace.instrument()
     # Instrumented, outside a load: loadtrace hooks zeros_like / empty_like only while a load is open.
     wrapped = {"zeros_like": torch.zeros_like, "empty_like": torch.empty_like}
-    cases = [("zeros_like", torch.empty(16), 20000), ("empty_like", torch.empty(16), 20000),
-             ("zeros_like", torch.empty(256 * 1024), 1000)]
+    cases = [
+        ("zeros_like", torch.empty(16), 20000),
+        ("empty_like", torch.empty(16), 20000),
+        ("zeros_like", torch.empty(256 * 1024), 1000),
+    ]
     results = []
     for name, tensor, n in cases:
-        fns = {"bare": bare[name], "bare (null)": bare[name], "wrapt pass-through": floor[name], "wrapped": wrapped[name]}
+        fns = {
+            "bare": bare[name],
+            "bare (null)": bare[name],
+            "wrapt pass-through": floor[name],
+            "wrapped": wrapped[name],
+        }
         times: dict[str, list[float]] = {k: [] for k in fns}
         for fn in fns.values():  # warm-up
             for _ in range(n // 10):
@@ -1013,8 +1184,14 @@ def make_64_ranks(rank_files: dict[int, Path], dest: Path, world: int = 64, per_
     for rank in range(world):
         source = rank_files[0 if rank == 0 else 1]
         lines = [json.loads(line) for line in source.read_text().splitlines() if line.strip()]
-        own_ids = {span["spanId"] for data in lines for rs in data["resourceSpans"] for ss in rs["scopeSpans"]
-                   for span in ss["spans"] if span["name"] != "loadtrace.job"}
+        own_ids = {
+            span["spanId"]
+            for data in lines
+            for rs in data["resourceSpans"]
+            for ss in rs["scopeSpans"]
+            for span in ss["spans"]
+            if span["name"] != "loadtrace.job"
+        }
         mapping = {old: hashlib.blake2b(f"{rank}/{old}".encode(), digest_size=8).hexdigest() for old in own_ids}
         host = f"node{rank // per_node:02d}"
         out = []
@@ -1022,12 +1199,16 @@ def make_64_ranks(rank_files: dict[int, Path], dest: Path, world: int = 64, per_
             for rs in data["resourceSpans"]:
                 attributes = rs["resource"]["attributes"]
                 job = next((a["value"].get("stringValue") for a in attributes if a["key"] == "loadtrace.job.id"), "job")
-                values = {"loadtrace.rank": {"intValue": str(rank)}, "loadtrace.local_rank": {"intValue": str(rank % per_node)},
-                          "loadtrace.world_size": {"intValue": str(world)},
-                          "loadtrace.local_world_size": {"intValue": str(per_node)},
-                          "loadtrace.node_rank": {"intValue": str(rank // per_node)},
-                          "service.instance.id": {"stringValue": f"{job}/rank-{rank}"},
-                          "host.name": {"stringValue": host}, "process.pid": {"intValue": str(10000 + rank)}}
+                values = {
+                    "loadtrace.rank": {"intValue": str(rank)},
+                    "loadtrace.local_rank": {"intValue": str(rank % per_node)},
+                    "loadtrace.world_size": {"intValue": str(world)},
+                    "loadtrace.local_world_size": {"intValue": str(per_node)},
+                    "loadtrace.node_rank": {"intValue": str(rank // per_node)},
+                    "service.instance.id": {"stringValue": f"{job}/rank-{rank}"},
+                    "host.name": {"stringValue": host},
+                    "process.pid": {"intValue": str(10000 + rank)},
+                }
                 for attribute in attributes:
                     if attribute["key"] in values:
                         attribute["value"] = values.pop(attribute["key"])
@@ -1039,16 +1220,19 @@ def make_64_ranks(rank_files: dict[int, Path], dest: Path, world: int = 64, per_
 
 def bench_report(rank_dir: Path, repeats: int, work: Path) -> dict[str, Any]:
     cli = Path(PY).parent / "loadtrace"
-    result: dict[str, Any] = {"files": len(list(rank_dir.glob("*.jsonl"))),
-                              "bytes": sum(p.stat().st_size for p in rank_dir.glob("*.jsonl"))}
+    result: dict[str, Any] = {
+        "files": len(list(rank_dir.glob("*.jsonl"))),
+        "bytes": sum(p.stat().st_size for p in rank_dir.glob("*.jsonl")),
+    }
     have_cli = cli.exists() and subprocess.run([str(cli), "report", "--help"], capture_output=True).returncode == 0
     result["how"] = "cli" if have_cli else "read_files"
     times, imports = [], []
     for i in range(repeats):
         if have_cli:
             t0 = time.perf_counter()
-            proc = subprocess.run([str(cli), "report", str(rank_dir), "--format", "json"], capture_output=True,
-                                  text=True, env=clean_env())
+            proc = subprocess.run(
+                [str(cli), "report", str(rank_dir), "--format", "json"], capture_output=True, text=True, env=clean_env()
+            )
             times.append(time.perf_counter() - t0)
             if proc.returncode not in (0, 1):
                 raise RuntimeError(f"loadtrace report failed ({proc.returncode}): {proc.stderr[-2000:]}")
@@ -1058,8 +1242,10 @@ def bench_report(rank_dir: Path, repeats: int, work: Path) -> dict[str, Any]:
                 result["findings"] = len(report.get("findings", []))
                 result["traces"] = len(report.get("traces", []))
         else:
-            code = ("import time; t=time.perf_counter(); from loadtrace.analysis.sources import read_files; "
-                    f"s=read_files({str(rank_dir)!r}); print(time.perf_counter()-t, len(s.spans))")
+            code = (
+                "import time; t=time.perf_counter(); from loadtrace.analysis.sources import read_files; "
+                f"s=read_files({str(rank_dir)!r}); print(time.perf_counter()-t, len(s.spans))"
+            )
             t0 = time.perf_counter()
             out = subprocess.run([PY, "-c", code], capture_output=True, text=True, env=clean_env(), check=True)
             times.append(time.perf_counter() - t0)
@@ -1088,14 +1274,18 @@ def verdict(ok: bool | None) -> str:
 def render(res: dict[str, Any]) -> str:
     out = []
     meta = res["meta"]
-    out.append(f"## loadtrace benchmark ({meta['when']}, {meta['cpus']} CPUs, python {meta['python']}, torch "
-               f"{meta['torch']}, transformers {meta['transformers']}, mode {meta['mode']}; load average "
-               f"{meta['loadavg_start']} at start, {meta.get('loadavg_end', '?')} at end)")
+    out.append(
+        f"## loadtrace benchmark ({meta['when']}, {meta['cpus']} CPUs, python {meta['python']}, torch "
+        f"{meta['torch']}, transformers {meta['transformers']}, mode {meta['mode']}; load average "
+        f"{meta['loadavg_start']} at start, {meta.get('loadavg_end', '?')} at end)"
+    )
     moe = res["checkpoints"]["moe"]
     many = res["checkpoints"]["many"]
-    out.append(f"\nWorkloads: `{moe['spec']['name']}` {moe['tensors']:,} tensors, {len(moe['files'])} shards, "
-               f"{moe['bytes'] / 1e6:.0f} MB; `{many['spec']['name']}` {many['tensors']:,} tensors, "
-               f"{len(many['files'])} shards, {many['bytes'] / 1e6:.1f} MB.")
+    out.append(
+        f"\nWorkloads: `{moe['spec']['name']}` {moe['tensors']:,} tensors, {len(moe['files'])} shards, "
+        f"{moe['bytes'] / 1e6:.0f} MB; `{many['spec']['name']}` {many['tensors']:,} tensors, "
+        f"{len(many['files'])} shards, {many['bytes'] / 1e6:.1f} MB."
+    )
 
     if "start" in res:
         s = res["start"]
@@ -1103,82 +1293,150 @@ def render(res: dict[str, Any]) -> str:
         rows = []
         for name in ("not installed", "installed, off", "installed, LOADTRACE=1"):
             e = s[name]
-            rows.append([name, fmt(e["median_ms"], ".2f"), fmt(e["min_ms"], ".2f"), fmt(e["pair_diff_median_ms"], "+.2f"),
-                         fmt(e["pair_ratio_median"], ".3f"), fmt(e["max_rss_mb"], ".1f")])
-        out.append(table(["variant", "median ms", "min ms", "median paired diff vs not installed, ms",
-                          "median pair ratio", "max RSS MB"], rows))
+            rows.append(
+                [
+                    name,
+                    fmt(e["median_ms"], ".2f"),
+                    fmt(e["min_ms"], ".2f"),
+                    fmt(e["pair_diff_median_ms"], "+.2f"),
+                    fmt(e["pair_ratio_median"], ".3f"),
+                    fmt(e["max_rss_mb"], ".1f"),
+                ]
+            )
+        out.append(
+            table(
+                [
+                    "variant",
+                    "median ms",
+                    "min ms",
+                    "median paired diff vs not installed, ms",
+                    "median pair ratio",
+                    "max RSS MB",
+                ],
+                rows,
+            )
+        )
         up = s["unpatched_when_off"]
         off_extra = s["installed, off"]["pair_diff_median_ms"]
-        out.append(f"\n`loadtrace.pth` processing in-process (site.addpackage): {s['pth_processing_us']['min']:.1f} µs "
-                   f"(min), {s['pth_processing_us']['median']:.1f} µs (median). Extra modules imported at an off start "
-                   f"(-X importtime): {s['extra_imports_when_off'] or 'none'}. Installed but off, nothing patched "
-                   f"(zeros_like/empty_like the original builtins, safe_open/from_pretrained/convert unwrapped, "
-                   f"loadtrace not imported): {'yes' if up['ok'] else 'NO: ' + '; '.join(up['problems'])}. "
-                   f"Target ≤ {TARGETS['start_ms']:g} ms: {verdict(off_extra is not None and off_extra <= TARGETS['start_ms'] and up['ok'])}.")
+        out.append(
+            f"\n`loadtrace.pth` processing in-process (site.addpackage): {s['pth_processing_us']['min']:.1f} µs "
+            f"(min), {s['pth_processing_us']['median']:.1f} µs (median). Extra modules imported at an off start "
+            f"(-X importtime): {s['extra_imports_when_off'] or 'none'}. Installed but off, nothing patched "
+            f"(zeros_like/empty_like the original builtins, safe_open/from_pretrained/convert unwrapped, "
+            f"loadtrace not imported): {'yes' if up['ok'] else 'NO: ' + '; '.join(up['problems'])}. "
+            f"Target ≤ {TARGETS['start_ms']:g} ms: {verdict(off_extra is not None and off_extra <= TARGETS['start_ms'] and up['ok'])}."
+        )
 
-    for key, title, configs in (("single", "1 rank", SINGLE_CONFIGS), ("ddp", "torchrun --nproc_per_node 2 (gloo), the slower rank", DDP_CONFIGS)):
+    for key, title, configs in (
+        ("single", "1 rank", SINGLE_CONFIGS),
+        ("ddp", "torchrun --nproc_per_node 2 (gloo), the slower rank", DDP_CONFIGS),
+    ):
         if key not in res:
             continue
         sm = res[key]["summary"]
         rounds = res[key]["rounds"]
-        out.append(f"\n### (b) `from_pretrained` wall time, {title}: {rounds} interleaved rounds, fresh process per run, "
-                   f"{res[key]['loads']} loads per process\n")
-        out.append("first = the process's first load (what a job pays); warm = fastest later load in the same process. "
-                   "Pair ratio = that run / the `off` run of the same round, median over rounds; min/min = ratio of "
-                   "the minima. CPU = CPU seconds of the process (all threads; summed over ranks) during the load. "
-                   "RSS after imports: VmHWM once torch and transformers (and, when on, loadtrace's OTel) are "
-                   "imported; load's own peak: VmHWM reset before the first load, minus RSS then; process peak: "
-                   "VmHWM over the whole run (MB, the largest rank).\n")
+        out.append(
+            f"\n### (b) `from_pretrained` wall time, {title}: {rounds} interleaved rounds, fresh process per run, "
+            f"{res[key]['loads']} loads per process\n"
+        )
+        out.append(
+            "first = the process's first load (what a job pays); warm = fastest later load in the same process. "
+            "Pair ratio = that run / the `off` run of the same round, median over rounds; min/min = ratio of "
+            "the minima. CPU = CPU seconds of the process (all threads; summed over ranks) during the load. "
+            "RSS after imports: VmHWM once torch and transformers (and, when on, loadtrace's OTel) are "
+            "imported; load's own peak: VmHWM reset before the first load, minus RSS then; process peak: "
+            "VmHWM over the whole run (MB, the largest rank).\n"
+        )
         rows = []
         for label in configs:
             e = sm[label]
             first, warm_, peak = e["first"], e["warm"], e["peak_mb"]
             fc, wc = e["first_cpu"], e["warm_cpu"]
-            row = [label, fmt(first["median"]), fmt(first["min"]), pct(first["pair_ratio_median"]),
-                   pct(first["ratio_of_minima"]), fmt(warm_["median"]), fmt(warm_["min"]),
-                   pct(warm_["pair_ratio_median"]), pct(warm_["ratio_of_minima"]),
-                   pct(fc["pair_ratio_median"]), pct(wc["pair_ratio_median"]),
-                   fmt(e["import_mb"]["median"], ".1f"), fmt(e["import_mb"]["pair_diff_median"], "+.1f"),
-                   fmt(e["load_peak_mb"]["median"], ".0f"),
-                   fmt(peak["median"], ".0f"), fmt(peak["pair_diff_median"], "+.1f")]
+            row = [
+                label,
+                fmt(first["median"]),
+                fmt(first["min"]),
+                pct(first["pair_ratio_median"]),
+                pct(first["ratio_of_minima"]),
+                fmt(warm_["median"]),
+                fmt(warm_["min"]),
+                pct(warm_["pair_ratio_median"]),
+                pct(warm_["ratio_of_minima"]),
+                pct(fc["pair_ratio_median"]),
+                pct(wc["pair_ratio_median"]),
+                fmt(e["import_mb"]["median"], ".1f"),
+                fmt(e["import_mb"]["pair_diff_median"], "+.1f"),
+                fmt(e["load_peak_mb"]["median"], ".0f"),
+                fmt(peak["median"], ".0f"),
+                fmt(peak["pair_diff_median"], "+.1f"),
+            ]
             rows.append(row)
-        out.append(table(["config", "first s med", "first s min", "first pair ratio", "first min/min",
-                          "warm s med", "warm s min", "warm pair ratio", "warm min/min",
-                          "first CPU pair ratio", "warm CPU pair ratio",
-                          "RSS after imports MB", "extra (paired)", "load's own peak MB",
-                          "process peak RSS MB", "extra peak (paired)"], rows))
+        out.append(
+            table(
+                [
+                    "config",
+                    "first s med",
+                    "first s min",
+                    "first pair ratio",
+                    "first min/min",
+                    "warm s med",
+                    "warm s min",
+                    "warm pair ratio",
+                    "warm min/min",
+                    "first CPU pair ratio",
+                    "warm CPU pair ratio",
+                    "RSS after imports MB",
+                    "extra (paired)",
+                    "load's own peak MB",
+                    "process peak RSS MB",
+                    "extra peak (paired)",
+                ],
+                rows,
+            )
+        )
         if key == "single" and "torch.profiler" in sm:
             prof = sm["torch.profiler"]["profiler_inner"]
-            out.append(f"\n`torch.profiler` rows time the whole `with profile(...)` block (enter, load, stop and its "
-                       f"post-processing); the load alone inside it (first load): median {fmt(prof['median'])} s, "
-                       f"pair ratio {pct(prof['pair_ratio_median'])}.")
+            out.append(
+                f"\n`torch.profiler` rows time the whole `with profile(...)` block (enter, load, stop and its "
+                f"post-processing); the load alone inside it (first load): median {fmt(prof['median'])} s, "
+                f"pair ratio {pct(prof['pair_ratio_median'])}."
+            )
         if key == "single" and "OTLP http" in sm:
             out.append(f"OTLP receiver got {sm['OTLP http']['otlp_spans']} spans per run.")
         on = sm["LOADTRACE=1"]
         null = sm["off (null)"]
-        extra_rss = ((on["import_mb"]["pair_diff_median"] or 0.0)
-                     + max(0.0, on["load_peak_mb"]["median"] - sm["off"]["load_peak_mb"]["median"]))
-        out.append(f"\nDefault detail vs off, pair ratios (null in brackets): wall first {pct(on['first']['pair_ratio_median'])} "
-                   f"({pct(null['first']['pair_ratio_median'])}), wall warm {pct(on['warm']['pair_ratio_median'])} "
-                   f"({pct(null['warm']['pair_ratio_median'])}), CPU first {pct(on['first_cpu']['pair_ratio_median'])} "
-                   f"({pct(null['first_cpu']['pair_ratio_median'])}), CPU warm {pct(on['warm_cpu']['pair_ratio_median'])} "
-                   f"({pct(null['warm_cpu']['pair_ratio_median'])}). Memory: "
-                   f"{fmt(on['import_mb']['pair_diff_median'], '+.1f')} MB resident after imports (null "
-                   f"{fmt(null['import_mb']['pair_diff_median'], '+.1f')} MB), the load's own peak "
-                   f"{fmt(on['load_peak_mb']['median'], '.0f')} vs {fmt(sm['off']['load_peak_mb']['median'], '.0f')} MB "
-                   f"(medians; it is bimodal run to run, ~900 or ~1,014 MB, traced or not), so extra peak per rank "
-                   f"{fmt(extra_rss, '+.1f')} MB: target ≤ {TARGETS['rss_mb']:g} MB {verdict(extra_rss <= TARGETS['rss_mb'])}.")
+        extra_rss = (on["import_mb"]["pair_diff_median"] or 0.0) + max(
+            0.0, on["load_peak_mb"]["median"] - sm["off"]["load_peak_mb"]["median"]
+        )
+        out.append(
+            f"\nDefault detail vs off, pair ratios (null in brackets): wall first {pct(on['first']['pair_ratio_median'])} "
+            f"({pct(null['first']['pair_ratio_median'])}), wall warm {pct(on['warm']['pair_ratio_median'])} "
+            f"({pct(null['warm']['pair_ratio_median'])}), CPU first {pct(on['first_cpu']['pair_ratio_median'])} "
+            f"({pct(null['first_cpu']['pair_ratio_median'])}), CPU warm {pct(on['warm_cpu']['pair_ratio_median'])} "
+            f"({pct(null['warm_cpu']['pair_ratio_median'])}). Memory: "
+            f"{fmt(on['import_mb']['pair_diff_median'], '+.1f')} MB resident after imports (null "
+            f"{fmt(null['import_mb']['pair_diff_median'], '+.1f')} MB), the load's own peak "
+            f"{fmt(on['load_peak_mb']['median'], '.0f')} vs {fmt(sm['off']['load_peak_mb']['median'], '.0f')} MB "
+            f"(medians; it is bimodal run to run, ~900 or ~1,014 MB, traced or not), so extra peak per rank "
+            f"{fmt(extra_rss, '+.1f')} MB: target ≤ {TARGETS['rss_mb']:g} MB {verdict(extra_rss <= TARGETS['rss_mb'])}."
+        )
 
     if "account" in res:
         acc = res["account"]
         c = acc["counts"]
-        out.append("\n### (b) Overhead accounting, default detail: per-call cost (best of many blocks) x calls per load\n")
-        out.append(f"Events per load, from the load's own spans: {c['tensors_read']:,} tensors read, {c['files']} files, "
-                   f"{c['spans']} spans, {c['phase_entries']} phase entries, {c['conversions']} conversions, "
-                   f"{c['materialized']} zeros_like/empty_like, {c.get('monitor_samples', 0):.0f} monitor samples "
-                   f"(a {c['load_wall_s']:.2f} s warm load).\n")
-        rows = [[name, fmt(value / 1000, ".2f") if isinstance(value, float) else value]
-                for name, value in acc["costs_ns"].items()]
+        out.append(
+            "\n### (b) Overhead accounting, default detail: per-call cost (best of many blocks) x calls per load\n"
+        )
+        out.append(
+            f"Events per load, from the load's own spans: {c['tensors_read']:,} tensors read, {c['files']} files, "
+            f"{c['spans']} spans, {c['phase_entries']} phase entries, {c['conversions']} conversions, "
+            f"{c['materialized']} zeros_like/empty_like, {c.get('monitor_samples', 0):.0f} monitor samples "
+            f"(a {c['load_wall_s']:.2f} s warm load).\n"
+        )
+        rows = [
+            [name, fmt(value / 1000, ".2f") if isinstance(value, float) else value]
+            for name, value in acc["costs_ns"].items()
+        ]
         out.append(table(["per-call cost", "µs"], rows))
         out.append("")
         base = None
@@ -1190,75 +1448,180 @@ def render(res: dict[str, Any]) -> str:
         total = acc["total_ms"]
         rows.append(["**total per load, as run**", f"**{total:.2f}**"])
         if acc.get("progress_ms"):
-            state = ("none were written: the monitor gave up because the trace directory did not exist yet"
-                     if acc.get("progress_broken") else "on the monitor thread, not the loading thread: not in the total")
-            rows.append([f"progress-file writes, {c.get('progress_writes', 0)} per load ({state})",
-                         fmt(acc["progress_ms"], ".2f")])
+            state = (
+                "none were written: the monitor gave up because the trace directory did not exist yet"
+                if acc.get("progress_broken")
+                else "on the monitor thread, not the loading thread: not in the total"
+            )
+            rows.append(
+                [
+                    f"progress-file writes, {c.get('progress_writes', 0)} per load ({state})",
+                    fmt(acc["progress_ms"], ".2f"),
+                ]
+            )
         out.append(table(["where", "ms per load"], rows))
         if base is not None:
             parts_ = []
-            for what, key in (("warm load, median", ("warm", "median")), ("warm load, fastest", ("warm", "min")),
-                              ("first load, median", ("first", "median"))):
+            for what, key in (
+                ("warm load, median", ("warm", "median")),
+                ("warm load, fastest", ("warm", "min")),
+                ("first load, median", ("first", "median")),
+            ):
                 seconds = base[key[0]][key[1]]
                 if seconds:
                     parts_.append(f"{total / (seconds * 1000) * 100:.2f} % of the off {what} ({seconds:.3f} s)")
-            out.append("\nThat is " + "; ".join(parts_) + f". Target ≤ {(TARGETS['load_ratio'] - 1) * 100:g} %: "
-                       f"{verdict(total / (base['warm']['min'] * 1000) <= TARGETS['load_ratio'] - 1)} (judged on the fastest warm load, the "
-                       f"strictest).")
+            out.append(
+                "\nThat is " + "; ".join(parts_) + f". Target ≤ {(TARGETS['load_ratio'] - 1) * 100:g} %: "
+                f"{verdict(total / (base['warm']['min'] * 1000) <= TARGETS['load_ratio'] - 1)} (judged on the fastest warm load, the "
+                f"strictest)."
+            )
 
     if "ab" in res:
         ab = res["ab"]
-        out.append(f"\n### (b) In one process: warm loads with loadtrace's hooks removed / installed between loads "
-                   f"({ab['triples']} rotating triples off / on / off)\n")
-        out.append("The tightest pairing available (same process, same imports, same allocator state); it measures "
-                   "the steady per-load cost of the hooks and spans, not the one-time cost of the first traced load.\n")
-        rows = [[label, fmt(ab[label]["median"]), fmt(ab[label]["min"]), pct(ab[label]["pair_ratio_median"]),
-                 pct(ab[label]["ratio_of_minima"]), fmt(ab[label]["pair_diff_median_ms"], "+.1f"),
-                 fmt(ab[label + " cpu"]["median"]), pct(ab[label + " cpu"]["pair_ratio_median"]),
-                 pct(ab[label + " cpu"]["ratio_of_minima"]), fmt(ab[label + " cpu"]["pair_diff_median_ms"], "+.1f")]
-                for label in ("off", "off (null)", "on")]
-        out.append(table(["hooks", "wall s med", "wall s min", "wall pair ratio", "wall min/min", "wall paired diff ms",
-                          "CPU s med", "CPU pair ratio", "CPU min/min", "CPU paired diff ms"], rows))
+        out.append(
+            f"\n### (b) In one process: warm loads with loadtrace's hooks removed / installed between loads "
+            f"({ab['triples']} rotating triples off / on / off)\n"
+        )
+        out.append(
+            "The tightest pairing available (same process, same imports, same allocator state); it measures "
+            "the steady per-load cost of the hooks and spans, not the one-time cost of the first traced load.\n"
+        )
+        rows = [
+            [
+                label,
+                fmt(ab[label]["median"]),
+                fmt(ab[label]["min"]),
+                pct(ab[label]["pair_ratio_median"]),
+                pct(ab[label]["ratio_of_minima"]),
+                fmt(ab[label]["pair_diff_median_ms"], "+.1f"),
+                fmt(ab[label + " cpu"]["median"]),
+                pct(ab[label + " cpu"]["pair_ratio_median"]),
+                pct(ab[label + " cpu"]["ratio_of_minima"]),
+                fmt(ab[label + " cpu"]["pair_diff_median_ms"], "+.1f"),
+            ]
+            for label in ("off", "off (null)", "on")
+        ]
+        out.append(
+            table(
+                [
+                    "hooks",
+                    "wall s med",
+                    "wall s min",
+                    "wall pair ratio",
+                    "wall min/min",
+                    "wall paired diff ms",
+                    "CPU s med",
+                    "CPU pair ratio",
+                    "CPU min/min",
+                    "CPU paired diff ms",
+                ],
+                rows,
+            )
+        )
 
     if "spans" in res:
         out.append("\n### (c) Spans per rank at default detail\n")
         rows = []
         for entry in res["spans"]:
             ok = entry["max_spans_per_load"] <= entry["files"] + TARGETS["spans_over_files"]
-            rows.append([entry["what"], f"{entry['tensors']:,}", str(entry["files"]), str(entry["max_spans_per_load"]),
-                         str(entry["max_rank_file_spans"]), f"≤ {entry['files'] + TARGETS['spans_over_files']}", verdict(ok)])
-        out.append(table(["load", "tensors", "files opened", "spans per load (max over ranks)",
-                          "spans in the rank's file (all its loads, + job root on rank 0)", "target per load", ""], rows))
+            rows.append(
+                [
+                    entry["what"],
+                    f"{entry['tensors']:,}",
+                    str(entry["files"]),
+                    str(entry["max_spans_per_load"]),
+                    str(entry["max_rank_file_spans"]),
+                    f"≤ {entry['files'] + TARGETS['spans_over_files']}",
+                    verdict(ok),
+                ]
+            )
+        out.append(
+            table(
+                [
+                    "load",
+                    "tensors",
+                    "files opened",
+                    "spans per load (max over ranks)",
+                    "spans in the rank's file (all its loads, + job root on rank 0)",
+                    "target per load",
+                    "",
+                ],
+                rows,
+            )
+        )
         if res.get("tensor_detail_spans"):
-            out.append(f"\nFor comparison, `LOADTRACE_DETAIL=tensor` on the {moe['tensors']:,}-tensor load: "
-                       f"{res['tensor_detail_spans']} spans per load.")
+            out.append(
+                f"\nFor comparison, `LOADTRACE_DETAIL=tensor` on the {moe['tensors']:,}-tensor load: "
+                f"{res['tensor_detail_spans']} spans per load."
+            )
 
     if "report" in res:
         r = res["report"]
-        how = ("`loadtrace report DIR --format json` (the CLI, a fresh process each time)" if r["how"] == "cli"
-               else "`loadtrace.analysis.sources.read_files` (the CLI was not ready)")
-        out.append(f"\n### (d) {how} over {r['files']} rank files ({r['bytes'] / 1e6:.2f} MB) of the "
-                   f"{many['tensors']:,}-tensor load\n")
-        out.append(table(["median s", "min s", "of which interpreter + import (median s)", "ranks in report", "target", ""],
-                         [[fmt(r["median_s"]), fmt(r["min_s"]), fmt(r["import_only_median_s"]),
-                           str(r.get("ranks_in_report", "-")), f"≤ {TARGETS['report_s']:g} s",
-                           verdict(r["median_s"] <= TARGETS["report_s"])]]))
+        how = (
+            "`loadtrace report DIR --format json` (the CLI, a fresh process each time)"
+            if r["how"] == "cli"
+            else "`loadtrace.analysis.sources.read_files` (the CLI was not ready)"
+        )
+        out.append(
+            f"\n### (d) {how} over {r['files']} rank files ({r['bytes'] / 1e6:.2f} MB) of the "
+            f"{many['tensors']:,}-tensor load\n"
+        )
+        out.append(
+            table(
+                ["median s", "min s", "of which interpreter + import (median s)", "ranks in report", "target", ""],
+                [
+                    [
+                        fmt(r["median_s"]),
+                        fmt(r["min_s"]),
+                        fmt(r["import_only_median_s"]),
+                        str(r.get("ranks_in_report", "-")),
+                        f"≤ {TARGETS['report_s']:g} s",
+                        verdict(r["median_s"] <= TARGETS["report_s"]),
+                    ]
+                ],
+            )
+        )
 
     if "micro" in res:
         out.append("\n### (e) Outside a load: bare vs wrapped (ns per call, interleaved blocks)\n")
         rows = []
         for e in res["micro"]:
             bare, null, wrapped = e["bare"], e["bare (null)"], e["wrapped"]
-            rows.append([f"torch.{e['function']} ({e['numel']:,} floats)", fmt(bare["median_ns"], ".0f"),
-                         fmt(null["median_ns"], ".0f"), fmt(e["wrapt pass-through"]["median_ns"], ".0f"),
-                         fmt(wrapped["median_ns"], ".0f"),
-                         fmt(bare["min_ns"], ".0f"), fmt(wrapped["min_ns"], ".0f"),
-                         fmt(wrapped["median_ns"] - bare["median_ns"], "+.0f"),
-                         pct(wrapped["median_ns"] / bare["median_ns"]), pct(null["median_ns"] / bare["median_ns"])])
-        out.append("With loadtrace instrumented, outside a load `torch.zeros_like` / `empty_like` are the bare builtins "
-                   "(hooked only while a load is open), so the last columns measure the same object as the first.\n")
-        out.append(table(["call", "bare med", "bare (null) med", "bare wrapt pass-through med", "instrumented med", "bare min", "instrumented min",
-                          "extra ns", "wrapped vs bare", "null"], rows))
+            rows.append(
+                [
+                    f"torch.{e['function']} ({e['numel']:,} floats)",
+                    fmt(bare["median_ns"], ".0f"),
+                    fmt(null["median_ns"], ".0f"),
+                    fmt(e["wrapt pass-through"]["median_ns"], ".0f"),
+                    fmt(wrapped["median_ns"], ".0f"),
+                    fmt(bare["min_ns"], ".0f"),
+                    fmt(wrapped["min_ns"], ".0f"),
+                    fmt(wrapped["median_ns"] - bare["median_ns"], "+.0f"),
+                    pct(wrapped["median_ns"] / bare["median_ns"]),
+                    pct(null["median_ns"] / bare["median_ns"]),
+                ]
+            )
+        out.append(
+            "With loadtrace instrumented, outside a load `torch.zeros_like` / `empty_like` are the bare builtins "
+            "(hooked only while a load is open), so the last columns measure the same object as the first.\n"
+        )
+        out.append(
+            table(
+                [
+                    "call",
+                    "bare med",
+                    "bare (null) med",
+                    "bare wrapt pass-through med",
+                    "instrumented med",
+                    "bare min",
+                    "instrumented min",
+                    "extra ns",
+                    "wrapped vs bare",
+                    "null",
+                ],
+                rows,
+            )
+        )
     return "\n".join(out)
 
 
@@ -1268,8 +1631,14 @@ def render(res: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    internal = {"_load": cmd_load, "_ab": cmd_ab, "_account": cmd_account, "_micro": cmd_micro,
-                "_checkpoint": cmd_checkpoint, "_unpatched": cmd_unpatched}
+    internal = {
+        "_load": cmd_load,
+        "_ab": cmd_ab,
+        "_account": cmd_account,
+        "_micro": cmd_micro,
+        "_checkpoint": cmd_checkpoint,
+        "_unpatched": cmd_unpatched,
+    }
     if argv and argv[0] in internal:
         return internal[argv[0]](argv[1:])
 
@@ -1294,15 +1663,24 @@ def main(argv: list[str] | None = None) -> int:
 
     import importlib.metadata as md
 
-    res: dict[str, Any] = {"meta": {"when": time.strftime("%Y-%m-%d %H:%M"), "cpus": os.cpu_count(),
-                                    "python": sys.version.split()[0], "torch": md.version("torch"),
-                                    "transformers": md.version("transformers"), "mode": "quick" if quick else "full",
-                                    "loadavg_start": loadavg()}}
+    res: dict[str, Any] = {
+        "meta": {
+            "when": time.strftime("%Y-%m-%d %H:%M"),
+            "cpus": os.cpu_count(),
+            "python": sys.version.split()[0],
+            "torch": md.version("torch"),
+            "transformers": md.version("transformers"),
+            "mode": "quick" if quick else "full",
+            "loadavg_start": loadavg(),
+        }
+    }
     moe_dir, moe = checkpoint(MOE, work)
     many_dir, many = checkpoint(MANY, work)
     res["checkpoints"] = {"moe": moe, "many": many}
-    log(f"{MOE['name']}: {moe['tensors']} tensors, {len(moe['files'])} shards, {moe['bytes']:,} B; "
-        f"{MANY['name']}: {many['tensors']} tensors, {len(many['files'])} shards, {many['bytes']:,} B")
+    log(
+        f"{MOE['name']}: {moe['tensors']} tensors, {len(moe['files'])} shards, {moe['bytes']:,} B; "
+        f"{MANY['name']}: {many['tensors']} tensors, {len(many['files'])} shards, {many['bytes']:,} B"
+    )
 
     if "a" in parts:
         log("(a) interpreter start")
@@ -1312,12 +1690,22 @@ def main(argv: list[str] | None = None) -> int:
         if "b" in parts:
             log(f"(b) 1 rank: {rounds} rounds x {len(SINGLE_CONFIGS)} configs, {loads} loads per process")
             raw = interleave(SINGLE_CONFIGS, rounds, moe_dir, loads, work, receiver, False, "single")
-            res["single"] = {"rounds": rounds, "loads": loads, "summary": summarize_load(raw, SINGLE_CONFIGS), "raw": raw}
+            res["single"] = {
+                "rounds": rounds,
+                "loads": loads,
+                "summary": summarize_load(raw, SINGLE_CONFIGS),
+                "raw": raw,
+            }
         if "ddp" in parts:
             log(f"(b) torchrun 2 ranks: {ddp_rounds} rounds x {len(DDP_CONFIGS)} configs")
             ddp_loads = min(loads, 2)  # two ranks on two cores: the first load and one warm one
             raw = interleave(DDP_CONFIGS, ddp_rounds, moe_dir, ddp_loads, work, receiver, True, "ddp")
-            res["ddp"] = {"rounds": ddp_rounds, "loads": ddp_loads, "summary": summarize_load(raw, DDP_CONFIGS), "raw": raw}
+            res["ddp"] = {
+                "rounds": ddp_rounds,
+                "loads": ddp_loads,
+                "summary": summarize_load(raw, DDP_CONFIGS),
+                "raw": raw,
+            }
     finally:
         receiver.close()
 
@@ -1334,22 +1722,37 @@ def main(argv: list[str] | None = None) -> int:
         log(f"(c) spans: a two-rank LOADTRACE=1 load of the {many['tensors']}-tensor checkpoint")
         many_run = run_load("LOADTRACE=1", many_dir, 1, work, "many-ddp", None, True)
         spans = []
-        for key, what, tensors, files in (("single", f"{MOE['name']}, 1 rank", moe["tensors"], len(moe["files"])),
-                                          ("ddp", f"{MOE['name']}, 2 ranks", moe["tensors"], len(moe["files"]))):
+        for key, what, tensors, files in (
+            ("single", f"{MOE['name']}, 1 rank", moe["tensors"], len(moe["files"])),
+            ("ddp", f"{MOE['name']}, 2 ranks", moe["tensors"], len(moe["files"])),
+        ):
             if key in res:
                 runs = [rnd["LOADTRACE=1"] for rnd in res[key]["raw"]]
                 per_load = [load for run in runs for f in run["span_files"] for load in f["loads"]]
-                spans.append({"what": what, "tensors": tensors, "files": max(l["files"] for l in per_load),
-                              "max_spans_per_load": max(l["spans"] for l in per_load),
-                              "max_rank_file_spans": max(f["total"] for run in runs for f in run["span_files"])})
+                spans.append(
+                    {
+                        "what": what,
+                        "tensors": tensors,
+                        "files": max(l["files"] for l in per_load),
+                        "max_spans_per_load": max(l["spans"] for l in per_load),
+                        "max_rank_file_spans": max(f["total"] for run in runs for f in run["span_files"]),
+                    }
+                )
                 if key == "single":
                     tensor_runs = [rnd["DETAIL=tensor"] for rnd in res[key]["raw"]]
-                    res["tensor_detail_spans"] = max(l["spans"] for run in tensor_runs for f in run["span_files"]
-                                                     for l in f["loads"])
+                    res["tensor_detail_spans"] = max(
+                        l["spans"] for run in tensor_runs for f in run["span_files"] for l in f["loads"]
+                    )
         per_load = [load for f in many_run["span_files"] for load in f["loads"]]
-        spans.append({"what": f"{MANY['name']}, 2 ranks", "tensors": many["tensors"],
-                      "files": max(l["files"] for l in per_load), "max_spans_per_load": max(l["spans"] for l in per_load),
-                      "max_rank_file_spans": max(f["total"] for f in many_run["span_files"])})
+        spans.append(
+            {
+                "what": f"{MANY['name']}, 2 ranks",
+                "tensors": many["tensors"],
+                "files": max(l["files"] for l in per_load),
+                "max_spans_per_load": max(l["spans"] for l in per_load),
+                "max_rank_file_spans": max(f["total"] for f in many_run["span_files"]),
+            }
+        )
         res["spans"] = spans
         if "d" in parts:
             log("(d) loadtrace report over 64 ranks")

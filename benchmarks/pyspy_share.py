@@ -74,8 +74,10 @@ def main(argv: list[str]) -> int:
     if not total:
         print("no samples")
         return 1
-    print(f"{total} samples outside imports and idle waits ({idle} idle samples of loadtrace threads left out); "
-          f"loadtrace's own: {own} ({own / total * 100:.2f} %)")
+    print(
+        f"{total} samples outside imports and idle waits ({idle} idle samples of loadtrace threads left out); "
+        f"loadtrace's own: {own} ({own / total * 100:.2f} %)"
+    )
     print("\nby line:")
     for key, n in by_line.most_common(15):
         print(f"  {n:6d} {n / total * 100:5.2f} %  {key}")

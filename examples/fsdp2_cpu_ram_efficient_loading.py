@@ -82,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("ckpt", nargs="?", default=load.DEFAULT_CHECKPOINT, help="checkpoint directory (written if missing)")
+    parser.add_argument(
+        "ckpt", nargs="?", default=load.DEFAULT_CHECKPOINT, help="checkpoint directory (written if missing)"
+    )
     args = parser.parse_args(argv)
     ckpt = Path(args.ckpt)
 

@@ -148,7 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     del keep_alive
     print(f"rank {rank}/{world} mode {args.mode} digest {digest['sha256']}", flush=True)
     if args.out:
-        write_json(args.out, f"digest-rank{rank}.json", {"rank": rank, "world_size": world, "mode": args.mode, **digest})
+        write_json(
+            args.out, f"digest-rank{rank}.json", {"rank": rank, "world_size": world, "mode": args.mode, **digest}
+        )
     dist.barrier()
     dist.destroy_process_group()
     return 0

@@ -36,7 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("ckpt", nargs="?", default=load.DEFAULT_CHECKPOINT, help="checkpoint directory (written if missing)")
+    parser.add_argument(
+        "ckpt", nargs="?", default=load.DEFAULT_CHECKPOINT, help="checkpoint directory (written if missing)"
+    )
     args = parser.parse_args(argv)
     ckpt = Path(args.ckpt)
 
@@ -46,8 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     model = load.from_pretrained(ckpt)
     print(f"rank {rank}/{world} holds its ZeRO-3 partition: {partition_bytes(model):,} B", flush=True)
     digest = load.weights_digest(model, "zero3")  # gathers the partitions: a collective, every rank calls it
-    print(f"rank {rank}/{world} gathered {digest['tensors']} tensors, {digest['bytes']:,} B, sha256 {digest['sha256'][:16]}",
-          flush=True)
+    print(
+        f"rank {rank}/{world} gathered {digest['tensors']} tensors, {digest['bytes']:,} B, sha256 {digest['sha256'][:16]}",
+        flush=True,
+    )
     del ds_config
 
     dist.barrier()

@@ -6,8 +6,9 @@ is cheap: OpenTelemetry and the hooks load only when tracing is turned on.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 __version__ = "0.1.0"
 __all__ = ["instrument", "uninstrument", "traced_load", "__version__"]

@@ -13,7 +13,8 @@ import math
 import os
 import re
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from loadtrace.analysis import jaeger
 from loadtrace.analysis.compare import compare
@@ -94,7 +95,7 @@ class Size(int):
 
     text: str
 
-    def __new__(cls, value: int, text: str) -> "Size":
+    def __new__(cls, value: int, text: str) -> Size:
         size = super().__new__(cls, value)
         size.text = text
         return size
@@ -146,9 +147,15 @@ def forecast_target(args: argparse.Namespace) -> Target | None:
     if dtype is not None and params is None:
         raise ForecastError("--forecast-dtype goes with --forecast-params")
     if model is None and params is None:
-        extra = [flag for flag, value in (("--ranks-per-node", args.ranks_per_node),
-                                          ("--forecast-world-size", args.forecast_world_size),
-                                          ("--node-memory-bytes", args.node_memory_bytes)) if value is not None]
+        extra = [
+            flag
+            for flag, value in (
+                ("--ranks-per-node", args.ranks_per_node),
+                ("--forecast-world-size", args.forecast_world_size),
+                ("--node-memory-bytes", args.node_memory_bytes),
+            )
+            if value is not None
+        ]
         if extra:
             raise ForecastError(f"{extra[0]} goes with --forecast-model-bytes or --forecast-params")
         return None
@@ -343,8 +350,10 @@ def forecast_text(forecast: dict[str, Any]) -> str:
     headers = ["rank", "fixed B", "+ once per job B", "+ own share B", "+ duplicated B", "= peak RSS B"]
     lines.append("  " + table(headers, rows).replace("\n", "\n  "))
     profiles = " + ".join(f"{p['count']} x rank {p['rank']}" for p in basis["node"]["profiles"])
-    lines.append(f"  per node: {profiles} = {human_bytes(forecast['per_node_peak_bytes'])}"
-                 f" (file-backed pages counted once; sum of rank peaks {human_bytes(basis['node']['sum_of_rank_peaks_bytes'])})")
+    lines.append(
+        f"  per node: {profiles} = {human_bytes(forecast['per_node_peak_bytes'])}"
+        f" (file-backed pages counted once; sum of rank peaks {human_bytes(basis['node']['sum_of_rank_peaks_bytes'])})"
+    )
     memory = forecast["node_memory_bytes"]
     if memory is None:
         lines.append("  node memory: unknown; give --node-memory-bytes")
@@ -354,11 +363,15 @@ def forecast_text(forecast: dict[str, Any]) -> str:
         ratio = forecast["per_node_peak_bytes"] / memory if memory else math.inf
         share = f"{100 * ratio:.0f}%"
         if forecast["verdict"] == "oom":
-            lines.append(f"  verdict: WILL OOM: a node needs {human_bytes(forecast['per_node_peak_bytes'])},"
-                         f" {ratio:.2f}x its memory")
+            lines.append(
+                f"  verdict: WILL OOM: a node needs {human_bytes(forecast['per_node_peak_bytes'])},"
+                f" {ratio:.2f}x its memory"
+            )
         else:
-            lines.append(f"  verdict: OK: a node needs {share} of its memory"
-                         f" ({human_bytes(basis['node']['headroom_bytes'])} to spare)")
+            lines.append(
+                f"  verdict: OK: a node needs {share} of its memory"
+                f" ({human_bytes(basis['node']['headroom_bytes'])} to spare)"
+            )
     lines.append("  basis: " + basis["text"])
     return "\n".join(lines)
 

@@ -10,9 +10,10 @@ import os
 import socket
 import sys
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any, Mapping
+from typing import Any
 
 from ._log import warn_once
 
@@ -20,7 +21,16 @@ from ._log import warn_once
 LAUNCHERS: tuple[tuple[str, tuple[str, str, str, str | None, str | None]], ...] = (
     ("torchrun", ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK")),
     ("slurm", ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_NTASKS_PER_NODE", "SLURM_NODEID")),
-    ("mpi", ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_NODE_RANK")),
+    (
+        "mpi",
+        (
+            "OMPI_COMM_WORLD_RANK",
+            "OMPI_COMM_WORLD_LOCAL_RANK",
+            "OMPI_COMM_WORLD_SIZE",
+            "OMPI_COMM_WORLD_LOCAL_SIZE",
+            "OMPI_COMM_WORLD_NODE_RANK",
+        ),
+    ),
     ("mpi", ("PMI_RANK", "MPI_LOCALRANKID", "PMI_SIZE", "MPI_LOCALNRANKS", None)),
 )
 
@@ -80,7 +90,14 @@ def current_rank(env: Mapping[str, str] | None = None) -> Rank:
     dist = sys.modules.get("torch.distributed")
     try:
         if dist is not None and dist.is_available() and dist.is_initialized():
-            return Rank(found.launcher, dist.get_rank(), found.local_rank, dist.get_world_size(), found.local_world_size, found.node_rank)
+            return Rank(
+                found.launcher,
+                dist.get_rank(),
+                found.local_rank,
+                dist.get_world_size(),
+                found.local_world_size,
+                found.node_rank,
+            )
     except Exception:  # an odd backend state must not stop tracing
         pass
     return found
@@ -140,8 +157,8 @@ class Job:
         """
         if self.known:
             return
-        from datetime import timedelta
         import uuid
+        from datetime import timedelta
 
         if rank == 0:
             job_id = uuid.uuid4().hex

@@ -13,12 +13,13 @@ import os
 import re
 import socket
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
+from google.protobuf.json_format import MessageToDict
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
-from google.protobuf.json_format import MessageToDict
 
 from ._log import warn_once
 from .settings import Settings
@@ -73,13 +74,21 @@ def _span(span: ReadableSpan) -> dict[str, Any]:
     encoded: dict[str, Any] = {"traceId": f"{context.trace_id:032x}", "spanId": f"{context.span_id:016x}"}
     if span.parent is not None:
         encoded["parentSpanId"] = f"{span.parent.span_id:016x}"
-    encoded.update(name=span.name, kind=span.kind.value + 1,
-                   startTimeUnixNano=str(span.start_time), endTimeUnixNano=str(span.end_time))
+    encoded.update(
+        name=span.name,
+        kind=span.kind.value + 1,
+        startTimeUnixNano=str(span.start_time),
+        endTimeUnixNano=str(span.end_time),
+    )
     if span.attributes:
         encoded["attributes"] = _attributes(span.attributes)
     if span.events:
         encoded["events"] = [
-            {"timeUnixNano": str(e.timestamp), "name": e.name, **({"attributes": _attributes(e.attributes)} if e.attributes else {})}
+            {
+                "timeUnixNano": str(e.timestamp),
+                "name": e.name,
+                **({"attributes": _attributes(e.attributes)} if e.attributes else {}),
+            }
             for e in span.events
         ]
     status: dict[str, Any] = {}
@@ -156,11 +165,14 @@ class JsonLinesExporter(SpanExporter):
                     self._fd = self._open()
                 view = memoryview(line)
                 while view:
-                    view = view[os.write(self._fd, view):]
+                    view = view[os.write(self._fd, view) :]
             return SpanExportResult.SUCCESS
         except Exception as error:
             self._broken = True
-            warn_once("file-export", f"cannot write traces to {self.path} ({type(error).__name__}: {error}); this process's spans are dropped")
+            warn_once(
+                "file-export",
+                f"cannot write traces to {self.path} ({type(error).__name__}: {error}); this process's spans are dropped",
+            )
             return SpanExportResult.FAILURE
 
     def shutdown(self) -> None:
@@ -227,5 +239,8 @@ def span_processors(settings: Settings, trace_file: str | None) -> list[SpanProc
             delay = None if os.environ.get("OTEL_BSP_SCHEDULE_DELAY") else 200
             processors.append(BatchSpanProcessor(_otlp_exporter(settings), schedule_delay_millis=delay))
         except Exception as error:
-            warn_once("otlp-export", f"cannot export to {settings.otlp_endpoint} ({type(error).__name__}: {error}); spans are not sent")
+            warn_once(
+                "otlp-export",
+                f"cannot export to {settings.otlp_endpoint} ({type(error).__name__}: {error}); spans are not sent",
+            )
     return processors

@@ -121,7 +121,10 @@ def span_attributes(before: Memory, after: Memory, peak: list[int] | None) -> di
 
 
 def limit_attributes(found: Limits) -> dict[str, int]:
-    attributes = {"loadtrace.node.memory_total": found.node_total, "loadtrace.node.memory_available": found.node_available}
+    attributes = {
+        "loadtrace.node.memory_total": found.node_total,
+        "loadtrace.node.memory_available": found.node_available,
+    }
     if found.cgroup_current is not None:
         attributes["loadtrace.cgroup.memory_current"] = found.cgroup_current
     if found.cgroup_max is not None:

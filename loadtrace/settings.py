@@ -7,8 +7,8 @@ reported once on stderr and the default is used.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from ._log import warn_once
 
@@ -54,7 +54,9 @@ def _flag(env: Mapping[str, str], name: str) -> bool:
     if value in TRUE:
         return True
     if value not in FALSE:
-        warn_once(f"setting:{name}", f"{name}={env[name]!r} is not one of 1/true/yes/on or 0/false/no/off; taken as off")
+        warn_once(
+            f"setting:{name}", f"{name}={env[name]!r} is not one of 1/true/yes/on or 0/false/no/off; taken as off"
+        )
     return False
 
 
@@ -85,7 +87,11 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
 def from_env(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     endpoint = (env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "").strip()
-    protocol_var = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL" if env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") else "OTEL_EXPORTER_OTLP_PROTOCOL"
+    protocol_var = (
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+        if env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        else "OTEL_EXPORTER_OTLP_PROTOCOL"
+    )
     return Settings(
         enabled=_flag(env, "LOADTRACE"),
         detail=_choice(env, "LOADTRACE_DETAIL", DETAILS, "default"),

@@ -13,8 +13,9 @@ import hashlib
 import os
 import threading
 import time
+from collections.abc import Callable
 from contextvars import ContextVar
-from typing import Any, Callable
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
@@ -22,9 +23,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from . import __version__, context, export
+from . import __version__, context, export, memory
 from ._log import warn_once
-from . import memory
 from .ledger import Ledger
 from .memory import Memory, process_memory
 from .monitor import Monitor
@@ -36,8 +36,21 @@ SCOPE_NAME = "loadtrace"
 class Scope:
     """An open span and its ledger."""
 
-    __slots__ = ("kind", "span", "ledger", "load", "phases", "files", "calls", "last_end", "ended", "recording",
-                 "memory_before", "memory_after", "peak")
+    __slots__ = (
+        "kind",
+        "span",
+        "ledger",
+        "load",
+        "phases",
+        "files",
+        "calls",
+        "last_end",
+        "ended",
+        "recording",
+        "memory_before",
+        "memory_after",
+        "peak",
+    )
 
     def __init__(self, kind: str, span: trace.Span, ledger: Ledger, load: Scope | None = None):
         self.kind = kind  # "load", "phase" or "file"
@@ -106,11 +119,16 @@ class Tracing:
             resource = Resource.create(attributes)
             if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
                 resource = resource.merge(Resource({"service.name": default_service}))
-            path = export.trace_file_path(self.settings, dict(resource.attributes)) if self.settings.writes_files else None
+            path = (
+                export.trace_file_path(self.settings, dict(resource.attributes)) if self.settings.writes_files else None
+            )
             processors = export.span_processors(self.settings, path)
-            self.monitor = Monitor(export.progress_path(path) if path else None, progress_record, {
-                key: resource.attributes.get(f"loadtrace.{key}") for key in ("rank", "world_size", "job.id")
-            } | {"host": resource.attributes.get("host.name"), "pid": os.getpid()})
+            self.monitor = Monitor(
+                export.progress_path(path) if path else None,
+                progress_record,
+                {key: resource.attributes.get(f"loadtrace.{key}") for key in ("rank", "world_size", "job.id")}
+                | {"host": resource.attributes.get("host.name"), "pid": os.getpid()},
+            )
             # Our own bounded flush at exit replaces the SDK's, which can wait on a dead collector for many seconds.
             provider = TracerProvider(resource=resource, shutdown_on_exit=False)
             for processor in processors:

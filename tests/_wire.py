@@ -10,18 +10,18 @@ from __future__ import annotations
 import base64
 import gzip
 import threading
+from collections.abc import Callable, Iterable
 from concurrent import futures
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import grpc
 from google.protobuf.json_format import MessageToDict
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1 import trace_pb2
-
 from support.multirank import EXAMPLE_WORKER, MODE_ENV
 from support.torchrun import TorchrunResult, torchrun
 from support.venvs import Venv
@@ -103,7 +103,7 @@ class HttpReceiver:
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
-    def __enter__(self) -> "HttpReceiver":
+    def __enter__(self) -> HttpReceiver:
         self._thread.start()
         return self
 
@@ -129,7 +129,7 @@ class GrpcReceiver:
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Service(), self._server)
         self.port = self._server.add_insecure_port("127.0.0.1:0")
 
-    def __enter__(self) -> "GrpcReceiver":
+    def __enter__(self) -> GrpcReceiver:
         self._server.start()
         return self
 
@@ -274,10 +274,13 @@ def wire_run(venv: Venv, protocol: str, checkpoint: Path, workdir: Path, mode: s
         }
         with receiver:
             run = torchrun(venv, EXAMPLE_WORKER, [str(checkpoint), "--mode", mode], cwd=cwd, env=env)
-        print(f"[wire] {venv.id} {mode} {protocol}: rc {run.returncode} in {run.seconds:.1f}s, "
-              f"{len(receiver.received.arrivals)} export calls, cwd {cwd}")
-        _RUNS[key] = WireRun(venv, protocol, mode, run, files_dir, receiver.received.arrivals,
-                             receiver.received.rejected)
+        print(
+            f"[wire] {venv.id} {mode} {protocol}: rc {run.returncode} in {run.seconds:.1f}s, "
+            f"{len(receiver.received.arrivals)} export calls, cwd {cwd}"
+        )
+        _RUNS[key] = WireRun(
+            venv, protocol, mode, run, files_dir, receiver.received.arrivals, receiver.received.rejected
+        )
     result = _RUNS[key]
     result.run.check()
     return result

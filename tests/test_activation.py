@@ -39,7 +39,9 @@ def test_installed_from_a_wheel_not_from_the_source_tree():
 
     site = Path(sysconfig.get_paths()["purelib"])
     assert (site / "loadtrace.pth").is_file()
-    assert Path(loadtrace.__file__).resolve().is_relative_to(site.resolve()), "tests must exercise the installed package"
+    assert Path(loadtrace.__file__).resolve().is_relative_to(site.resolve()), (
+        "tests must exercise the installed package"
+    )
 
 
 @pytest.mark.parametrize("value", [None, "0", "false", "off", ""])
@@ -69,6 +71,8 @@ def test_an_unknown_value_is_said_once_and_taken_as_off():
 
 
 def test_a_process_that_loads_nothing_writes_nothing(tmp_path):
-    result = run({"LOADTRACE": "1", "LOADTRACE_DIR": str(tmp_path / "traces")}, "import torch; torch.zeros_like(torch.ones(2))")
+    result = run(
+        {"LOADTRACE": "1", "LOADTRACE_DIR": str(tmp_path / "traces")}, "import torch; torch.zeros_like(torch.ones(2))"
+    )
     assert result.returncode == 0 and result.stderr == ""
     assert not (tmp_path / "traces").exists()

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from test_analysis_otlp import MODEL_BYTES, field_fact_job, job_lines, rank_load, trace_id_of
+
 from loadtrace.analysis.compare import compare
 from loadtrace.analysis.ranks import jobs_from_spans
 from loadtrace.analysis.sources import decode_line
-from test_analysis_otlp import MODEL_BYTES, field_fact_job, job_lines, rank_load, trace_id_of
 
 FSDP = "fsdp_cpu_ram_efficient"
 

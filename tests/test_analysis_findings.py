@@ -4,10 +4,6 @@ at its edge, and no warning where the strategy expects the work."""
 from __future__ import annotations
 
 import pytest
-
-from loadtrace.analysis.findings import find, model_bytes
-from loadtrace.analysis.ranks import jobs_from_spans
-from loadtrace.analysis.sources import decode_line
 from test_analysis_otlp import (
     MODEL_BYTES,
     ZEROS_LIKE_512,
@@ -18,6 +14,10 @@ from test_analysis_otlp import (
     resource,
     trace_id_of,
 )
+
+from loadtrace.analysis.findings import find, model_bytes
+from loadtrace.analysis.ranks import jobs_from_spans
+from loadtrace.analysis.sources import decode_line
 
 TRACE = trace_id_of("findings")
 FSDP, ZERO3 = "fsdp_cpu_ram_efficient", "zero3"

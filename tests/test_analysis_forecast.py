@@ -8,11 +8,11 @@ load 100 MB on every rank, and a target 1000x larger.
 from __future__ import annotations
 
 import pytest
+from test_analysis_otlp import line, memory_attributes, rank_load, resource, trace_id_of
 
 from loadtrace.analysis.forecast import ForecastError, Target, forecast
 from loadtrace.analysis.ranks import jobs_from_spans
 from loadtrace.analysis.sources import decode_line
-from test_analysis_otlp import line, memory_attributes, rank_load, resource, trace_id_of
 
 M = 1_000_000  # measured model bytes
 BEFORE = 100_000_000  # fixed: RSS before the load
@@ -138,7 +138,10 @@ def test_a_replica_does_not_shrink_with_more_ranks():
     result = forecast(job("plain", ranks), Target(model_bytes=1000 * M, ranks_per_node=8, world_size=64))
     assert result["per_rank_peak_bytes"] == {"0": BEFORE + 2000 * M, "1": BEFORE + 2000 * M}
     assert result["basis"]["categories"]["per_rank"]["ranks"]["1"]["to_bytes"] == 1000 * M
-    assert "once_per_job" not in result["basis"]["categories"] or not result["basis"]["categories"]["once_per_job"]["ranks"]
+    assert (
+        "once_per_job" not in result["basis"]["categories"]
+        or not result["basis"]["categories"]["once_per_job"]["ranks"]
+    )
 
 
 def test_more_nodes_than_one_forecast_the_other_nodes_too():
@@ -176,7 +179,9 @@ def test_the_verdict_weighs_the_node_peak_against_the_nodes_memory(target, rank1
 
 
 def test_the_basis_says_what_was_scaled_from_and_to():
-    result = forecast(fsdp_512(), Target(model_bytes=1000 * M, ranks_per_node=2, given_as="500,000,000 parameters x bf16 (2 B)"))
+    result = forecast(
+        fsdp_512(), Target(model_bytes=1000 * M, ranks_per_node=2, given_as="500,000,000 parameters x bf16 (2 B)")
+    )
     basis = result["basis"]
     assert basis["measured"] == {"model_bytes": M, "world_size": 2, "ranks_per_node": 2}
     assert basis["target"] == {

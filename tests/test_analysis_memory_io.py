@@ -3,11 +3,12 @@ ranks that asked for N copies of the checkpoint made storage deliver it once or 
 
 from __future__ import annotations
 
+from test_analysis_otlp import MODEL_BYTES, line, memory_attributes, rank_load, resource, span, trace_id_of
+
 from loadtrace.analysis.nodes import job_nodes
 from loadtrace.analysis.ranks import jobs_from_spans
 from loadtrace.analysis.report import rank_json
 from loadtrace.analysis.sources import decode_line
-from test_analysis_otlp import MODEL_BYTES, line, memory_attributes, rank_load, resource, span, trace_id_of
 
 M = MODEL_BYTES
 
@@ -110,7 +111,10 @@ def test_a_warm_page_cache_is_named_as_such():
 def test_each_node_has_its_own_page_cache():
     job = node_job({0: M, 1: 0, 2: M, 3: 0}, hosts={0: "a", 1: "a", 2: "b", 3: "b"})
     nodes = job_nodes(job, M)
-    assert [(n["host"], n["ranks"], n["outcome"]) for n in nodes] == [("a", [0, 1], "read_once"), ("b", [2, 3], "read_once")]
+    assert [(n["host"], n["ranks"], n["outcome"]) for n in nodes] == [
+        ("a", [0, 1], "read_once"),
+        ("b", [2, 3], "read_once"),
+    ]
 
 
 def test_unknown_storage_reads_give_no_verdict():

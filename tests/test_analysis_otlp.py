@@ -201,7 +201,9 @@ def memory_attributes(
             values[f"loadtrace.rss_{kind}.before"], values[f"loadtrace.rss_{kind}.peak"] = pair
             values[f"loadtrace.rss_{kind}.after"] = pair[1]
     if anon is not None:
-        values.update({"loadtrace.rss_shmem.before": 4096, "loadtrace.rss_shmem.after": 4096, "loadtrace.rss_shmem.peak": 4096})
+        values.update(
+            {"loadtrace.rss_shmem.before": 4096, "loadtrace.rss_shmem.after": 4096, "loadtrace.rss_shmem.peak": 4096}
+        )
     return {key: value for key, value in values.items() if value is not None}
 
 

@@ -9,10 +9,10 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_analysis_otlp import T0, line, resource, span, trace_id_of, write_lines
 
 from loadtrace.analysis import sources
 from loadtrace.analysis.sources import SourceError, SpanSet, decode_line, read_files, read_stream
-from test_analysis_otlp import T0, line, resource, span, trace_id_of, write_lines
 
 TRACE = trace_id_of("sources")
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 
-from loadtrace.cli import main
 from test_analysis_otlp import field_fact_job, write_lines
+
+from loadtrace.cli import main
 
 FSDP = "fsdp_cpu_ram_efficient"
 

@@ -8,10 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
-
-from loadtrace.cli import main
 from test_analysis_forecast import BEFORE, FSDP, M, rank_spans
 from test_analysis_otlp import line, rank_load, resource, trace_id_of, write_lines
+
+from loadtrace.cli import main
 
 FORECAST_KEYS = {
     "model_bytes",
@@ -51,7 +51,9 @@ def test_json_gets_a_forecast_object_only_when_asked(tmp_path, capsys):
     source = str(small_job(tmp_path))
     code, out, _ = run(capsys, "report", source, "--format", "json")
     assert code == 0 and "forecast" not in json.loads(out)
-    code, out, _ = run(capsys, "report", source, "--format", "json", "--forecast-model-bytes", "1e9", "--ranks-per-node", "2")
+    code, out, _ = run(
+        capsys, "report", source, "--format", "json", "--forecast-model-bytes", "1e9", "--ranks-per-node", "2"
+    )
     forecast = json.loads(out)["forecast"]
     assert code == 0 and set(forecast) == FORECAST_KEYS and set(forecast["basis"]) == BASIS_KEYS
     assert (forecast["model_bytes"], forecast["ranks_per_node"], forecast["verdict"]) == (1_000_000_000, 2, "ok")
@@ -156,7 +158,10 @@ def test_a_source_the_forecast_cannot_use_is_one_line_and_exit_2(tmp_path, capsy
     assert err.startswith("loadtrace: error: a forecast scales one job; this source holds 2 (traces ")
     # Spans of an older loadtrace: no memory figures to scale.
     trace = trace_id_of("old")
-    old = write_lines(tmp_path / "old.jsonl", [line(resource(0), rank_load(trace, 0, "plain", M, memory={"loadtrace.rss.before": "?"}))])
+    old = write_lines(
+        tmp_path / "old.jsonl",
+        [line(resource(0), rank_load(trace, 0, "plain", M, memory={"loadtrace.rss.before": "?"}))],
+    )
     code, out, err = run(capsys, "report", str(old), "--forecast-model-bytes", "1e9")
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "rank 0's load spans carry no loadtrace.rss.* memory figures" in err

@@ -11,11 +11,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 import pytest
+from test_analysis_otlp import field_fact_job, trace_id_of
 
 from loadtrace.analysis import jaeger
 from loadtrace.analysis.sources import SourceError
 from loadtrace.cli import main
-from test_analysis_otlp import field_fact_job, trace_id_of
 
 JOBS = {
     trace_id_of(f"{v}-fsdp_cpu_ram_efficient"): field_fact_job(v, "fsdp_cpu_ram_efficient")

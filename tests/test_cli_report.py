@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_analysis_otlp import MODEL_BYTES, field_fact_job, trace_id_of, write_lines
 
 from loadtrace.cli import main
-from test_analysis_otlp import MODEL_BYTES, field_fact_job, trace_id_of, write_lines
 
 REPO = Path(__file__).resolve().parents[1]
 RANK_KEYS = {

@@ -48,14 +48,34 @@ SECTIONS = ("receivers", "processors", "exporters", "connectors", "extensions")
 CONTRIB_COMPONENTS: dict[str, set[str]] = {
     "receivers": {"otlp", "otlpjsonfile", "jaeger", "zipkin", "kafka", "filelog", "hostmetrics", "prometheus", "nop"},
     "processors": {
-        "batch", "memory_limiter", "groupbytrace", "tail_sampling", "probabilistic_sampler", "attributes", "resource",
-        "resourcedetection", "span", "filter", "transform", "redaction", "k8sattributes", "groupbyattrs",
+        "batch",
+        "memory_limiter",
+        "groupbytrace",
+        "tail_sampling",
+        "probabilistic_sampler",
+        "attributes",
+        "resource",
+        "resourcedetection",
+        "span",
+        "filter",
+        "transform",
+        "redaction",
+        "k8sattributes",
+        "groupbyattrs",
     },
     "exporters": {"otlp", "otlphttp", "debug", "nop", "file", "kafka", "loadbalancing", "zipkin", "elasticsearch"},
     "connectors": {"forward", "spanmetrics", "servicegraph", "routing", "count", "failover", "roundrobin"},
     "extensions": {
-        "health_check", "pprof", "zpages", "file_storage", "basicauth", "bearertokenauth", "headers_setter",
-        "oauth2client", "oidc", "sigv4auth",
+        "health_check",
+        "pprof",
+        "zpages",
+        "file_storage",
+        "basicauth",
+        "bearertokenauth",
+        "headers_setter",
+        "oauth2client",
+        "oidc",
+        "sigv4auth",
     },
 }
 
@@ -66,23 +86,63 @@ JAEGER_COMPONENTS: dict[str, set[str]] = {
     "processors": {"batch", "memory_limiter", "tail_sampling", "attributes", "adaptive_sampling"},
     "exporters": {"jaeger_storage_exporter", "otlp", "otlphttp", "debug", "nop", "kafka", "prometheus"},
     "connectors": {"forward", "spanmetrics"},
-    "extensions": {"jaeger_storage", "jaeger_query", "healthcheckv2", "remote_sampling", "expvar", "zpages", "remote_storage"},
+    "extensions": {
+        "jaeger_storage",
+        "jaeger_query",
+        "healthcheckv2",
+        "remote_sampling",
+        "expvar",
+        "zpages",
+        "remote_storage",
+    },
 }
 
 # Keys we have verified per component type (top level). A key outside these sets is not necessarily wrong: check it
 # against the component's config struct for the pinned release, then add it here.
 GRPC_HTTP_SERVER_KEYS = {
-    "endpoint", "transport", "tls", "max_recv_msg_size_mib", "max_concurrent_streams", "read_buffer_size",
-    "write_buffer_size", "keepalive", "include_metadata", "auth", "cors", "max_request_body_size", "traces_url_path",
-    "metrics_url_path", "logs_url_path", "response_headers", "compression_algorithms",
+    "endpoint",
+    "transport",
+    "tls",
+    "max_recv_msg_size_mib",
+    "max_concurrent_streams",
+    "read_buffer_size",
+    "write_buffer_size",
+    "keepalive",
+    "include_metadata",
+    "auth",
+    "cors",
+    "max_request_body_size",
+    "traces_url_path",
+    "metrics_url_path",
+    "logs_url_path",
+    "response_headers",
+    "compression_algorithms",
 }
 TLS_CLIENT_KEYS = {
-    "insecure", "insecure_skip_verify", "ca_file", "ca_pem", "cert_file", "cert_pem", "key_file", "key_pem",
-    "server_name_override", "min_version", "max_version", "reload_interval", "include_system_ca_certs_pool",
+    "insecure",
+    "insecure_skip_verify",
+    "ca_file",
+    "ca_pem",
+    "cert_file",
+    "cert_pem",
+    "key_file",
+    "key_pem",
+    "server_name_override",
+    "min_version",
+    "max_version",
+    "reload_interval",
+    "include_system_ca_certs_pool",
     "cipher_suites",
 }
 SENDING_QUEUE_KEYS = {
-    "enabled", "num_consumers", "queue_size", "storage", "blocking", "block_on_overflow", "sizer", "batch",
+    "enabled",
+    "num_consumers",
+    "queue_size",
+    "storage",
+    "blocking",
+    "block_on_overflow",
+    "sizer",
+    "batch",
     "wait_for_result",
 }
 RETRY_KEYS = {"enabled", "initial_interval", "randomization_factor", "multiplier", "max_interval", "max_elapsed_time"}
@@ -93,19 +153,53 @@ CONTRIB_KEYS: dict[tuple[str, str], set[str]] = {
     ("receivers", "otlp"): OTLP_RECEIVER_KEYS,
     # receiver/otlpjsonfilereceiver: fileconsumer.Config (+ matcher criteria) squashed, plus `storage`.
     ("receivers", "otlpjsonfile"): {
-        "include", "exclude", "exclude_older_than", "ordering_criteria", "start_at", "fingerprint_size",
-        "max_log_size", "max_concurrent_files", "max_batches", "poll_interval", "encoding", "multiline",
-        "force_flush_period", "include_file_name", "include_file_path", "include_file_name_resolved",
-        "include_file_path_resolved", "delete_after_read", "header", "compression", "on_truncate", "storage",
+        "include",
+        "exclude",
+        "exclude_older_than",
+        "ordering_criteria",
+        "start_at",
+        "fingerprint_size",
+        "max_log_size",
+        "max_concurrent_files",
+        "max_batches",
+        "poll_interval",
+        "encoding",
+        "multiline",
+        "force_flush_period",
+        "include_file_name",
+        "include_file_path",
+        "include_file_name_resolved",
+        "include_file_path_resolved",
+        "delete_after_read",
+        "header",
+        "compression",
+        "on_truncate",
+        "storage",
     },
     ("processors", "memory_limiter"): {
-        "check_interval", "limit_mib", "spike_limit_mib", "limit_percentage", "spike_limit_percentage",
+        "check_interval",
+        "limit_mib",
+        "spike_limit_mib",
+        "limit_percentage",
+        "spike_limit_percentage",
     },
     ("processors", "batch"): BATCH_KEYS,
     ("processors", "groupbytrace"): {"wait_duration", "num_traces", "num_workers", "discard_orphans", "store_on_disk"},
     ("exporters", "otlp"): {
-        "endpoint", "tls", "compression", "headers", "timeout", "keepalive", "balancer_name", "authority", "auth",
-        "read_buffer_size", "write_buffer_size", "wait_for_ready", "sending_queue", "retry_on_failure",
+        "endpoint",
+        "tls",
+        "compression",
+        "headers",
+        "timeout",
+        "keepalive",
+        "balancer_name",
+        "authority",
+        "auth",
+        "read_buffer_size",
+        "write_buffer_size",
+        "wait_for_ready",
+        "sending_queue",
+        "retry_on_failure",
     },
     ("exporters", "debug"): {"verbosity", "sampling_initial", "sampling_thereafter", "use_internal_logger"},
     ("extensions", "health_check"): {"endpoint", "path", "response_body", "check_collector_pipeline", "tls"},
@@ -117,8 +211,15 @@ JAEGER_KEYS: dict[tuple[str, str], set[str]] = {
     ("exporters", "jaeger_storage_exporter"): {"trace_storage", "queue", "retry_on_failure"},
     ("extensions", "jaeger_storage"): {"backends", "metric_backends"},
     ("extensions", "jaeger_query"): {
-        "storage", "base_path", "bearer_token_propagation", "enable_tracing", "grpc", "http", "max_clock_skew_adjust",
-        "multi_tenancy", "ui",
+        "storage",
+        "base_path",
+        "bearer_token_propagation",
+        "enable_tracing",
+        "grpc",
+        "http",
+        "max_clock_skew_adjust",
+        "multi_tenancy",
+        "ui",
     },
     ("extensions", "healthcheckv2"): {"use_v2", "http", "grpc", "component_health", "endpoint", "path"},
 }
@@ -207,20 +308,27 @@ def mounted_config(service_name: str) -> tuple[str, dict[str, Any]]:
 def test_docker_compose_validates_the_file():
     binary = shutil.which("docker-compose")
     if binary is None:
-        pytest.skip("docker-compose is not installed (Debian/Ubuntu: apt-get install -y docker-compose); "
-                    "the structural checks below still run")
-    result = subprocess.run([binary, "-f", str(COMPOSE_FILE), "config", "-q"], cwd=REPO, capture_output=True, text=True,
-                            timeout=120)
+        pytest.skip(
+            "docker-compose is not installed (Debian/Ubuntu: apt-get install -y docker-compose); "
+            "the structural checks below still run"
+        )
+    result = subprocess.run(
+        [binary, "-f", str(COMPOSE_FILE), "config", "-q"], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr or result.stdout
 
 
 def test_images_are_pinned_to_the_releases_the_allow_lists_were_read_from():
     services = compose()["services"]
     assert image_and_tag(services["collector"]) == (COLLECTOR_IMAGE, COLLECTOR_TAG), (
-        "collector image changed: re-check CONTRIB_COMPONENTS / CONTRIB_KEYS against that release, then update the tag here")
+        "collector image changed: re-check CONTRIB_COMPONENTS / CONTRIB_KEYS against that release, then update the tag here"
+    )
     assert image_and_tag(services["jaeger"]) == (JAEGER_IMAGE, JAEGER_TAG), (
-        "jaeger image changed: re-check JAEGER_COMPONENTS / JAEGER_KEYS against that release, then update the tag here")
-    assert re.fullmatch(r"2\.\d+\.\d+", JAEGER_TAG), "the UI and API described in README's 'View it in Jaeger' are Jaeger v2's"
+        "jaeger image changed: re-check JAEGER_COMPONENTS / JAEGER_KEYS against that release, then update the tag here"
+    )
+    assert re.fullmatch(r"2\.\d+\.\d+", JAEGER_TAG), (
+        "the UI and API described in README's 'View it in Jaeger' are Jaeger v2's"
+    )
 
 
 def test_every_service_loads_a_config_file_that_is_mounted_and_exists():
@@ -276,10 +384,13 @@ def test_collector_replays_the_mounted_trace_directory():
     volumes = mounts(service)
     assert volumes.get("/loadtrace-traces") == "${LOADTRACE_DIR:-./loadtrace-traces}"
     assert any(str(v).startswith("${LOADTRACE_DIR") and str(v).endswith(":ro") for v in service["volumes"]), (
-        "replay only reads: mount the job's files read-only")
+        "replay only reads: mount the job's files read-only"
+    )
     _, cfg = mounted_config("collector")
     replay = cfg["receivers"]["otlpjsonfile"]
-    assert replay["include"] and all(p.startswith("/loadtrace-traces/") and p.endswith(".jsonl") for p in replay["include"])
+    assert replay["include"] and all(
+        p.startswith("/loadtrace-traces/") and p.endswith(".jsonl") for p in replay["include"]
+    )
     assert "**" in replay["include"][0], "files live in per-job sub-folders by default"
     assert replay["start_at"] == "beginning", "the file consumer's default `end` would skip every existing span"
     assert "otlpjsonfile" in cfg["service"]["pipelines"]["traces"]["receivers"]
@@ -311,7 +422,9 @@ def test_pipelines_reference_only_defined_components_and_use_all_of_them(name):
         assert pipeline.get("receivers") and pipeline.get("exporters"), f"{pipeline_id} needs receivers and exporters"
         for section in ("receivers", "processors", "exporters"):
             for component_id in pipeline.get(section) or []:
-                assert component_id in (cfg.get(section) or {}), f"{pipeline_id} uses undefined {section[:-1]} {component_id}"
+                assert component_id in (cfg.get(section) or {}), (
+                    f"{pipeline_id} uses undefined {section[:-1]} {component_id}"
+                )
                 used[section].add(component_id)
     for component_id in cfg["service"].get("extensions") or []:
         assert component_id in (cfg.get("extensions") or {}), f"service uses undefined extension {component_id}"
@@ -328,7 +441,8 @@ def test_component_types_are_shipped_by_the_image(name):
     for section in SECTIONS:
         for component_id in cfg.get(section) or {}:
             assert kind(component_id) in allowed[section], (
-                f"{name}: {section[:-1]} type {kind(component_id)!r} is not in the pinned image's allow-list")
+                f"{name}: {section[:-1]} type {kind(component_id)!r} is not in the pinned image's allow-list"
+            )
 
 
 @pytest.mark.parametrize("name", ALL_CONFIGS)
@@ -395,7 +509,9 @@ def test_jaeger_storage_names_line_up():
     cfg = config("jaeger.yaml")
     backends = cfg["extensions"]["jaeger_storage"]["backends"]
     for name, backend in backends.items():
-        assert len(backend) == 1 and set(backend) <= JAEGER_BACKEND_KINDS, f"backend {name}: one of {JAEGER_BACKEND_KINDS}"
+        assert len(backend) == 1 and set(backend) <= JAEGER_BACKEND_KINDS, (
+            f"backend {name}: one of {JAEGER_BACKEND_KINDS}"
+        )
     assert cfg["extensions"]["jaeger_query"]["storage"]["traces"] in backends
     assert set(cfg["extensions"]["jaeger_query"]["storage"]) <= {"traces", "traces_archive", "metrics"}
     for exporter_id, exporter in cfg["exporters"].items():

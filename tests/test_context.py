@@ -6,7 +6,10 @@ from loadtrace.context import Job, job_id_from_env, rank_from_env, trace_ids
 
 
 def test_loadtrace_job_id_wins():
-    assert job_id_from_env({"LOADTRACE_JOB_ID": "mine", "TORCHELASTIC_RUN_ID": "x", "SLURM_JOB_ID": "7"}) == ("mine", "LOADTRACE_JOB_ID")
+    assert job_id_from_env({"LOADTRACE_JOB_ID": "mine", "TORCHELASTIC_RUN_ID": "x", "SLURM_JOB_ID": "7"}) == (
+        "mine",
+        "LOADTRACE_JOB_ID",
+    )
 
 
 @pytest.mark.parametrize("placeholder", ["none", "None", "", "default"])
@@ -29,16 +32,32 @@ def test_trace_id_is_a_pure_function_of_the_job_id():
 @pytest.mark.parametrize(
     "env, expected",
     [
-        ({"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1"}, ("torchrun", 3, 1, 8, 2, 1)),
-        ({"SLURM_PROCID": "5", "SLURM_LOCALID": "1", "SLURM_NTASKS": "16", "SLURM_NODEID": "2"}, ("slurm", 5, 1, 16, None, 2)),
-        ({"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4"}, ("mpi", 2, 0, 4, None, None)),
+        (
+            {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1"},
+            ("torchrun", 3, 1, 8, 2, 1),
+        ),
+        (
+            {"SLURM_PROCID": "5", "SLURM_LOCALID": "1", "SLURM_NTASKS": "16", "SLURM_NODEID": "2"},
+            ("slurm", 5, 1, 16, None, 2),
+        ),
+        (
+            {"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4"},
+            ("mpi", 2, 0, 4, None, None),
+        ),
         ({"RANK": "1", "WORLD_SIZE": "2", "ACCELERATE_USE_FSDP": "true"}, ("accelerate", 1, None, 2, None, None)),
         ({}, ("none", None, None, None, None, None)),
     ],
 )
 def test_rank_from_launcher_variables(env, expected):
     rank = rank_from_env(env)
-    assert (rank.launcher, rank.rank, rank.local_rank, rank.world_size, rank.local_world_size, rank.node_rank) == expected
+    assert (
+        rank.launcher,
+        rank.rank,
+        rank.local_rank,
+        rank.world_size,
+        rank.local_world_size,
+        rank.node_rank,
+    ) == expected
 
 
 class FakeStore:

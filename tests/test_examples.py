@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from support import field_facts
 from support.torchrun import TorchrunResult, torchrun
 from support.venvs import REPO, Venv, discover, installed_problems
@@ -93,7 +92,10 @@ def example(request, checkpoint: Path, tmp_path_factory) -> ExampleRun:
     run.check()
     proc = subprocess.run(
         [str(venv.bin / "loadtrace"), "report", "loadtrace-traces/", "--format", "json", "--fail-on-findings"],
-        cwd=cwd, capture_output=True, text=True, timeout=120,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode in (0, 1) and proc.stderr == "", f"loadtrace report: {proc.returncode}\n{proc.stderr}"
     return ExampleRun(venv, name, run, json.loads(proc.stdout), proc.returncode)

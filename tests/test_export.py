@@ -22,7 +22,9 @@ def run(tmp_path, **env_extra):
     safetensors.torch.save_file({"w": torch.ones(16)}, str(ckpt))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LOADTRACE", "OTEL_"))}
     env.update({"LOADTRACE": "1", **env_extra})
-    return subprocess.run([sys.executable, "-c", CODE, str(ckpt)], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    return subprocess.run(
+        [sys.executable, "-c", CODE, str(ckpt)], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
 
 
 def test_default_directory_and_otlp_json_shape(tmp_path):
@@ -54,8 +56,12 @@ def test_unwritable_directory_is_said_once_and_the_job_goes_on(tmp_path):
 
 
 def test_otel_service_name_and_resource_attributes_are_honoured(tmp_path):
-    result = run(tmp_path, LOADTRACE_DIR=str(tmp_path / "t"), OTEL_SERVICE_NAME="pretrain-7b",
-                 OTEL_RESOURCE_ATTRIBUTES="team=ml-infra,deployment.environment=prod")
+    result = run(
+        tmp_path,
+        LOADTRACE_DIR=str(tmp_path / "t"),
+        OTEL_SERVICE_NAME="pretrain-7b",
+        OTEL_RESOURCE_ATTRIBUTES="team=ml-infra,deployment.environment=prod",
+    )
     assert result.returncode == 0, result.stderr
     (file,) = (tmp_path / "t").glob("*.jsonl")
     resource = json.loads(file.read_text())["resourceSpans"][0]["resource"]["attributes"]

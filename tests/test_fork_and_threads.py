@@ -9,9 +9,9 @@ import threading
 import safetensors
 import safetensors.torch
 import torch
+from _inmemory import traced
 
 import loadtrace
-from _inmemory import traced
 from loadtrace.analysis.sources import read_files
 
 FORKING_JOB = r"""
@@ -55,8 +55,9 @@ def test_forked_children_write_their_own_spans_once(tmp_path):
     traces = tmp_path / "traces"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LOADTRACE", "OTEL_"))}
     env.update(LOADTRACE="1", LOADTRACE_DIR=str(traces))
-    result = subprocess.run([sys.executable, "-c", FORKING_JOB, str(ckpt)], env=env, capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", FORKING_JOB, str(ckpt)], env=env, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr
     parent = int(result.stdout.split()[1])
     spans = read_files(traces).spans
@@ -71,7 +72,9 @@ def test_forked_children_write_their_own_spans_once(tmp_path):
     assert child_opens >= 6 + 4  # every read in a child is there (the spinning thread is not copied by fork)
     (load,) = [s for s in by_pid[parent] if s.name == "loadtrace.load"]
     # The parent's load counts the parent's own reads (its first read, and the spinning thread's while open) only.
-    parent_opens_inside = [s for s in by_pid[parent] if s.name == "safetensors.open" and s.parent_span_id == load.span_id]
+    parent_opens_inside = [
+        s for s in by_pid[parent] if s.name == "safetensors.open" and s.parent_span_id == load.span_id
+    ]
     assert load.attributes["loadtrace.files.opened"] == len(parent_opens_inside) >= 1
     assert all(s.parent_span_id != load.span_id for found in children.values() for s in found)
 

@@ -6,9 +6,9 @@ import pytest
 import safetensors
 import safetensors.torch
 import torch
+from _inmemory import traced
 
 import loadtrace
-from _inmemory import traced
 
 TENSORS = {
     "a": torch.arange(12, dtype=torch.float32).reshape(3, 4),  # 48 B

@@ -1,9 +1,9 @@
 """zeros_like / empty_like bytes during a load, by device and call site; torch.load files."""
 
 import torch
+from _inmemory import traced
 
 import loadtrace
-from _inmemory import traced
 
 
 def test_outside_a_load_materialisation_is_pass_through():

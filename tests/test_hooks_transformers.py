@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from _examples import make_checkpoint
 from _inmemory import traced
 
@@ -24,7 +23,11 @@ def test_from_pretrained_totals_equal_the_checkpoint(checkpoint):
     assert len(summary["files"]) >= 3
     assert len(files) == load.attributes["loadtrace.files.opened"] == len(summary["files"])
     assert load.attributes["loadtrace.read.tensors"] == summary["tensors"]
-    assert load.attributes["loadtrace.read.bytes"] == summary["bytes"] == sum(f.attributes["loadtrace.read.bytes"] for f in files)
+    assert (
+        load.attributes["loadtrace.read.bytes"]
+        == summary["bytes"]
+        == sum(f.attributes["loadtrace.read.bytes"] for f in files)
+    )
     assert load.attributes["loadtrace.strategy"] == "plain"
     assert load.attributes["loadtrace.model.class"] == "Qwen3MoeForCausalLM"
     assert load.attributes["loadtrace.checkpoint"] == str(path)

@@ -57,7 +57,10 @@ def test_late_activation_rebinds_names_imported_with_from():
     try:
         assert modeling_utils.safe_open is safetensors.safe_open
         assert isinstance(modeling_utils.safe_open, wrapt.FunctionWrapper)
-        assert modeling_utils.convert_and_load_state_dict_in_model is core_model_loading.convert_and_load_state_dict_in_model
+        assert (
+            modeling_utils.convert_and_load_state_dict_in_model
+            is core_model_loading.convert_and_load_state_dict_in_model
+        )
     finally:
         loadtrace.uninstrument()
     assert not isinstance(modeling_utils.safe_open, wrapt.FunctionWrapper)
@@ -98,10 +101,9 @@ def test_while_loading_hooks_wrap_whatever_is_there_and_give_it_back():
 
 def test_a_missing_target_is_skipped_with_a_note_and_the_others_still_run(monkeypatch, capsys, tmp_path):
     import transformers.integrations.deepspeed as deepspeed_integration
-    from transformers import AutoModelForCausalLM
-
     from _examples import make_checkpoint
     from _inmemory import traced
+    from transformers import AutoModelForCausalLM
 
     monkeypatch.delattr(deepspeed_integration, "_load_state_dict_into_zero3_model")  # as if a release renamed it
     make_checkpoint(tmp_path)

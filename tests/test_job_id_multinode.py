@@ -34,10 +34,30 @@ def run_two_node_job(tmp_path: Path, traces: Path) -> None:
     safetensors.torch.save_file({"w": torch.ones(16)}, str(ckpt))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LOADTRACE", "OTEL_"))}
     env.update(LOADTRACE="1", LOADTRACE_DIR=str(traces))
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
-                "--master_addr", "127.0.0.1", "--master_port", str(free_port())]
-    nodes = [subprocess.Popen([*torchrun, "--node_rank", str(n), str(worker), str(ckpt)], env=env, cwd=tmp_path,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for n in (0, 1)]
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "2",
+        "--nproc_per_node",
+        "1",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+    ]
+    nodes = [
+        subprocess.Popen(
+            [*torchrun, "--node_rank", str(n), str(worker), str(ckpt)],
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for n in (0, 1)
+    ]
     for node in nodes:
         output, _ = node.communicate(timeout=180)
         assert node.returncode == 0, output

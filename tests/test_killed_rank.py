@@ -18,8 +18,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.skipif(not VENVS, reason="no 
 
 def test_report_names_the_phase_a_killed_rank_died_in(checkpoint, tmp_path):
     venv = VENVS[0]
-    result = torchrun(venv, REPO / "tests" / "workers" / "killed_load.py", [str(checkpoint), "--out", str(tmp_path)],
-                      cwd=tmp_path, env={"LOADTRACE": "1", "HF_DEACTIVATE_ASYNC_LOAD": "1"}, timeout_s=300)
+    result = torchrun(
+        venv,
+        REPO / "tests" / "workers" / "killed_load.py",
+        [str(checkpoint), "--out", str(tmp_path)],
+        cwd=tmp_path,
+        env={"LOADTRACE": "1", "HF_DEACTIVATE_ASYNC_LOAD": "1"},
+        timeout_s=300,
+    )
     assert result.returncode != 0, "rank 1 was killed, so the job fails"
     count = json.loads((tmp_path / "count-rank1.json").read_text())  # rank 1's own count, just before the kill
     assert count["read_bytes"] > 0
@@ -39,4 +45,7 @@ def test_report_names_the_phase_a_killed_rank_died_in(checkpoint, tmp_path):
     assert state["tensors_read"] == count["read_tensors"]
     (finding,) = [f for f in report["findings"] if f["kind"] == "incomplete_rank"]
     assert finding["ranks"] == [1] and finding["severity"] == "warning"
-    assert f"rank 1 was killed or crashed during transformers.convert after reading {count['read_bytes']:,} B" in finding["detail"]
+    assert (
+        f"rank 1 was killed or crashed during transformers.convert after reading {count['read_bytes']:,} B"
+        in finding["detail"]
+    )

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from support.multirank import EXAMPLE_WORKER, WORLD_SIZE
 from support.venvs import discover, installed_problems
 

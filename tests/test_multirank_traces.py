@@ -12,7 +12,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from support import field_facts
 from support.multirank import MODES, STRATEGY, WORLD_SIZE, Job, read_spans
 from support.venvs import discover
@@ -95,7 +94,9 @@ def test_one_root_and_no_orphans(job: Job):
     ids = {s.span_id for s in spans}
     roots = [s for s in spans if not s.parent_span_id]
     assert [(r.name, r.resource.get("loadtrace.rank")) for r in roots] == [("loadtrace.job", 0)]
-    orphans = [(s.name, s.resource.get("loadtrace.rank")) for s in spans if s.parent_span_id and s.parent_span_id not in ids]
+    orphans = [
+        (s.name, s.resource.get("loadtrace.rank")) for s in spans if s.parent_span_id and s.parent_span_id not in ids
+    ]
     assert not orphans, f"spans whose parent is in no file: {orphans}"
 
 
@@ -114,9 +115,9 @@ def test_from_pretrained_totals_equal_independent_count(job: Job, checkpoint: Pa
             count["read_bytes"],
         ), where
         assert a.get("loadtrace.materialized.bytes.cpu", 0) == materialized(count, "cpu"), where
-        assert a.get("loadtrace.materialized.calls", 0) == sum(
-            d["calls"] for d in count["materialized"].values()
-        ), where
+        assert a.get("loadtrace.materialized.calls", 0) == sum(d["calls"] for d in count["materialized"].values()), (
+            where
+        )
         assert a.get("loadtrace.hook_errors", 0) == 0, where
         for key in ("loadtrace.rss.before", "loadtrace.rss.after", "loadtrace.rss.peak"):
             assert isinstance(a.get(key), int) and a[key] > 0, f"{where}: {key}={a.get(key)!r}"

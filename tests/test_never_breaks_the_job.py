@@ -31,8 +31,14 @@ def baseline(jobs):
 
 
 def run_job(checkpoint, cwd, env, script=EXAMPLE_WORKER):
-    result = torchrun(VENVS[0], script, [str(checkpoint), "--out", str(cwd / "out")], cwd=cwd,
-                      env={"LOADTRACE": "1", **env}, timeout_s=300)
+    result = torchrun(
+        VENVS[0],
+        script,
+        [str(checkpoint), "--out", str(cwd / "out")],
+        cwd=cwd,
+        env={"LOADTRACE": "1", **env},
+        timeout_s=300,
+    )
     log = result.log.read_text()
     # Two processes' writes can share a line of the log: find messages, not lines.
     digests = {int(rank): digest for rank, digest in re.findall(r"rank (\d+)/\d+ mode \w+ digest ([0-9a-f]{64})", log)}
@@ -128,7 +134,10 @@ def test_collector_trouble(checkpoint, tmp_path, baseline, behaviour, protocol):
         pytest.skip("an HTTP status is an http/protobuf answer")
     collector = Collector(behaviour)
     try:
-        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.port}", "OTEL_EXPORTER_OTLP_PROTOCOL": protocol}
+        env = {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.port}",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
+        }
         result, log, digests, said = run_job(checkpoint, tmp_path, env)
     finally:
         collector.close()
@@ -169,15 +178,22 @@ def test_a_hanging_collector_holds_exit_for_at_most_the_exit_timeout(tmp_path, p
     def exit_delay(env_extra):
         env = {k: v for k, v in __import__("os").environ.items() if not k.startswith(("LOADTRACE", "OTEL_"))}
         env.update(env_extra)
-        proc = subprocess.run([sys.executable, "-c", EXIT_PROBE, str(ckpt)], env=env, capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-c", EXIT_PROBE, str(ckpt)], env=env, capture_output=True, text=True, timeout=120
+        )
         ended = time.time()
         assert proc.returncode == 0, proc.stderr
         return ended - float(proc.stdout.split()[-1])
 
     try:
         untraced = min(exit_delay({}) for _ in range(2))
-        traced = exit_delay({"LOADTRACE": "1", "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
-                             "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.port}"})
+        traced = exit_delay(
+            {
+                "LOADTRACE": "1",
+                "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
+                "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.port}",
+            }
+        )
     finally:
         collector.close()
     assert traced - untraced <= 1.0 + 0.5, (traced, untraced)  # the exit timeout, plus scheduling noise

@@ -3,9 +3,9 @@
 import safetensors
 import safetensors.torch
 import torch
+from _inmemory import traced
 
 import loadtrace
-from _inmemory import traced
 from loadtrace.export import otlp_json_via_protobuf, traces_data
 
 

@@ -8,7 +8,6 @@ import pytest
 import safetensors
 import safetensors.torch
 import torch
-
 from _inmemory import traced
 
 SECRET = "s3cr3t-token-4f1c"
@@ -39,9 +38,16 @@ def test_redacted_paths_keep_a_stable_hash_and_the_basename(checkpoint):
 
 def test_traces_hold_no_environment_no_headers_no_tensor_values(checkpoint, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LOADTRACE", "OTEL_"))}
-    env.update(LOADTRACE="1", LOADTRACE_DIR=str(tmp_path / "traces"), API_TOKEN=SECRET,
-               OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9", OTEL_EXPORTER_OTLP_HEADERS=f"authorization=Bearer {SECRET}")
-    code = f"import safetensors\nwith safetensors.safe_open({str(checkpoint)!r}, framework='pt') as f: f.get_tensor('w')"
+    env.update(
+        LOADTRACE="1",
+        LOADTRACE_DIR=str(tmp_path / "traces"),
+        API_TOKEN=SECRET,
+        OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9",
+        OTEL_EXPORTER_OTLP_HEADERS=f"authorization=Bearer {SECRET}",
+    )
+    code = (
+        f"import safetensors\nwith safetensors.safe_open({str(checkpoint)!r}, framework='pt') as f: f.get_tensor('w')"
+    )
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert SECRET not in result.stderr

@@ -5,7 +5,6 @@ reads and materialisations."""
 from __future__ import annotations
 
 import pytest
-
 from support import field_facts
 from support.multirank import MODES, WORLD_SIZE
 from support.venvs import discover

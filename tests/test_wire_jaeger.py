@@ -21,7 +21,6 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-
 from _wire import WireRun, traces_data_json, wire_run
 from support.venvs import discover, installed_problems
 
@@ -83,7 +82,8 @@ class JaegerStore:
                 return 400, self.error(400, "malformed parameter query.service_name")
             # Jaeger finds the traces with a span of that service starting in the window, and returns them whole.
             found = {
-                s.trace_id for s in self.wire.spans
+                s.trace_id
+                for s in self.wire.spans
                 if s.resource.get("service.name") == query["query.service_name"]
                 and query["query.start_time_min"] <= s.start_ns <= query["query.start_time_max"]
             }
@@ -104,7 +104,7 @@ class JaegerStore:
     def error(code: int, message: str) -> bytes:
         return json.dumps({"error": {"httpCode": code, "message": message}}).encode()
 
-    def __enter__(self) -> "JaegerStore":
+    def __enter__(self) -> JaegerStore:
         self._thread.start()
         return self
 
@@ -134,7 +134,9 @@ def loadtrace(wire: WireRun, *argv: str) -> subprocess.CompletedProcess:
 
 def report_json(wire: WireRun, *argv: str) -> dict:
     proc = loadtrace(wire, "report", *argv, "--format", "json")
-    assert proc.returncode == 0 and proc.stderr == "", f"loadtrace report {' '.join(argv)}: {proc.returncode}\n{proc.stderr}"
+    assert proc.returncode == 0 and proc.stderr == "", (
+        f"loadtrace report {' '.join(argv)}: {proc.returncode}\n{proc.stderr}"
+    )
     return json.loads(proc.stdout)
 
 
@@ -169,7 +171,9 @@ def test_report_by_service_search_equals_report_over_files(wire: WireRun, jaeger
     (request,) = jaeger.requests
     query = parse_qs(urlparse(request).query)
     assert urlparse(request).path == "/api/v3/traces" and query["query.service_name"] == ["loadtrace"]
-    window = parse_rfc3339_nanos(query["query.start_time_max"][0]) - parse_rfc3339_nanos(query["query.start_time_min"][0])
+    window = parse_rfc3339_nanos(query["query.start_time_max"][0]) - parse_rfc3339_nanos(
+        query["query.start_time_min"][0]
+    )
     assert window == 3600 * 10**9
     assert_same_report(got, from_files, "--service loadtrace --since 1h")
 

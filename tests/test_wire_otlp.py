@@ -16,7 +16,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from _wire import GRPC_METHOD, PROTOCOLS, TRACES_PATH, WireRun, wire_run
 from support import field_facts
 from support.multirank import STRATEGY, WORLD_SIZE, read_spans
@@ -39,8 +38,11 @@ def require_installed(venv) -> None:
     assert not problems, f"loadtrace is not installed (non-editable) in {venv.root}: {problems}; {venv.install_hint()}"
     stale = stale_files(venv)
     if stale:
-        warnings.warn(f"loadtrace installed in {venv.root} is older than the tree ({', '.join(stale[:5])}); "
-                      f"reinstall with: {venv.install_hint()}", stacklevel=2)
+        warnings.warn(
+            f"loadtrace installed in {venv.root} is older than the tree ({', '.join(stale[:5])}); "
+            f"reinstall with: {venv.install_hint()}",
+            stacklevel=2,
+        )
 
 
 @pytest.fixture(scope="module", params=PROTOCOLS)
@@ -72,7 +74,7 @@ def _cells(line: str) -> list[str]:
 
 def _table(text: str, heading: str) -> list[list[str]]:
     """Rows (cells) of the first table after ``heading``."""
-    lines = text[text.index(heading):].splitlines()[1:]
+    lines = text[text.index(heading) :].splitlines()[1:]
     rows, started = [], False
     for line in lines:
         if line.startswith("|"):
@@ -149,7 +151,9 @@ def test_one_trace_across_ranks_with_one_root(wire: WireRun):
     (root,) = roots
     assert root.attributes == {"loadtrace.job.id": root.resource["loadtrace.job.id"]}
     assert root.start_ns == root.end_ns, "loadtrace.job is zero-length"
-    orphans = [(s.name, s.resource.get("loadtrace.rank")) for s in spans if s.parent_span_id and s.parent_span_id not in ids]
+    orphans = [
+        (s.name, s.resource.get("loadtrace.rank")) for s in spans if s.parent_span_id and s.parent_span_id not in ids
+    ]
     assert not orphans, f"{wire.label}: parents that never arrived: {orphans}"
 
 
@@ -203,17 +207,25 @@ def test_span_attributes_carry_the_loads_numbers(wire: WireRun, checkpoint: Path
         load = only(spans, "transformers.from_pretrained")
         a = load.attributes
         assert a["loadtrace.strategy"] == STRATEGY[MODE], where
-        assert a["loadtrace.model.class"] == "Qwen3MoeForCausalLM" and a["loadtrace.checkpoint"] == str(checkpoint), where
+        assert a["loadtrace.model.class"] == "Qwen3MoeForCausalLM" and a["loadtrace.checkpoint"] == str(checkpoint), (
+            where
+        )
         assert a["loadtrace.hook_errors"] == 0, where
         assert a["loadtrace.rss.peak"] >= max(a["loadtrace.rss.before"], a["loadtrace.rss.after"]) > 0, where
         # Under FSDP cpu_ram_efficient loading both ranks read the whole checkpoint, on every release so far.
         assert (a["loadtrace.files.opened"], a["loadtrace.read.tensors"], a["loadtrace.read.bytes"]) == (
-            field_facts.FILES, field_facts.TENSORS, field_facts.BYTES), where
+            field_facts.FILES,
+            field_facts.TENSORS,
+            field_facts.BYTES,
+        ), where
         assert a["loadtrace.model.held_bytes.cpu"] == field_facts.MODEL_BYTES, where
         assert a["loadtrace.materialized.calls"] > 0 and a["loadtrace.materialized.bytes.cpu"] > 0, where
         sites, site_bytes = a["loadtrace.materialized.sites"], a["loadtrace.materialized.site_bytes"]
-        assert isinstance(sites, list) and len(sites) == len(site_bytes) and sum(site_bytes) <= sum(
-            v for k, v in a.items() if k.startswith("loadtrace.materialized.bytes.")), where
+        assert (
+            isinstance(sites, list)
+            and len(sites) == len(site_bytes)
+            and sum(site_bytes) <= sum(v for k, v in a.items() if k.startswith("loadtrace.materialized.bytes."))
+        ), where
         files = [s for s in spans if s.name == "safetensors.open"]
         assert len(files) == field_facts.FILES, where
         assert sum(s.attributes["loadtrace.read.bytes"] for s in files) == a["loadtrace.read.bytes"], where
@@ -227,11 +239,19 @@ def test_span_attributes_carry_the_loads_numbers(wire: WireRun, checkpoint: Path
         for span in spans:
             if span.name.startswith("transformers.") and span.name != "transformers.from_pretrained":
                 assert span.attributes["loadtrace.calls"] >= 1, f"{where} {span.name}"
-        assert len(spans) <= a["loadtrace.files.opened"] + 20 + (rank == 0), f"{where}: {Counter(s.name for s in spans)}"
+        assert len(spans) <= a["loadtrace.files.opened"] + 20 + (rank == 0), (
+            f"{where}: {Counter(s.name for s in spans)}"
+        )
 
 
-BYTE_KEYS = ("loadtrace.read.bytes", "loadtrace.read.tensors", "loadtrace.files.opened",
-             "loadtrace.materialized.calls", "loadtrace.materialized.bytes.cpu", "loadtrace.model.held_bytes.cpu")
+BYTE_KEYS = (
+    "loadtrace.read.bytes",
+    "loadtrace.read.tensors",
+    "loadtrace.files.opened",
+    "loadtrace.materialized.calls",
+    "loadtrace.materialized.bytes.cpu",
+    "loadtrace.model.held_bytes.cpu",
+)
 
 
 def test_files_hold_the_same_spans_as_the_wire(wire: WireRun):
@@ -252,7 +272,13 @@ def test_files_hold_the_same_spans_as_the_wire(wire: WireRun):
         f = on_file[span_id]
         where = f"{wire.label} rank {w.resource.get('loadtrace.rank')} {w.name} {span_id}"
         assert (f.trace_id, f.parent_span_id, f.name, f.start_ns, f.end_ns, f.status_code) == (
-            w.trace_id, w.parent_span_id, w.name, w.start_ns, w.end_ns, w.status_code), where
+            w.trace_id,
+            w.parent_span_id,
+            w.name,
+            w.start_ns,
+            w.end_ns,
+            w.status_code,
+        ), where
         assert f.attributes == w.attributes, where
         assert f.resource == w.resource, where
     # The numbers the report is built from, rank by rank (already implied above; spelled out for the failure message).
@@ -262,4 +288,5 @@ def test_files_hold_the_same_spans_as_the_wire(wire: WireRun):
         assert {k: w.attributes.get(k) for k in BYTE_KEYS} == {k: f.attributes.get(k) for k in BYTE_KEYS}, rank
         converts = [s for s in spans if s.name == "transformers.convert"]
         assert [on_file[s.span_id].attributes.get("loadtrace.convert.bytes") for s in converts] == [
-            s.attributes.get("loadtrace.convert.bytes") for s in converts], rank
+            s.attributes.get("loadtrace.convert.bytes") for s in converts
+        ], rank

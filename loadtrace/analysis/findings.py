@@ -11,8 +11,9 @@ reads are reported too. docs/report.md states every threshold below.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .ranks import META, Job, RankLoad, real_bytes
 
@@ -210,7 +211,9 @@ def incomplete_rank(job: Job, model: int) -> Finding | None:
                 + (f" (peak RSS {human_bytes(state['peak_rss_bytes'])})" if state.get("peak_rss_bytes") else "")
             )
         else:
-            sentences.append(f"{name} never finished: {state.get('unfinished_parent_spans', 0)} of its loads or phases never ended")
+            sentences.append(
+                f"{name} never finished: {state.get('unfinished_parent_spans', 0)} of its loads or phases never ended"
+            )
         evidence.append({"rank": rank.rank, "host": rank.host, **state})
     worst = max((int(e.get("read_bytes", 0)) for e in evidence), default=0)
     return Finding(
@@ -220,7 +223,8 @@ def incomplete_rank(job: Job, model: int) -> Finding | None:
         ranks=[rank.rank for rank in stopped if rank.rank is not None],
         bytes=worst,
         projected_node_bytes=0,
-        detail="; ".join(sentences) + ". Its last known state is kept; an OOM kill shows as a peak RSS near the node's memory.",
+        detail="; ".join(sentences)
+        + ". Its last known state is kept; an OOM kill shows as a peak RSS near the node's memory.",
         evidence={"model_bytes": model, "per_rank": evidence},
     )
 
@@ -263,7 +267,11 @@ def _finding(
         + f" under strategy {'/'.join(strategies)}; {why}. "
         + f"Projected host memory: {human_bytes(worst)} x {per_node} rank{'s' if per_node > 1 else ''} per node"
         + f" = {human_bytes(worst * per_node)} per node"
-        + (f" (node memory {human_bytes(node)})." if (node := max((r.node_memory_bytes or 0 for r in ranks), default=0)) else ".")
+        + (
+            f" (node memory {human_bytes(node)})."
+            if (node := max((r.node_memory_bytes or 0 for r in ranks), default=0))
+            else "."
+        )
         + (f" {note}" if note else "")
     )
     return Finding(

@@ -198,7 +198,9 @@ def forecast(job: Job, target: Target) -> dict[str, Any]:
             profiles.append(found)
     first = next((p for p in profiles if p.rank.rank == LOADING_RANK), None)
     if first is None:
-        why = "did not finish" if loading.incomplete else "carry no loadtrace.rss.* memory figures (an older loadtrace?)"
+        why = (
+            "did not finish" if loading.incomplete else "carry no loadtrace.rss.* memory figures (an older loadtrace?)"
+        )
         raise ForecastError(f"trace {job.trace_id}: rank 0's load spans {why}; nothing to scale")
     others = [p for p in profiles if p is not first]
     worst = max(others, key=lambda p: (p.target_peak(scale), -(p.rank.rank or 0)), default=None)
@@ -206,8 +208,8 @@ def forecast(job: Job, target: Target) -> dict[str, Any]:
     node0_peak, node0_sum, node0_shared = _node_peak([first] + [stand_in] * (per_node - 1), scale)
     other = _node_peak([stand_in] * per_node, scale) if world_t > per_node else None
     # The node the verdict is about: node 0, or another node when the world spans several and theirs is worse.
-    node_peak, node_sum, node_shared = other if other is not None and other[0] > node0_peak else (
-        node0_peak, node0_sum, node0_shared
+    node_peak, node_sum, node_shared = (
+        other if other is not None and other[0] > node0_peak else (node0_peak, node0_sum, node0_shared)
     )
     memory, memory_source = node_memory(job, target)
     verdict = None if memory is None else ("oom" if node_peak > memory else "ok")

@@ -80,7 +80,9 @@ def _sentence(node: dict[str, Any]) -> str:
     if node["outcome"] == "repeated":
         if readers == 1:
             return f"{who}; storage delivered all of it ({storage})"
-        return f"{who}, and storage was read for every one of them ({storage}): the page cache did not keep the checkpoint"
+        return (
+            f"{who}, and storage was read for every one of them ({storage}): the page cache did not keep the checkpoint"
+        )
     times_read = node["times_read_from_storage"]
     read = f"{times_read:g}x the checkpoint, " if times_read is not None else ""
     return f"{who}; storage delivered {read}{storage}: some of it was read again"

@@ -10,8 +10,9 @@ is a sum of span attributes named in README.md's span reference, so it can be tr
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from ..context import trace_ids
 from .sources import Progress, Span
@@ -255,7 +256,10 @@ def last_state(trace_id: str, snapshot: Progress) -> dict[str, Any]:
     innermost = max(entries, key=lambda entry: int_attr(entry, "start_time_unix_nano"))
     materialized: dict[str, int] = {}
     for load in loads:
-        _add(materialized, {str(k): int_attr(load.get("materialized_bytes", {}), k) for k in load.get("materialized_bytes", {})})
+        _add(
+            materialized,
+            {str(k): int_attr(load.get("materialized_bytes", {}), k) for k in load.get("materialized_bytes", {})},
+        )
     return {
         "time_unix_nano": snapshot.time_ns,
         "during": innermost["name"],
@@ -334,7 +338,8 @@ def summarize_rank(trace_id: str, rank: int | None, instance: str | None, spans:
         hook_errors=sum(int_attr(s.attributes, "loadtrace.hook_errors") for s in loads),
         resource=resource,
         spans=spans,
-        node_memory_bytes=max((int_attr(s.attributes, "loadtrace.node.memory_total") for s in loads), default=0) or None,
+        node_memory_bytes=max((int_attr(s.attributes, "loadtrace.node.memory_total") for s in loads), default=0)
+        or None,
         # Before: the first load's (the process before any loading); after: the last one's.
         rss_before_bytes=_first_known(loads, "loadtrace.rss.before"),
         rss_after_bytes=_first_known(loads[::-1], "loadtrace.rss.after"),

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable, Iterator
+from typing import Any, BinaryIO
 
 # One TracesData line holds one export batch; anything this long is not one of ours, and reading it whole could exhaust
 # memory, so it is skipped unread.
@@ -246,7 +247,11 @@ def read_files(path: str | os.PathLike[str]) -> SpanSet:
             raise SourceError(f"{file}: {error.strerror or error}") from None
     # A rank killed before it finished any span has a snapshot and no trace file: look for snapshots, not beside files.
     root = Path(path)
-    snapshots = root.rglob("*.progress.json") if root.is_dir() else [files[0].with_name(files[0].name.removesuffix(".jsonl") + ".progress.json")]
+    snapshots = (
+        root.rglob("*.progress.json")
+        if root.is_dir()
+        else [files[0].with_name(files[0].name.removesuffix(".jsonl") + ".progress.json")]
+    )
     for snapshot in map(read_progress, snapshots):
         if snapshot is not None and snapshot.open:
             result.progress.append(snapshot)

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import wrapt
 
-from .._log import warn_once
 from .. import spans
+from .._log import warn_once
 
 
 class Call(Protocol):
@@ -45,8 +46,11 @@ class Hook:
 
 def fault(where: str, error: BaseException, scope: spans.Scope | None = None) -> None:
     """A loadtrace fault: said once per process, counted on the load it happened in, never raised into the job."""
-    warn_once("hook", f"hook {where} failed ({type(error).__name__}: {error}); the call went ahead untraced "
-                      "(every hook fault is counted in loadtrace.hook_errors on its load span)")
+    warn_once(
+        "hook",
+        f"hook {where} failed ({type(error).__name__}: {error}); the call went ahead untraced "
+        "(every hook fault is counted in loadtrace.hook_errors on its load span)",
+    )
     tracing = spans.tracing()
     if tracing is not None:
         try:
@@ -100,6 +104,7 @@ class _WhileLoading:
     attribute: str
     wrapper: Any = None  # while a load is open: ours, around whatever was there when the first load opened
     replaced: Any = None
+
 
 class Registry:
     """Installs hooks when their modules are imported; ``uninstall`` undoes exactly what ``install`` did."""

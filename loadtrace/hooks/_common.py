@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .. import spans
 
@@ -28,7 +29,13 @@ class FileCall:
     """A call that opens or reads a file: its span starts before the call; ``on_result`` accounts the result and
     returns what the caller gets (a counting proxy, or the result itself after closing the span)."""
 
-    def __init__(self, tracing: spans.Tracing, name: str, attributes: dict[str, Any], on_result: Callable[[Any, spans.Scope], Any]):
+    def __init__(
+        self,
+        tracing: spans.Tracing,
+        name: str,
+        attributes: dict[str, Any],
+        on_result: Callable[[Any, spans.Scope], Any],
+    ):
         self.tracing = tracing
         self.name = name
         self.attributes = attributes

@@ -63,9 +63,17 @@ class TracedSafeOpen(wrapt.ObjectProxy):
             nbytes = tensor.nbytes
             self._self_scope.ledger.add_read(nbytes)
             if started is not None:
-                self._self_tracing.point_span("safetensors.read", self._self_scope, started, {
-                    "loadtrace.tensor.name": name, "loadtrace.read.bytes": nbytes,
-                    "loadtrace.tensor.dtype": str(tensor.dtype), "loadtrace.tensor.shape": list(tensor.shape)})
+                self._self_tracing.point_span(
+                    "safetensors.read",
+                    self._self_scope,
+                    started,
+                    {
+                        "loadtrace.tensor.name": name,
+                        "loadtrace.read.bytes": nbytes,
+                        "loadtrace.tensor.dtype": str(tensor.dtype),
+                        "loadtrace.tensor.shape": list(tensor.shape),
+                    },
+                )
         except Exception as error:
             fault("safetensors.read", error, self._self_scope)
 

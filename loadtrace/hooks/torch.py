@@ -22,8 +22,8 @@ def _skip_dirs() -> tuple[str, ...]:
     """Frames in torch, wrapt or loadtrace are not the call site a user wants to see."""
     global _SKIP_DIRS
     if not _SKIP_DIRS:
-        import wrapt
         import torch
+        import wrapt
 
         _SKIP_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, wrapt, sys.modules["loadtrace"]))
     return _SKIP_DIRS
@@ -54,9 +54,17 @@ class Materialize:
             self.tracing.record_materialized(self.site, device, nbytes)
             if self.tracing.settings.per_tensor:
                 stack = spans.active()
-                self.tracing.point_span("torch.materialize", stack[-1], self.started, {
-                    "loadtrace.materialize.function": self.function, "loadtrace.materialize.device": device,
-                    "loadtrace.materialize.bytes": nbytes, "loadtrace.materialize.site": self.site})
+                self.tracing.point_span(
+                    "torch.materialize",
+                    stack[-1],
+                    self.started,
+                    {
+                        "loadtrace.materialize.function": self.function,
+                        "loadtrace.materialize.device": device,
+                        "loadtrace.materialize.bytes": nbytes,
+                        "loadtrace.materialize.site": self.site,
+                    },
+                )
         return tensor
 
 

@@ -55,7 +55,9 @@ def checkpoint_bytes(checkpoint: Any) -> int | None:
         return os.path.getsize(path)
     if not os.path.isdir(path):
         return None
-    return sum(entry.stat().st_size for entry in os.scandir(path) if entry.is_file() and entry.name.endswith(WEIGHT_SUFFIXES))
+    return sum(
+        entry.stat().st_size for entry in os.scandir(path) if entry.is_file() and entry.name.endswith(WEIGHT_SUFFIXES)
+    )
 
 
 class Load:
@@ -144,7 +146,11 @@ def weight_conversion(transform, args, kwargs):
 HOOKS = [
     Hook("transformers.modeling_utils", "PreTrainedModel.from_pretrained", from_pretrained),
     Hook("transformers.modeling_utils", "load_state_dict", _phase("transformers.load_state_dict")),
-    Hook("transformers.modeling_utils", "PreTrainedModel._move_missing_keys_from_meta_to_device", _phase("transformers.materialize_missing")),
+    Hook(
+        "transformers.modeling_utils",
+        "PreTrainedModel._move_missing_keys_from_meta_to_device",
+        _phase("transformers.materialize_missing"),
+    ),
     Hook("transformers.core_model_loading", "convert_and_load_state_dict_in_model", _phase("transformers.convert")),
     Hook("transformers.core_model_loading", "WeightConverter.convert", weight_conversion),
     Hook("transformers.core_model_loading", "WeightRenaming.convert", weight_conversion),

@@ -87,7 +87,9 @@ def aborted_at_exit(run: TorchrunResult, out: Path) -> bool:
     """Both ranks wrote their results, then one died at exit with "terminate called without an active exception"
     (SIGABRT): seen about once in 20 ZeRO-3 runs of transformers 5.12 on CPU here, with and without LOADTRACE. Not
     what the tests are about, so such a run is repeated once."""
-    finished = all((out / f"count-rank{r}.json").exists() or (out / f"digest-rank{r}.json").exists() for r in range(WORLD_SIZE))
+    finished = all(
+        (out / f"count-rank{r}.json").exists() or (out / f"digest-rank{r}.json").exists() for r in range(WORLD_SIZE)
+    )
     log = run.log.read_text(errors="replace") if run.log.exists() else ""
     return run.returncode != 0 and finished and "terminate called without an active exception" in log
 

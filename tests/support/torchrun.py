@@ -21,9 +21,23 @@ from .venvs import Venv
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("LOADTRACE_TEST_TORCHRUN_TIMEOUT", "420"))
 SCRUBBED_PREFIXES = ("LOADTRACE", "OTEL_", "ACCELERATE_", "FSDP_")
-SCRUBBED = {"PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONSAFEPATH", "TORCHELASTIC_RUN_ID", "MASTER_ADDR",
-            "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "SLURM_JOB_ID",
-            "SLURM_PROCID", "VIRTUAL_ENV"}
+SCRUBBED = {
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONSTARTUP",
+    "PYTHONSAFEPATH",
+    "TORCHELASTIC_RUN_ID",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "SLURM_JOB_ID",
+    "SLURM_PROCID",
+    "VIRTUAL_ENV",
+}
 
 
 @dataclass
@@ -39,7 +53,7 @@ class TorchrunResult:
         text = self.log.read_text(errors="replace").splitlines()
         return "\n".join(text[-lines:])
 
-    def check(self) -> "TorchrunResult":
+    def check(self) -> TorchrunResult:
         if self.returncode != 0:
             raise AssertionError(
                 f"torchrun exited {self.returncode} after {self.seconds:.1f}s: {' '.join(self.cmd)}\n"
@@ -91,8 +105,13 @@ def torchrun(
     start = time.monotonic()
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            cmd, cwd=cwd, env=clean_env(venv, extra), stdout=out, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
+            cmd,
+            cwd=cwd,
+            env=clean_env(venv, extra),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
         try:
             returncode = proc.wait(timeout=timeout_s)

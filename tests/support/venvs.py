@@ -67,7 +67,9 @@ def _dist_version(site_packages: Path, dist: str) -> str | None:
 
 def discover() -> list[Venv]:
     configured = os.environ.get("LOADTRACE_TEST_VENVS")
-    candidates = [Path(p) for p in configured.split(os.pathsep) if p] if configured else [REPO / d for d in DEFAULT_VENVS]
+    candidates = (
+        [Path(p) for p in configured.split(os.pathsep) if p] if configured else [REPO / d for d in DEFAULT_VENVS]
+    )
     venvs = []
     for root in candidates:
         root = root if root.is_absolute() else REPO / root

@@ -124,7 +124,7 @@ class CountingFile:
     def get_slice(self, name: str) -> Any:
         return CountingSlice(self._inner.get_slice(name), self._path, self._counts)
 
-    def __enter__(self) -> "CountingFile":
+    def __enter__(self) -> CountingFile:
         self._inner.__enter__()
         return self
 

@@ -1,0 +1,205 @@
+"""The vocabulary both halves share: span names, attribute keys and prefixes, strategies, finding kinds.
+
+The instrumentation half writes these names and the analysis half reads them back; spelling each once, here, makes a
+rename an import error instead of a report that silently reads zero. Standard library only (nothing at all, in fact),
+like OTel contrib's ``semconv.py`` and ddtrace's ``constants.py``. README.md's "Span and attribute reference" documents
+every name below, and a test holds the two equal.
+"""
+
+from __future__ import annotations
+
+# The instrumentation scope every loadtrace span is emitted under.
+SCOPE_NAME = "loadtrace"
+
+# Span names ---------------------------------------------------------------------------------------------------------
+
+SPAN_JOB = "loadtrace.job"  # the job's root, written once by rank 0
+SPAN_LOAD = "loadtrace.load"  # ``with loadtrace.traced_load(name):``
+SPAN_FROM_PRETRAINED = "transformers.from_pretrained"
+SPAN_LOAD_STATE_DICT = "transformers.load_state_dict"
+SPAN_CONVERT = "transformers.convert"
+SPAN_ZERO3_LOAD = "transformers.zero3_load"
+SPAN_MATERIALIZE_MISSING = "transformers.materialize_missing"
+SPAN_SAFETENSORS_OPEN = "safetensors.open"
+SPAN_SAFETENSORS_LOAD = "safetensors.load"  # ``safetensors.torch.load(bytes)``: reads without a file of their own
+SPAN_SAFETENSORS_READ = "safetensors.read"  # LOADTRACE_DETAIL=tensor only
+SPAN_TORCH_LOAD = "torch.load"
+SPAN_TORCH_MATERIALIZE = "torch.materialize"  # LOADTRACE_DETAIL=tensor only
+
+LOAD_SPANS = frozenset({SPAN_FROM_PRETRAINED, SPAN_LOAD})
+FILE_SPANS = frozenset({SPAN_SAFETENSORS_OPEN, SPAN_TORCH_LOAD})
+BYTES_SPANS = frozenset({SPAN_SAFETENSORS_LOAD})
+PHASE_SPANS = frozenset({SPAN_LOAD_STATE_DICT, SPAN_CONVERT, SPAN_ZERO3_LOAD, SPAN_MATERIALIZE_MISSING})
+POINT_SPANS = frozenset({SPAN_SAFETENSORS_READ, SPAN_TORCH_MATERIALIZE})
+ALL_SPANS = frozenset({SPAN_JOB}) | LOAD_SPANS | FILE_SPANS | BYTES_SPANS | PHASE_SPANS | POINT_SPANS
+
+# Resource attributes (one set per process, on every span) -----------------------------------------------------------
+
+# OpenTelemetry's own semantic conventions (written here so the analysis half needs no OTel package).
+SERVICE_NAME = "service.name"
+SERVICE_INSTANCE_ID = "service.instance.id"
+HOST_NAME = "host.name"
+PROCESS_PID = "process.pid"
+K8S_POD_NAME = "k8s.pod.name"
+K8S_NAMESPACE_NAME = "k8s.namespace.name"
+
+RANK = "loadtrace.rank"
+LOCAL_RANK = "loadtrace.local_rank"
+WORLD_SIZE = "loadtrace.world_size"
+LOCAL_WORLD_SIZE = "loadtrace.local_world_size"
+NODE_RANK = "loadtrace.node_rank"
+LAUNCHER = "loadtrace.launcher"
+JOB_ID = "loadtrace.job.id"  # also on the job's root span
+JOB_ID_SOURCE = "loadtrace.job.id_source"
+VERSION = "loadtrace.version"
+CLUSTER = "loadtrace.cluster"
+LIB_PREFIX = "loadtrace.lib."  # + library name: its installed version
+
+# ``Rank`` field → resource attribute.
+RANK_FIELDS = {
+    "rank": RANK,
+    "local_rank": LOCAL_RANK,
+    "world_size": WORLD_SIZE,
+    "local_world_size": LOCAL_WORLD_SIZE,
+    "node_rank": NODE_RANK,
+}
+
+
+def lib_key(library: str) -> str:
+    return LIB_PREFIX + library
+
+
+# Load spans (``transformers.from_pretrained``, ``loadtrace.load``) --------------------------------------------------
+
+MODEL_CLASS = "loadtrace.model.class"
+CHECKPOINT = "loadtrace.checkpoint"
+CHECKPOINT_BYTES = "loadtrace.checkpoint.bytes"
+DTYPE = "loadtrace.dtype"
+STRATEGY = "loadtrace.strategy"
+HELD_BYTES_PREFIX = "loadtrace.model.held_bytes."  # + device type
+LOAD_NAME = "loadtrace.load.name"
+FILES_OPENED = "loadtrace.files.opened"
+HOOK_ERRORS = "loadtrace.hook_errors"
+
+
+def held_bytes_key(device: str) -> str:
+    return HELD_BYTES_PREFIX + device
+
+
+# Files and reads ----------------------------------------------------------------------------------------------------
+
+FILE_PATH = "loadtrace.file.path"
+FILE_SIZE = "loadtrace.file.size"
+FILE_TENSORS = "loadtrace.file.tensors"
+MAP_LOCATION = "loadtrace.map_location"
+READ_TENSORS = "loadtrace.read.tensors"
+READ_BYTES = "loadtrace.read.bytes"
+TENSOR_NAME = "loadtrace.tensor.name"
+TENSOR_DTYPE = "loadtrace.tensor.dtype"
+TENSOR_SHAPE = "loadtrace.tensor.shape"
+
+# Phases -------------------------------------------------------------------------------------------------------------
+
+CALLS = "loadtrace.calls"
+
+# Materialisation (``zeros_like`` / ``empty_like`` while loading) ----------------------------------------------------
+
+MATERIALIZED_CALLS = "loadtrace.materialized.calls"
+MATERIALIZED_BYTES_PREFIX = "loadtrace.materialized.bytes."  # + device type
+MATERIALIZED_SITES = "loadtrace.materialized.sites"
+MATERIALIZED_SITE_BYTES = "loadtrace.materialized.site_bytes"
+MATERIALIZE_FUNCTION = "loadtrace.materialize.function"  # the per-tensor span's own
+MATERIALIZE_DEVICE = "loadtrace.materialize.device"
+MATERIALIZE_BYTES = "loadtrace.materialize.bytes"
+MATERIALIZE_SITE = "loadtrace.materialize.site"
+
+
+def materialized_bytes_key(device: str) -> str:
+    return MATERIALIZED_BYTES_PREFIX + device
+
+
+# Conversion ---------------------------------------------------------------------------------------------------------
+
+CONVERT_COUNT = "loadtrace.convert.count"
+CONVERT_BYTES = "loadtrace.convert.bytes"
+CONVERT_OP_PREFIX = "loadtrace.convert.op."  # + operation + ".count" / ".bytes"
+RENAME_OP = "Rename"  # the operation name of a plain rename
+
+
+def convert_op_key(operation: str, measure: str) -> str:
+    """``measure`` is ``count`` or ``bytes``."""
+    return f"{CONVERT_OP_PREFIX}{operation}.{measure}"
+
+
+# Memory and I/O (load and phase spans) ------------------------------------------------------------------------------
+
+RSS_BEFORE = "loadtrace.rss.before"
+RSS_AFTER = "loadtrace.rss.after"
+RSS_PEAK = "loadtrace.rss.peak"
+RSS_KINDS = ("anon", "file", "shmem")  # as /proc/self/status splits VmRSS
+MOMENTS = ("before", "after", "peak")
+
+
+def rss_key(kind: str | None, moment: str) -> str:
+    """``rss_key(None, "peak")`` is ``loadtrace.rss.peak``; ``rss_key("anon", "before")`` ``loadtrace.rss_anon.before``."""
+    return f"loadtrace.rss.{moment}" if kind is None else f"loadtrace.rss_{kind}.{moment}"
+
+
+IO_STORAGE_READ_BYTES = "loadtrace.io.storage_read_bytes"
+IO_CACHED_BYTES = "loadtrace.io.cached_bytes"
+NODE_MEMORY_TOTAL = "loadtrace.node.memory_total"
+NODE_MEMORY_AVAILABLE = "loadtrace.node.memory_available"
+CGROUP_MEMORY_CURRENT = "loadtrace.cgroup.memory_current"
+CGROUP_MEMORY_MAX = "loadtrace.cgroup.memory_max"
+
+# Load strategies (``loadtrace.strategy``) ---------------------------------------------------------------------------
+
+STRATEGY_PLAIN = "plain"
+STRATEGY_FSDP = "fsdp"
+STRATEGY_FSDP_CPU_RAM_EFFICIENT = "fsdp_cpu_ram_efficient"
+STRATEGY_ZERO3 = "zero3"
+STRATEGIES = (STRATEGY_PLAIN, STRATEGY_FSDP, STRATEGY_FSDP_CPU_RAM_EFFICIENT, STRATEGY_ZERO3)
+# Under these only the loading rank should read the checkpoint; the other ranks hold empty weights.
+SHARDED_STRATEGIES = frozenset({STRATEGY_ZERO3, STRATEGY_FSDP_CPU_RAM_EFFICIENT})
+
+# Finding kinds (``loadtrace report``) -------------------------------------------------------------------------------
+
+FINDING_INCOMPLETE_RANK = "incomplete_rank"
+FINDING_DUPLICATE_CHECKPOINT_READ = "duplicate_checkpoint_read"
+FINDING_NONZERO_RANK_MATERIALIZATION = "nonzero_rank_materialization"
+FINDING_DUPLICATE_CONVERSION = "duplicate_conversion"
+FINDING_REPLICATED_LOAD = "replicated_load"
+FINDING_KINDS = (
+    FINDING_INCOMPLETE_RANK,
+    FINDING_DUPLICATE_CHECKPOINT_READ,
+    FINDING_NONZERO_RANK_MATERIALIZATION,
+    FINDING_DUPLICATE_CONVERSION,
+    FINDING_REPLICATED_LOAD,
+)
+
+# Progress snapshots (``<trace file>.progress.json``): what a rank still loading had open ----------------------------
+
+PROGRESS_SUFFIX = ".progress.json"
+# The file: who wrote it, when, and one entry per open load or phase.
+PROGRESS_RANK = "rank"
+PROGRESS_WORLD_SIZE = "world_size"
+PROGRESS_JOB_ID = "job.id"
+PROGRESS_HOST = "host"
+PROGRESS_PID = "pid"
+PROGRESS_TIME = "time_unix_nano"
+PROGRESS_OPEN = "open"
+# One entry of ``open``.
+PROGRESS_NAME = "name"
+PROGRESS_KIND = "kind"  # a scope kind: "load" or "phase"
+PROGRESS_TRACE_ID = "trace_id"
+PROGRESS_SPAN_ID = "span_id"
+PROGRESS_START = "start_time_unix_nano"
+PROGRESS_READ_TENSORS = "read_tensors"
+PROGRESS_READ_BYTES = "read_bytes"
+PROGRESS_FILES_OPENED = "files_opened"
+PROGRESS_MATERIALIZED_BYTES = "materialized_bytes"  # {device: bytes}
+PROGRESS_RSS_PEAK = "rss_peak"
+
+SCOPE_LOAD = "load"
+SCOPE_PHASE = "phase"
+SCOPE_FILE = "file"
