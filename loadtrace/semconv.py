@@ -1,15 +1,25 @@
 """The vocabulary both halves share: span names, attribute keys and prefixes, strategies, finding kinds.
 
 The instrumentation half writes these names and the analysis half reads them back; spelling each once, here, makes a
-rename an import error instead of a report that silently reads zero. Standard library only (nothing at all, in fact),
+rename an import error instead of a report that silently reads zero. Standard library only,
 like OTel contrib's ``semconv.py`` and ddtrace's ``constants.py``. README.md's "Span and attribute reference" documents
 every name below, and a test holds the two equal.
 """
 
 from __future__ import annotations
 
+import hashlib
+
 # The instrumentation scope every loadtrace span is emitted under.
 SCOPE_NAME = "loadtrace"
+
+
+def job_trace_ids(job_id: str) -> tuple[int, int]:
+    """The trace id and the job root span's id, derived from the job id: every rank computes the same pair without
+    talking to the others, and the report finds the root by the same rule."""
+    digest = hashlib.sha256(f"loadtrace:{job_id}".encode()).digest()
+    return int.from_bytes(digest[:16], "big") or 1, int.from_bytes(digest[16:24], "big") or 1
+
 
 # Span names ---------------------------------------------------------------------------------------------------------
 
