@@ -151,7 +151,7 @@ MOMENTS = ("before", "after", "peak")
 
 
 def rss_key(kind: str | None, moment: str) -> str:
-    """``rss_key(None, "peak")`` is ``loadtrace.rss.peak``; ``rss_key("anon", "before")`` ``loadtrace.rss_anon.before``."""
+    """``rss_key(None, "peak")``: ``loadtrace.rss.peak``; ``rss_key("anon", "before")``: ``loadtrace.rss_anon.before``."""
     return f"loadtrace.rss.{moment}" if kind is None else f"loadtrace.rss_{kind}.{moment}"
 
 
