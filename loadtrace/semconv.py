@@ -151,7 +151,7 @@ MOMENTS = ("before", "after", "peak")
 
 
 def rss_key(kind: str | None, moment: str) -> str:
-    """``rss_key(None, "peak")``: ``loadtrace.rss.peak``; ``rss_key("anon", "before")``: ``loadtrace.rss_anon.before``."""
+    """``loadtrace.rss.<moment>`` for all of VmRSS (``kind`` None), else ``loadtrace.rss_<kind>.<moment>``."""
     return f"loadtrace.rss.{moment}" if kind is None else f"loadtrace.rss_{kind}.{moment}"
 
 
