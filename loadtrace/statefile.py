@@ -1,0 +1,292 @@
+"""A rank's running totals in a file the kernel keeps when the process dies: exact at the moment of a SIGKILL.
+
+Spans leave a process only when they end, and a periodic snapshot is always behind; the OOM killer strikes between
+the two. So every count a load makes lives in a small ``MAP_SHARED`` memory-mapped file per process
+(``<trace file stem>.state``): a store into it is a store into the page cache, which outlives the process. A rank
+that dies leaves its exact last state; ``loadtrace report`` and the launcher's witness read it back with ``decode``.
+
+The format is the contract between the two halves (like ``semconv``), so this module is standard library only:
+
+- a 4096-byte header: ``MAGIC``, then ``HEADER_FIELDS`` as little-endian int64s, then ``TEXT_FIELDS`` as NUL-padded
+  UTF-8 of fixed sizes;
+- then read slots of two int64s (tensors, bytes), one per file scope, in 4096-byte chunks appended as needed. A slot
+  is written by ``+=`` from whichever thread reads the tensor: under the GIL that read-modify-write has no point where
+  another thread can run (no call, no backward jump), so concurrent reads count exactly without a lock. Slots are never
+  reused, so a reader just sums them.
+
+Counts are per process since it started; the header keeps the slot and counter values at which the current outermost
+load began (``load_*`` fields), so the open load's share is a subtraction.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+
+MAGIC = b"LTSTATE1"
+PAGE = 4096
+HEADER_BYTES = PAGE
+SLOT_BYTES = 16  # tensors, bytes
+SLOTS_PER_CHUNK = PAGE // SLOT_BYTES
+
+# Process status.
+STATUS_IDLE = 0  # no load open (before the first, or all finished)
+STATUS_LOADING = 1  # a load is open
+STATUS_EXITED = 2  # the interpreter exited normally
+STATUS_SIGNALLED = 3  # a termination signal arrived while loading; spans were ended and flushed
+STATUSES = {STATUS_IDLE: "idle", STATUS_LOADING: "loading", STATUS_EXITED: "exited", STATUS_SIGNALLED: "signalled"}
+
+# Where the memory limit came from.
+LIMIT_UNKNOWN, LIMIT_NODE, LIMIT_CGROUP_V1, LIMIT_CGROUP_V2 = 0, 1, 2, 3
+LIMIT_SOURCES = {LIMIT_UNKNOWN: None, LIMIT_NODE: "node", LIMIT_CGROUP_V1: "cgroup v1", LIMIT_CGROUP_V2: "cgroup v2"}
+
+# Materialised bytes are counted in these device columns; any other device type goes to "other".
+DEVICES = ("cpu", "cuda", "meta", "other")
+
+# Counters that only grow; each has a ``load_<name>`` twin holding its value when the current outermost load began.
+COUNTERS = (
+    "files_opened",
+    *(f"materialized_{device}" for device in DEVICES),
+    "conversions",
+    "conversion_bytes",
+    "hook_errors",
+)
+
+HEADER_FIELDS = (
+    "version",
+    "pid",
+    "rank",  # -1: unknown
+    "local_rank",
+    "world_size",
+    "local_world_size",
+    "attempt",  # TORCHELASTIC_RESTART_COUNT
+    "status",
+    "signal",  # the termination signal that arrived while loading, 0 if none
+    "created_ns",
+    "updated_ns",  # the last change of phase or status
+    "loads_open",
+    "load_start_ns",  # when the current outermost load began
+    "memory_limit",  # bytes; 0: unknown
+    "memory_limit_source",
+    "node_memory_total",
+    "cgroup_memory_max",  # 0: none
+    "rss_peak",  # the highest VmRSS seen while loading (sampled, and VmHWM at phase boundaries)
+    "slots_used",  # read slots handed out so far
+    "load_first_slot",  # the first slot of the current outermost load
+    "oom_kill_before",  # the cgroup's oom_kill counter when the first load began (-1: unreadable)
+    *COUNTERS,
+    *(f"load_{name}" for name in COUNTERS),
+)
+TEXT_FIELDS = (
+    ("phase", 96),  # the innermost span open (a phase, or the load itself)
+    ("load", 96),  # the outermost load open
+    ("job_id", 128),
+    ("launch_id", 64),
+    ("host", 64),
+    ("trace_id", 32),  # hex, of the job's trace
+    ("failure", 96),  # the exception type of the last load that raised
+    ("trace_file", 1024),  # the span file beside this state (empty when spans go only over OTLP)
+)
+
+_INTS = struct.Struct(f"<{len(HEADER_FIELDS)}q")
+_INT_OFFSET = len(MAGIC)
+_TEXT_OFFSET = _INT_OFFSET + _INTS.size
+INDEX = {name: i for i, name in enumerate(HEADER_FIELDS)}
+TEXT_OFFSETS: dict[str, tuple[int, int]] = {}
+_offset = _TEXT_OFFSET
+for _name, _size in TEXT_FIELDS:
+    TEXT_OFFSETS[_name] = (_offset, _size)
+    _offset += _size
+assert _offset <= HEADER_BYTES, "the header outgrew its page"
+VERSION = 1
+
+
+# Reading (both halves) -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class State:
+    """One process's last state, decoded."""
+
+    ints: dict[str, int]
+    texts: dict[str, str]
+    slots: list[tuple[int, int]] = field(repr=False)
+
+    def __getitem__(self, name: str) -> int:
+        return self.ints[name]
+
+    @property
+    def status(self) -> str:
+        return STATUSES.get(self.ints["status"], "unknown")
+
+    @property
+    def rank(self) -> int | None:
+        return self.ints["rank"] if self.ints["rank"] >= 0 else None
+
+    def totals(self, since_load: bool = True) -> dict[str, int]:
+        """Tensors and bytes read, files opened, materialised bytes by device, conversions, hook faults: of the open
+        (or last) outermost load with ``since_load``, else of the whole process."""
+        first = self.ints["load_first_slot"] if since_load else 0
+        used = min(self.ints["slots_used"], len(self.slots))
+        reads = self.slots[first:used]
+        totals = {"tensors_read": sum(t for t, _ in reads), "read_bytes": sum(b for _, b in reads)}
+        for name in COUNTERS:
+            totals[name] = self.ints[name] - (self.ints[f"load_{name}"] if since_load else 0)
+        return totals
+
+    def materialized(self, since_load: bool = True) -> dict[str, int]:
+        totals = self.totals(since_load)
+        return {device: totals[f"materialized_{device}"] for device in DEVICES if totals[f"materialized_{device}"]}
+
+
+def decode(data: bytes) -> State | None:
+    """A state file's bytes → ``State``; None when they are not one (wrong magic or version, truncated, corrupt)."""
+    if len(data) < HEADER_BYTES or data[: len(MAGIC)] != MAGIC:
+        return None
+    ints = dict(zip(HEADER_FIELDS, _INTS.unpack_from(data, _INT_OFFSET), strict=True))
+    if ints["version"] != VERSION or ints["slots_used"] < 0 or ints["load_first_slot"] < 0:
+        return None
+    texts = {}
+    for name, (offset, size) in TEXT_OFFSETS.items():
+        raw = data[offset : offset + size].split(b"\0", 1)[0]
+        texts[name] = raw.decode("utf-8", errors="replace")
+    body = data[HEADER_BYTES:]
+    count = len(body) // SLOT_BYTES
+    values = struct.unpack_from(f"<{2 * count}q", body) if count else ()
+    slots = list(zip(values[0::2], values[1::2], strict=True))
+    if any(t < 0 or b < 0 for t, b in slots) or any(ints[name] < 0 for name in COUNTERS):
+        return None
+    return State(ints, texts, slots)
+
+
+def read(path: str | os.PathLike[str], max_bytes: int = 64 * 1024 * 1024) -> State | None:
+    """The state file at ``path``, or None when it is missing, unreadable, oversized or not a state file."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(max_bytes + 1)
+    except OSError:
+        return None
+    return decode(data) if len(data) <= max_bytes else None
+
+
+# Writing (the instrumented process) ----------------------------------------------------------------------------------
+
+
+class ReadSlot:
+    """One file scope's two counters. ``add`` is the per-tensor hot path; callers on the hottest path use ``counts``
+    directly: ``counts[0] += 1; counts[1] += nbytes``."""
+
+    __slots__ = ("counts",)
+
+    def __init__(self, counts: memoryview):
+        self.counts = counts
+
+    def add(self, nbytes: int) -> None:
+        counts = self.counts
+        counts[0] += 1
+        counts[1] += nbytes
+
+    @property
+    def tensors(self) -> int:
+        return self.counts[0]
+
+    @property
+    def bytes(self) -> int:
+        return self.counts[1]
+
+
+class Writer:
+    """The process's state, in a file when ``path`` is given (created owner-only), else in anonymous memory: the same
+    code either way, and nothing on disk when there is nowhere to put it."""
+
+    def __init__(self, path: str | None, identity: dict[str, int], texts: dict[str, str]):
+        self.path = path
+        self._fd: int | None = None
+        if path is not None:
+            os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+            self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.ftruncate(self._fd, HEADER_BYTES)
+        self._header = self._map(0)
+        self._chunks: list[memoryview] = []
+        self._lock = threading.Lock()  # slot hand-out and chunk growth only: counting never locks
+        ints = self._ints = memoryview(self._header)[_INT_OFFSET : _INT_OFFSET + _INTS.size].cast("q")
+        ints[INDEX["version"]] = VERSION
+        ints[INDEX["rank"]] = -1
+        ints[INDEX["local_rank"]] = -1
+        ints[INDEX["oom_kill_before"]] = -1
+        for name, value in identity.items():
+            ints[INDEX[name]] = value
+        ints[INDEX["created_ns"]] = time.time_ns()
+        for name, text in texts.items():
+            self.set_text(name, text)
+        self._header[: len(MAGIC)] = MAGIC  # last: a reader never sees a half-written header as valid
+
+    def _map(self, offset: int) -> mmap.mmap:
+        if self._fd is None:
+            return mmap.mmap(-1, PAGE)
+        return mmap.mmap(self._fd, PAGE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=offset)
+
+    # Fields ---------------------------------------------------------------------------------------------------------
+
+    def __getitem__(self, name: str) -> int:
+        return self._ints[INDEX[name]]
+
+    def __setitem__(self, name: str, value: int) -> None:
+        self._ints[INDEX[name]] = value
+
+    def add(self, name: str, amount: int) -> None:
+        """Add to a counter (atomic under the GIL, like a slot)."""
+        self._ints[INDEX[name]] += amount
+
+    def set_text(self, name: str, text: str) -> None:
+        offset, size = TEXT_OFFSETS[name]
+        encoded = text.encode("utf-8", errors="replace")[: size - 1]
+        self._header[offset : offset + size] = encoded + b"\0" * (size - len(encoded))
+
+    def text(self, name: str) -> str:
+        offset, size = TEXT_OFFSETS[name]
+        return bytes(self._header[offset : offset + size]).split(b"\0", 1)[0].decode("utf-8", errors="replace")
+
+    def touch(self) -> None:
+        self._ints[INDEX["updated_ns"]] = time.time_ns()
+
+    # Read slots -----------------------------------------------------------------------------------------------------
+
+    def new_slot(self) -> ReadSlot:
+        """A fresh pair of counters for one file scope; a new 4096-byte chunk every 256 files."""
+        with self._lock:
+            index = self["slots_used"]
+            chunk, within = divmod(index, SLOTS_PER_CHUNK)
+            while chunk >= len(self._chunks):
+                offset = HEADER_BYTES + PAGE * len(self._chunks)
+                if self._fd is not None:
+                    os.ftruncate(self._fd, offset + PAGE)
+                self._chunks.append(memoryview(self._map(offset)).cast("q"))
+            self["slots_used"] = index + 1
+            return ReadSlot(self._chunks[chunk][2 * within : 2 * within + 2])
+
+    # Loads ----------------------------------------------------------------------------------------------------------
+
+    def load_started(self) -> None:
+        """The current outermost load begins: remember where its slots and counters start."""
+        self["load_first_slot"] = self["slots_used"]
+        for name in COUNTERS:
+            self[f"load_{name}"] = self[name]
+        self["load_start_ns"] = time.time_ns()
+
+    def close(self) -> None:
+        """Nothing to flush: every store is already in the page cache. Only the descriptor goes."""
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = None
+
+
+def device_column(device: str) -> str:
+    return f"materialized_{device if device in DEVICES else 'other'}"
