@@ -90,6 +90,7 @@ TEXT_FIELDS = (
     ("trace_id", 32),  # hex, of the job's trace
     ("failure", 96),  # the exception type of the last load that raised
     ("trace_file", 1024),  # the span file beside this state (empty when spans go only over OTLP)
+    ("cgroup", 512),  # the process's memory cgroup directory when the load began (the witness reads its oom_kill)
 )
 
 _INTS = struct.Struct(f"<{len(HEADER_FIELDS)}q")
