@@ -89,6 +89,7 @@ TEXT_FIELDS = (
     ("host", 64),
     ("trace_id", 32),  # hex, of the job's trace
     ("failure", 96),  # the exception type of the last load that raised
+    ("strategy", 32),  # the open load's loadtrace.strategy
     ("trace_file", 1024),  # the span file beside this state (empty when spans go only over OTLP)
     ("cgroup", 512),  # the process's memory cgroup directory when the load began (the witness reads its oom_kill)
 )
