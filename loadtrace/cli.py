@@ -1,6 +1,7 @@
 """``loadtrace report`` and ``loadtrace compare``: a thin argparse shell over ``loadtrace.analysis``.
 
-Arguments → a source (files or Jaeger) → the analysis' plain JSON data → a table or JSON on stdout. Exit status: 0, 1
+Arguments → a source (files or Jaeger) → the analysis' typed report → ``loadtrace.render``'s table or the model's
+JSON on stdout. Exit status: 0, 1
 when ``--fail-on-findings`` meets a warning, 2 for bad input (one ``loadtrace: error: ...`` line on stderr, never a
 traceback). Imports nothing of loadtrace's instrumentation, so it runs where torch and OTel are not installed.
 """
@@ -16,12 +17,13 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from loadtrace import render
 from loadtrace.analysis import jaeger
 from loadtrace.analysis.compare import compare
-from loadtrace.analysis.findings import human_bytes
 from loadtrace.analysis.forecast import DTYPE_BYTES, ForecastError, Target
+from loadtrace.analysis.model import to_json
 from loadtrace.analysis.ranks import Job, jobs_from_spans
-from loadtrace.analysis.report import build_report, has_warnings
+from loadtrace.analysis.report import report
 from loadtrace.analysis.sources import SourceError, SpanSet, read_files
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
@@ -38,16 +40,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="loadtrace", description="Analyse loadtrace spans: per-rank load work and duplicate work.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    report = commands.add_parser("report", help="per-rank table and findings for one or more jobs")
-    report.add_argument("source", nargs="?", help="a .jsonl file or a directory of them (not with --jaeger)")
-    _add_jaeger_options(report)
-    report.add_argument("--trace-id", help="with --jaeger: the job's trace id")
-    report.add_argument("--service", help="with --jaeger: search this service's traces")
-    report.add_argument(
+    report_ = commands.add_parser("report", help="per-rank table and findings for one or more jobs")
+    report_.add_argument("source", nargs="?", help="a .jsonl file or a directory of them (not with --jaeger)")
+    _add_jaeger_options(report_)
+    report_.add_argument("--trace-id", help="with --jaeger: the job's trace id")
+    report_.add_argument("--service", help="with --jaeger: search this service's traces")
+    report_.add_argument(
         "--since", default="1h", help="with --service: how far back to search (30m, 1h, 2d; default 1h)"
     )
-    report.add_argument("--fail-on-findings", action="store_true", help="exit 1 when a warning-level finding exists")
-    forecast = report.add_argument_group(
+    report_.add_argument("--fail-on-findings", action="store_true", help="exit 1 when a warning-level finding exists")
+    forecast = report_.add_argument_group(
         "forecast", "scale this (small) job's measured memory to a target model and say whether a node will hold it"
     )
     forecast.add_argument(
@@ -72,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="BYTES",
         help="the target node's memory (default: the measured node's MemTotal, or its cgroup limit when lower)",
     )
-    report.set_defaults(run=run_report)
+    report_.set_defaults(run=run_report)
 
     compare_ = commands.add_parser("compare", help="two jobs side by side, per phase and rank")
     compare_.add_argument("a", metavar="A", help="a .jsonl file or directory, or a trace id with --jaeger")
@@ -248,178 +250,17 @@ def _one_job(source: str, args: argparse.Namespace) -> tuple[Job, int]:
 
 def run_report(args: argparse.Namespace) -> int:
     target = forecast_target(args)  # flags first: a contradiction needs no source read
-    report = build_report(_report_source(args), target)
-    if args.format == "json":
-        print(json.dumps(report, indent=2))
-    else:
-        print(report_table(report))
-    return EXIT_FINDINGS if args.fail_on_findings and has_warnings(report) else EXIT_OK
+    result = report(_report_source(args), target)
+    print(json.dumps(to_json(result), indent=2) if args.format == "json" else render.report_table(result))
+    return EXIT_FINDINGS if args.fail_on_findings and result.has_warnings else EXIT_OK
 
 
 def run_compare(args: argparse.Namespace) -> int:
     job_a, skipped_a = _one_job(args.a, args)
     job_b, skipped_b = _one_job(args.b, args)
     result = compare(job_a, job_b, args.a, args.b, skipped_a, skipped_b)
-    print(json.dumps(result, indent=2) if args.format == "json" else compare_table(result))
+    print(json.dumps(to_json(result), indent=2) if args.format == "json" else render.compare_table(result))
     return EXIT_OK
-
-
-# Tables
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -> str:
-    """Columns padded to their widest cell: the first ``left`` left-aligned, the rest (numbers) right-aligned."""
-    grid = [list(headers), *(list(row) for row in rows)]
-    widths = [max(len(row[column]) for row in grid) for column in range(len(headers))]
-
-    def pad(column: int, text: str) -> str:
-        return text.ljust(widths[column]) if column < left else text.rjust(widths[column])
-
-    return "\n".join("  ".join(pad(column, text) for column, text in enumerate(row)).rstrip() for row in grid)
-
-
-def _number(value: Any, digits: int = 3) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:,.{digits}f}"
-    return f"{value:,}"
-
-
-def _devices(per_device: dict[str, int]) -> str:
-    return " ".join(f"{device}={size:,}" for device, size in per_device.items()) or "-"
-
-
-RANK_COLUMNS = ("rank", "host", "strategy", "load s", "files", "tensors", "read B", "from storage B", "conversions")
-RANK_COLUMNS += ("zeros/empty_like B", "held at return B", "peak RSS B")
-
-
-def report_table(report: dict[str, Any]) -> str:
-    blocks = []
-    for trace in report["traces"]:
-        ranks = [rank for rank in report["ranks"] if rank["trace_id"] == trace["trace_id"]]
-        findings = [finding for finding in report["findings"] if finding["trace_id"] == trace["trace_id"]]
-        header = f"job {trace['job_id'] or '-'}  trace {trace['trace_id']}  world size {_number(trace['world_size'])}"
-        header += f"  model {human_bytes(trace['model_bytes'])}"
-        rows = [
-            [
-                (str(rank["rank"]) if rank["rank"] is not None else (rank["instance"] or "?"))
-                + (" incomplete" if rank["incomplete"] else ""),
-                rank["host"] or "-",
-                rank["strategy"] or "-",
-                _number(rank["load_seconds"]),
-                _number(rank["files_opened"]),
-                _number(rank["tensors_read"]),
-                _number(rank["read_bytes"]),
-                _number(rank["storage_read_bytes"]),
-                _number(rank["conversions"]),
-                _devices(rank["materialized_bytes"]),
-                _devices(rank["held_bytes"]),
-                _number(rank["peak_rss_bytes"]),
-            ]
-            for rank in ranks
-        ]
-        notes = [node["note"] for node in trace["nodes"] if node["note"]]
-        io = "".join(f"\nI/O: {note}." for note in notes)
-        blocks.append(header + "\n" + table(RANK_COLUMNS, rows, left=3) + io + "\n\n" + findings_text(findings))
-    if report["skipped_lines"]:
-        blocks.append(f"{report['skipped_lines']} corrupt or truncated lines skipped")
-    if "forecast" in report:
-        blocks.append(forecast_text(report["forecast"]))
-    return "\n\n".join(blocks)
-
-
-def forecast_text(forecast: dict[str, Any]) -> str:
-    """The forecast block: per rank, per node, the node's memory and a verdict nobody can miss."""
-    basis = forecast["basis"]
-    target = basis["target"]
-    lines = [
-        f"forecast: {human_bytes(forecast['model_bytes'])} model"
-        + (f" ({target['given_as']})" if target["given_as"] and "parameters" in target["given_as"] else "")
-        + f", {forecast['ranks_per_node']} ranks per node, world size {target['world_size']}"
-        + f" (scaled x{basis['model_scale']:.4g} from {human_bytes(basis['measured']['model_bytes'])})"
-    ]
-    categories = basis["categories"]
-    rows = []
-    for rank, peak in forecast["per_rank_peak_bytes"].items():
-        cells = [rank, _number(categories["fixed"]["ranks"][rank]["to_bytes"])]
-        for category in ("once_per_job", "per_rank", "duplicated"):
-            entry = categories[category]["ranks"].get(rank)
-            cells.append(_number(entry["to_growth_bytes"]) if entry else "-")
-        rows.append([*cells, _number(peak)])
-    headers = ["rank", "fixed B", "+ once per job B", "+ own share B", "+ duplicated B", "= peak RSS B"]
-    lines.append("  " + table(headers, rows).replace("\n", "\n  "))
-    profiles = " + ".join(f"{p['count']} x rank {p['rank']}" for p in basis["node"]["profiles"])
-    lines.append(
-        f"  per node: {profiles} = {human_bytes(forecast['per_node_peak_bytes'])}"
-        f" (file-backed pages counted once; sum of rank peaks {human_bytes(basis['node']['sum_of_rank_peaks_bytes'])})"
-    )
-    memory = forecast["node_memory_bytes"]
-    if memory is None:
-        lines.append("  node memory: unknown; give --node-memory-bytes")
-        lines.append("  verdict: UNKNOWN")
-    else:
-        lines.append(f"  node memory: {human_bytes(memory)} ({basis['node']['node_memory_source']})")
-        ratio = forecast["per_node_peak_bytes"] / memory if memory else math.inf
-        share = f"{100 * ratio:.0f}%"
-        if forecast["verdict"] == "oom":
-            lines.append(
-                f"  verdict: WILL OOM: a node needs {human_bytes(forecast['per_node_peak_bytes'])},"
-                f" {ratio:.2f}x its memory"
-            )
-        else:
-            lines.append(
-                f"  verdict: OK: a node needs {share} of its memory"
-                f" ({human_bytes(basis['node']['headroom_bytes'])} to spare)"
-            )
-    lines.append("  basis: " + basis["text"])
-    return "\n".join(lines)
-
-
-def findings_text(findings: list[dict[str, Any]]) -> str:
-    if not findings:
-        return "findings: none"
-    lines = ["findings (warnings first, most bytes first):"]
-    for finding in findings:
-        ranks = ("ranks " if len(finding["ranks"]) > 1 else "rank ") + ", ".join(map(str, finding["ranks"]))
-        lines.append(f"  {finding['severity'].upper()} {finding['kind']}  {ranks}  {human_bytes(finding['bytes'])}")
-        lines.append(f"    {finding['detail']}")
-    return "\n".join(lines)
-
-
-def compare_table(result: dict[str, Any]) -> str:
-    a, b = result["a"], result["b"]
-    lines = [
-        f"A: {a['source']}  trace {a['trace_id']}  job {a['job_id'] or '-'}",
-        f"B: {b['source']}  trace {b['trace_id']}  job {b['job_id'] or '-'}",
-        "",
-    ]
-    rows = [
-        [
-            row["phase"],
-            str(row["rank"]),
-            row["metric"],
-            _number(row["a"]),
-            _number(row["b"]),
-            _signed(row["difference"]),
-            "-" if row["ratio"] is None else f"{row['ratio']:.2f}x",
-        ]
-        for row in result["phases"]
-        if row["a"] is not None or row["b"] is not None
-    ]
-    lines.append(table(["phase", "rank", "metric", "A", "B", "B - A", "B / A"], rows, left=3))
-    differing = [[row["name"], row["a"] or "-", row["b"] or "-"] for row in result["resources"] if row["differs"]]
-    lines.append("")
-    if differing:
-        lines.append("what differs:")
-        lines.append(table(["", "A", "B"], differing, left=3))
-    else:
-        lines.append("what differs: nothing recorded (same world size, hosts, versions, strategy, checkpoint)")
-    return "\n".join(lines)
-
-
-def _signed(value: Any) -> str:
-    return "-" if value is None else ("+" if value > 0 else "") + _number(value)
 
 
 if __name__ == "__main__":

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from test_analysis_otlp import MODEL_BYTES, field_fact_job, job_lines, rank_load, trace_id_of
 
-from loadtrace.analysis.compare import compare
+from loadtrace.analysis import compare as comparing
+from loadtrace.analysis.model import to_json
 from loadtrace.analysis.ranks import jobs_from_spans
 from loadtrace.analysis.sources import decode_line
 
 FSDP = "fsdp_cpu_ram_efficient"
+
+
+def compare(*args):
+    """The comparison as ``loadtrace compare --format json`` has it."""
+    return to_json(comparing.compare(*args))
 
 
 def job_of(lines: list[str]):

@@ -15,7 +15,7 @@ from test_analysis_otlp import (
     trace_id_of,
 )
 
-from loadtrace.analysis.findings import find, model_bytes
+from loadtrace.analysis.findings import find
 from loadtrace.analysis.ranks import jobs_from_spans
 from loadtrace.analysis.sources import decode_line
 
@@ -185,7 +185,7 @@ def test_without_rank_0_the_model_size_comes_from_held_bytes():
         line(resource(2), rank_load(TRACE, 2, FSDP, 0, held={"cpu": 10, "meta": 4000})),
     ]
     (job,) = jobs_from_spans([s for text in lines for s in decode_line(text.encode())])
-    assert model_bytes(job) == 4000
+    assert job.model_bytes() == 4000
     assert kinds(find([job])) == {("nonzero_rank_materialization", "warning", (1,))}
 
 

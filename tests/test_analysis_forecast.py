@@ -10,7 +10,9 @@ from __future__ import annotations
 import pytest
 from test_analysis_otlp import line, memory_attributes, rank_load, resource, trace_id_of
 
-from loadtrace.analysis.forecast import ForecastError, Target, forecast
+from loadtrace.analysis import forecast as forecasting
+from loadtrace.analysis.forecast import ForecastError, Target
+from loadtrace.analysis.model import to_json
 from loadtrace.analysis.ranks import jobs_from_spans
 from loadtrace.analysis.sources import decode_line
 
@@ -18,6 +20,11 @@ M = 1_000_000  # measured model bytes
 BEFORE = 100_000_000  # fixed: RSS before the load
 FILE_BEFORE = 20_000_000
 FSDP = "fsdp_cpu_ram_efficient"
+
+
+def forecast(measured, target):
+    """The ``forecast`` object as the report's JSON has it."""
+    return to_json(forecasting.forecast(measured, target))
 
 
 def rank_spans(trace: str, rank: int, strategy: str, read: int, growth: int, *, file_growth: int = 0, held: int = M,

@@ -5,10 +5,16 @@ from __future__ import annotations
 
 from test_analysis_otlp import MODEL_BYTES, line, memory_attributes, rank_load, resource, span, trace_id_of
 
-from loadtrace.analysis.nodes import job_nodes
+from loadtrace.analysis import nodes
+from loadtrace.analysis.model import to_json as rank_json
 from loadtrace.analysis.ranks import jobs_from_spans
-from loadtrace.analysis.report import rank_json
 from loadtrace.analysis.sources import decode_line
+
+
+def job_nodes(job, model):
+    """The ``nodes`` entries as the report's JSON has them."""
+    return rank_json(nodes.job_nodes(job, model))
+
 
 M = MODEL_BYTES
 

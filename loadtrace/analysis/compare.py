@@ -16,11 +16,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .ranks import FILE_SPANS, Job, RankLoad, int_attr, real_bytes
+from .. import semconv as sc
+from .model import ComparedJob, Comparison, PhaseRow, RankLoad, ResourceRow
+from .ranks import Job, int_attr, real_bytes
 
-READ_SPANS = frozenset({"safetensors.read", "transformers.load_state_dict", "safetensors.load"})
-RESOURCE_KEYS = ("loadtrace.version", "loadtrace.launcher", "loadtrace.cluster", "loadtrace.checkpoint.bytes")
-LIB_PREFIX = "loadtrace.lib."
+# Spans of their own for reading: only at tensor detail, or around a state dict (at default detail reads happen inside
+# file spans, and the read phase has no time).
+READ_SPANS = frozenset({sc.SPAN_SAFETENSORS_READ, sc.SPAN_LOAD_STATE_DICT, sc.SPAN_SAFETENSORS_LOAD})
+RESOURCE_KEYS = (sc.VERSION, sc.LAUNCHER, sc.CLUSTER, sc.CHECKPOINT_BYTES)
 
 
 def _seconds(rank: RankLoad, names: frozenset[str]) -> float | None:
@@ -31,25 +34,25 @@ def _seconds(rank: RankLoad, names: frozenset[str]) -> float | None:
 
 def phase_metrics(rank: RankLoad) -> dict[str, dict[str, float | int | None]]:
     """{phase: {metric: value}} for one rank."""
-    file_spans = [span for span in rank.spans if span.name in FILE_SPANS]
+    file_spans = [span for span in rank.spans if span.name in sc.FILE_SPANS]
     return {
         "open": {
-            "seconds": _seconds(rank, FILE_SPANS),
+            "seconds": _seconds(rank, sc.FILE_SPANS),
             "count": rank.files_opened,
-            "bytes": sum(int_attr(span.attributes, "loadtrace.file.size") for span in file_spans),
+            "bytes": sum(int_attr(span.attributes, sc.FILE_SIZE) for span in file_spans),
         },
         "read": {"seconds": _seconds(rank, READ_SPANS), "count": rank.tensors_read, "bytes": rank.read_bytes},
         "convert": {
-            "seconds": _seconds(rank, frozenset({"transformers.convert"})),
+            "seconds": _seconds(rank, frozenset({sc.SPAN_CONVERT})),
             "count": rank.conversions,
             "bytes": rank.conversion_bytes,
         },
         "materialize": {
-            "seconds": _seconds(rank, frozenset({"transformers.materialize_missing"})),
+            "seconds": _seconds(rank, frozenset({sc.SPAN_MATERIALIZE_MISSING})),
             "bytes": real_bytes(rank.materialized_bytes),
         },
         "load": {
-            "seconds": None if rank.load_seconds is None else round(rank.load_seconds, 6),
+            "seconds": rank.load_seconds,
             "bytes": real_bytes(rank.held_bytes),
             "peak_rss_bytes": rank.peak_rss_bytes,
         },
@@ -68,7 +71,7 @@ def _difference(a: float | int | None, b: float | int | None) -> tuple[float | i
     return difference, (round(b / a, 4) if a else None)
 
 
-def phase_rows(a: Job, b: Job) -> list[dict[str, Any]]:
+def phase_rows(a: Job, b: Job) -> list[PhaseRow]:
     """One row per (phase, rank, metric): A's value, B's, B − A and B / A (null where either is unknown or A is 0)."""
     numbers = sorted({rank.rank for rank in a.ranks + b.ranks if rank.rank is not None})
     metrics_a = {rank.rank: phase_metrics(rank) for rank in a.ranks if rank.rank is not None}
@@ -81,17 +84,7 @@ def phase_rows(a: Job, b: Job) -> list[dict[str, Any]]:
             for metric in dict.fromkeys([*side_a, *side_b]):
                 value_a, value_b = side_a.get(metric), side_b.get(metric)
                 difference, ratio = _difference(value_a, value_b)
-                rows.append(
-                    {
-                        "phase": phase,
-                        "rank": number,
-                        "metric": metric,
-                        "a": value_a,
-                        "b": value_b,
-                        "difference": difference,
-                        "ratio": ratio,
-                    }
-                )
+                rows.append(PhaseRow(phase, number, metric, value_a, value_b, difference, ratio))
     return rows
 
 
@@ -110,29 +103,30 @@ def job_resources(job: Job) -> dict[str, str | None]:
         "strategy": _distinct([rank.strategy for rank in job.ranks]),
         "checkpoint": _distinct([rank.checkpoint for rank in job.ranks]),
     }
-    keys = sorted({key for rank in job.ranks for key in rank.resource if key.startswith(LIB_PREFIX)})
+    keys = sorted({key for rank in job.ranks for key in rank.resource if key.startswith(sc.LIB_PREFIX)})
     for key in [*RESOURCE_KEYS, *keys]:
         resources[key] = _distinct([rank.resource.get(key) for rank in job.ranks])
     return resources
 
 
-def resource_rows(a: Job, b: Job) -> list[dict[str, Any]]:
+def resource_rows(a: Job, b: Job) -> list[ResourceRow]:
+    """Every property present on at least one side, and whether the two sides differ."""
     resources_a, resources_b = job_resources(a), job_resources(b)
-    names = list(dict.fromkeys([*resources_a, *resources_b]))
-    rows = [{"name": name, "a": resources_a.get(name), "b": resources_b.get(name)} for name in names]
-    return [{**row, "differs": row["a"] != row["b"]} for row in rows if row["a"] is not None or row["b"] is not None]
-
-
-def side(job: Job, source: str, skipped_lines: int) -> dict[str, Any]:
-    return {"source": source, "trace_id": job.trace_id, "job_id": job.job_id, "skipped_lines": skipped_lines}
+    names = dict.fromkeys([*resources_a, *resources_b])
+    pairs = [(name, resources_a.get(name), resources_b.get(name)) for name in names]
+    return [
+        ResourceRow(name, in_a, in_b, in_a != in_b)
+        for name, in_a, in_b in pairs
+        if in_a is not None or in_b is not None
+    ]
 
 
 def compare(
     a: Job, b: Job, source_a: str = "A", source_b: str = "B", skipped_a: int = 0, skipped_b: int = 0
-) -> dict[str, Any]:
-    return {
-        "a": side(a, source_a, skipped_a),
-        "b": side(b, source_b, skipped_b),
-        "phases": phase_rows(a, b),
-        "resources": resource_rows(a, b),
-    }
+) -> Comparison:
+    return Comparison(
+        a=ComparedJob(source_a, a.trace_id, a.job_id, skipped_a),
+        b=ComparedJob(source_b, b.trace_id, b.job_id, skipped_b),
+        phases=phase_rows(a, b),
+        resources=resource_rows(a, b),
+    )

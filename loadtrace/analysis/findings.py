@@ -12,14 +12,13 @@ reads are reported too. docs/report.md states every threshold below.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from .ranks import META, Job, RankLoad, real_bytes
+from .. import semconv as sc
+from .model import INFO, WARNING, Finding, LastState, RankLoad, to_json
+from .ranks import LOADING_RANK, META, Job, real_bytes, sharded
+from .units import human_bytes, percent
 
-# Strategies under which only the loading rank should read the checkpoint and the other ranks hold empty weights.
-SHARDED_STRATEGIES = frozenset({"zero3", "fsdp_cpu_ram_efficient"})
-LOADING_RANK = 0
 # Bytes a non-loading rank may read or convert before it counts: 1% of the loading rank's (a config, a buffer).
 TOLERANCE = 0.01
 # A non-loading rank that creates or holds this share of the model is carrying a copy of it.
@@ -27,78 +26,32 @@ MODEL_SHARE = 0.5
 # Under a replicated strategy, a rank that read this share of the model read "everything".
 REPLICATED_SHARE = 0.99
 
-WARNING, INFO = "warning", "info"
 _SEVERITY_ORDER = {WARNING: 0, INFO: 1}
-
-
-@dataclass
-class Finding:
-    trace_id: str
-    kind: str
-    severity: str
-    ranks: list[int]
-    bytes: int
-    projected_node_bytes: int
-    detail: str
-    evidence: dict[str, Any] = field(default_factory=dict)
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "trace_id": self.trace_id,
-            "kind": self.kind,
-            "severity": self.severity,
-            "ranks": self.ranks,
-            "bytes": self.bytes,
-            "projected_node_bytes": self.projected_node_bytes,
-            "detail": self.detail,
-            "evidence": self.evidence,
-        }
-
-
-def model_bytes(job: Job) -> int:
-    """The model's size: what the loading rank read, else the most real bytes any rank holds after loading."""
-    loading = job.rank(LOADING_RANK)
-    if loading is not None and loading.read_bytes > 0:
-        return loading.read_bytes
-    return max((real_bytes(rank.held_bytes) for rank in job.ranks), default=0)
 
 
 def find(jobs: list[Job]) -> list[Finding]:
     """Every finding of every job, warnings first, then the most bytes first."""
-    found = [finding for job in jobs for rule in RULES if (finding := rule(job, model_bytes(job))) is not None]
+    found = [finding for job in jobs for rule in RULES if (finding := rule(job, job.model_bytes())) is not None]
     return sorted(found, key=lambda f: (_SEVERITY_ORDER.get(f.severity, 9), -f.bytes, f.kind, f.trace_id))
 
 
-def _non_loading(job: Job, strategies: Callable[[str | None], bool]) -> list[RankLoad]:
-    return [r for r in job.ranks if r.rank is not None and r.rank != LOADING_RANK and strategies(r.strategy)]
+def _non_loading(job: Job, strategies: Callable[[RankLoad], bool]) -> list[RankLoad]:
+    return [r for r in job.ranks if r.rank is not None and r.rank != LOADING_RANK and strategies(r)]
 
 
-def _sharded(strategy: str | None) -> bool:
-    return strategy in SHARDED_STRATEGIES
-
-
-def _replicated(strategy: str | None) -> bool:
-    return strategy not in SHARDED_STRATEGIES
-
-
-def ranks_per_node(job: Job, rank: RankLoad) -> int:
-    """``loadtrace.local_world_size``, else the ranks seen on the same host, else 1."""
-    if rank.local_world_size:
-        return rank.local_world_size
-    if rank.host:
-        return max(1, sum(1 for other in job.ranks if other.host == rank.host))
-    return 1
+def _replicated(rank: RankLoad) -> bool:
+    return not sharded(rank)
 
 
 def duplicate_checkpoint_read(job: Job, model: int) -> Finding | None:
-    loading = job.rank(LOADING_RANK)
+    loading = job.loading_rank
     allowance = TOLERANCE * (loading.read_bytes if loading is not None else model)
-    offenders = {r: r.read_bytes for r in _non_loading(job, _sharded) if r.read_bytes > allowance}
+    offenders = {r: r.read_bytes for r in _non_loading(job, sharded) if r.read_bytes > allowance}
     if not offenders:
         return None
     return _finding(
         job,
-        "duplicate_checkpoint_read",
+        sc.FINDING_DUPLICATE_CHECKPOINT_READ,
         WARNING,
         offenders,
         model,
@@ -113,7 +66,7 @@ def nonzero_rank_materialization(job: Job, model: int) -> Finding | None:
         return None
     created: dict[RankLoad, int] = {}  # real bytes zeros_like / empty_like made during the load
     held: dict[RankLoad, int] = {}  # real bytes the model keeps when from_pretrained returns
-    candidates = _non_loading(job, _sharded)
+    candidates = _non_loading(job, sharded)
     for rank in candidates:
         made, kept = real_bytes(rank.materialized_bytes), real_bytes(rank.held_bytes)
         # A ZeRO-3 rank may legitimately hold its own partition: 1/world_size of the model.
@@ -141,7 +94,7 @@ def nonzero_rank_materialization(job: Job, model: int) -> Finding | None:
         note = ""
     return _finding(
         job,
-        "nonzero_rank_materialization",
+        sc.FINDING_NONZERO_RANK_MATERIALIZATION,
         WARNING,
         offenders,
         model,
@@ -159,14 +112,14 @@ def nonzero_rank_materialization(job: Job, model: int) -> Finding | None:
 
 
 def duplicate_conversion(job: Job, model: int) -> Finding | None:
-    loading = job.rank(LOADING_RANK)
+    loading = job.loading_rank
     allowance = TOLERANCE * loading.conversion_bytes if loading is not None else 0
-    offenders = {r: r.conversion_bytes for r in _non_loading(job, _sharded) if r.conversion_bytes > allowance}
+    offenders = {r: r.conversion_bytes for r in _non_loading(job, sharded) if r.conversion_bytes > allowance}
     if not offenders:
         return None
     return _finding(
         job,
-        "duplicate_conversion",
+        sc.FINDING_DUPLICATE_CONVERSION,
         WARNING,
         offenders,
         model,
@@ -184,7 +137,7 @@ def replicated_load(job: Job, model: int) -> Finding | None:
         return None
     return _finding(
         job,
-        "replicated_load",
+        sc.FINDING_REPLICATED_LOAD,
         INFO,
         readers,
         model,
@@ -201,24 +154,23 @@ def incomplete_rank(job: Job, model: int) -> Finding | None:
         return None
     sentences, evidence = [], []
     for rank in stopped:
-        state = rank.last_state or {}
+        state = rank.last_state
         name = f"rank {rank.rank}" if rank.rank is not None else rank.label
-        if "during" in state:
-            made = ", ".join(f"{human_bytes(n)} on {d}" for d, n in state["materialized_bytes"].items() if d != META)
+        if isinstance(state, LastState):
+            made = ", ".join(f"{human_bytes(n)} on {d}" for d, n in state.materialized_bytes.items() if d != META)
             sentences.append(
-                f"{name} was killed or crashed during {state['during']} after reading {human_bytes(state['read_bytes'])}"
+                f"{name} was killed or crashed during {state.during} after reading {human_bytes(state.read_bytes)}"
                 + (f" and materialising {made}" if made else "")
-                + (f" (peak RSS {human_bytes(state['peak_rss_bytes'])})" if state.get("peak_rss_bytes") else "")
+                + (f" (peak RSS {human_bytes(state.peak_rss_bytes)})" if state.peak_rss_bytes else "")
             )
         else:
-            sentences.append(
-                f"{name} never finished: {state.get('unfinished_parent_spans', 0)} of its loads or phases never ended"
-            )
-        evidence.append({"rank": rank.rank, "host": rank.host, **state})
-    worst = max((int(e.get("read_bytes", 0)) for e in evidence), default=0)
+            unfinished = state.unfinished_parent_spans if state is not None else 0
+            sentences.append(f"{name} never finished: {unfinished} of its loads or phases never ended")
+        evidence.append({"rank": rank.rank, "host": rank.host, **(to_json(state) if state is not None else {})})
+    worst = max((state.read_bytes for rank in stopped if isinstance(state := rank.last_state, LastState)), default=0)
     return Finding(
         trace_id=job.trace_id,
-        kind="incomplete_rank",
+        kind=sc.FINDING_INCOMPLETE_RANK,
         severity=WARNING,
         ranks=[rank.rank for rank in stopped if rank.rank is not None],
         bytes=worst,
@@ -256,14 +208,14 @@ def _finding(
     """One finding over the offending ranks, with the host-memory projection: worst rank's bytes × ranks per node."""
     ranks = sorted(offenders, key=lambda r: r.rank or 0)
     worst = max(offenders.values())
-    per_node = max(ranks_per_node(job, r) for r in ranks)
+    per_node = max(job.ranks_per_node(r) for r in ranks)
     strategies = sorted({r.strategy or "none" for r in ranks})
     names = ", ".join(str(r.rank) for r in ranks)
     each = " each" if len(ranks) > 1 and min(offenders.values()) == worst else ""
     amount = human_bytes(worst) if each or len(ranks) == 1 else f"up to {human_bytes(worst)}"
     detail = (
         f"rank{'s' if len(ranks) > 1 else ''} {names} "
-        + what.format(bytes=amount + each, share=_percent(worst, model))
+        + what.format(bytes=amount + each, share=percent(worst, model))
         + f" under strategy {'/'.join(strategies)}; {why}. "
         + f"Projected host memory: {human_bytes(worst)} x {per_node} rank{'s' if per_node > 1 else ''} per node"
         + f" = {human_bytes(worst * per_node)} per node"
@@ -291,15 +243,3 @@ def _finding(
             ],
         },
     )
-
-
-def _percent(part: int, whole: int) -> str:
-    return f"{100 * part / whole:.0f}%" if whole > 0 else "?%"
-
-
-def human_bytes(value: int) -> str:
-    """Exact bytes with a readable size: ``1,009,152 B (1.0 MB)``."""
-    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if value >= scale:
-            return f"{value:,} B ({value / scale:.1f} {unit})"
-    return f"{value:,} B"

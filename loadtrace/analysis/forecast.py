@@ -30,14 +30,29 @@ RssFile before + growth_t × (RssFile growth / RSS growth by kind)``. The verdic
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from .findings import SHARDED_STRATEGIES, human_bytes, model_bytes, ranks_per_node
-from .ranks import Job, RankLoad, real_bytes
+from .. import semconv as sc
+from .model import (
+    Categories,
+    FixedBytes,
+    FixedCategory,
+    Forecast,
+    ForecastBasis,
+    LeftOutRank,
+    MeasuredJob,
+    NodeBasis,
+    NodeProfile,
+    RankBasis,
+    RankLoad,
+    ScaledBytes,
+    ScaledCategory,
+    TargetJob,
+)
+from .ranks import LOADING_RANK, Job, real_bytes, sharded
+from .units import human_bytes
 
 DTYPE_BYTES = {"fp8": 1, "bf16": 2, "fp16": 2, "fp32": 4}
 CATEGORIES = ("once_per_job", "per_rank", "duplicated")
-LOADING_RANK = 0
 
 
 class ForecastError(ValueError):
@@ -91,15 +106,11 @@ class Profile:
         return self.file_before + round(self.file_share * self.target_growth(scale))
 
 
-def _sharded(rank: RankLoad) -> bool:
-    return rank.strategy in SHARDED_STRATEGIES
-
-
 def split(rank: RankLoad, model: int, world: int) -> dict[str, int]:
     """The rank's load bytes by category in the measured job (see the module docstring)."""
     total = max(rank.read_bytes + real_bytes(rank.materialized_bytes), real_bytes(rank.held_bytes))
-    share = model / world if _sharded(rank) else model
-    once = min(total, model) if _sharded(rank) and rank.rank == LOADING_RANK else 0
+    share = model / world if sharded(rank) else model
+    once = min(total, model) if sharded(rank) and rank.rank == LOADING_RANK else 0
     rest = total - once
     own = min(rest, round(share))
     return {"once_per_job": once, "per_rank": own, "duplicated": rest - own}
@@ -107,7 +118,7 @@ def split(rank: RankLoad, model: int, world: int) -> dict[str, int]:
 
 def scale_split(rank: RankLoad, measured: dict[str, int], scale: float, world_s: int, world_t: int) -> dict[str, int]:
     """The same categories at the target (see the module docstring)."""
-    partition_scale = scale * world_s / world_t if _sharded(rank) else scale
+    partition_scale = scale * world_s / world_t if sharded(rank) else scale
     once = round(measured["once_per_job"] * scale)
     own = round(measured["per_rank"] * partition_scale)
     if measured["duplicated"] == 0:
@@ -147,7 +158,7 @@ def _growth(peak: int | None, before: int | None) -> int:
 def _node_peak(profiles: list[Profile], scale: float) -> tuple[int, int, int]:
     """(node peak with file-backed pages counted once, plain sum of the ranks' peaks, the file-backed part counted)."""
     peaks = [p.target_peak(scale) for p in profiles]
-    files = [min(p.target_file_backed(scale), peak) for p, peak in zip(profiles, peaks)]
+    files = [min(p.target_file_backed(scale), peak) for p, peak in zip(profiles, peaks, strict=True)]
     shared = max(files, default=0)
     return sum(peaks) - sum(files) + shared, sum(peaks), shared
 
@@ -157,43 +168,43 @@ def node_memory(job: Job, target: Target) -> tuple[int | None, str | None]:
     memory.max when lower)."""
     if target.node_memory_bytes is not None:
         return target.node_memory_bytes, "--node-memory-bytes"
-    loading = job.rank(LOADING_RANK)
+    loading = job.loading_rank
     ranks = [loading] if loading is not None else job.ranks
     total = max((r.node_memory_bytes or 0 for r in ranks), default=0) or None
     limit = min((r.cgroup_memory_max_bytes for r in ranks if r.cgroup_memory_max_bytes), default=None)
     if limit is not None and (total is None or limit < total):
-        return limit, "loadtrace.cgroup.memory_max"
-    return total, "loadtrace.node.memory_total" if total is not None else None
+        return limit, sc.CGROUP_MEMORY_MAX
+    return total, sc.NODE_MEMORY_TOTAL if total is not None else None
 
 
-def forecast(job: Job, target: Target) -> dict[str, Any]:
+def forecast(job: Job, target: Target) -> Forecast:
     """The ``forecast`` object of ``loadtrace report --forecast-...`` (docs/report.md)."""
     if target.model_bytes <= 0:
         raise ForecastError("the target model size must be positive")
-    measured_model = model_bytes(job)
+    measured_model = job.model_bytes()
     if measured_model <= 0:
         raise ForecastError(
             f"trace {job.trace_id}: cannot tell the measured model's size"
             " (rank 0 read nothing and no rank holds real bytes)"
         )
-    loading = job.rank(LOADING_RANK)
+    loading = job.loading_rank
     if loading is None:
         raise ForecastError(f"trace {job.trace_id}: no spans of rank 0, the loading rank")
     world_s = job.world_size or len(job.ranks)
-    per_node = target.ranks_per_node or ranks_per_node(job, loading)
+    per_node = target.ranks_per_node or job.ranks_per_node(loading)
     world_t = target.world_size or max(world_s, per_node)
     if world_t < per_node:
         raise ForecastError(f"a world size of {world_t} cannot have {per_node} ranks per node")
     scale = target.model_bytes / measured_model
     profiles: list[Profile] = []
-    left_out: list[dict[str, Any]] = []
+    left_out: list[LeftOutRank] = []
     for rank in job.ranks:
         if rank.rank is None:
             continue  # which rank of the job it was is unknown
         found = profile(rank, measured_model, scale, world_s, world_t)
         if found is None:
             why = "did not finish" if rank.incomplete else "no loadtrace.rss.* memory figures"
-            left_out.append({"rank": rank.rank, "why": why})
+            left_out.append(LeftOutRank(rank.rank, why))
         else:
             profiles.append(found)
     first = next((p for p in profiles if p.rank.rank == LOADING_RANK), None)
@@ -215,49 +226,54 @@ def forecast(job: Job, target: Target) -> dict[str, Any]:
     verdict = None if memory is None else ("oom" if node_peak > memory else "ok")
 
     if stand_in is first or per_node == 1:
-        counts = [{"rank": LOADING_RANK, "count": per_node}]
+        counts = [NodeProfile(LOADING_RANK, per_node)]
     else:
-        counts = [{"rank": LOADING_RANK, "count": 1}, {"rank": stand_in.rank.rank, "count": per_node - 1}]
+        counts = [NodeProfile(LOADING_RANK, 1), NodeProfile(stand_in.rank.rank, per_node - 1)]
     other_peak = other[0] if other is not None else None
     text = _text(job, target, measured_model, world_s, world_t, per_node, scale, first, worst, other_peak)
-    measured = {"model_bytes": measured_model, "world_size": world_s, "ranks_per_node": ranks_per_node(job, loading)}
-    return {
-        "model_bytes": target.model_bytes,
-        "ranks_per_node": per_node,
-        "per_rank_peak_bytes": {str(p.rank.rank): p.target_peak(scale) for p in profiles},
-        "per_node_peak_bytes": node_peak,
-        "node_memory_bytes": memory,
-        "verdict": verdict,
-        "basis": {
-            "text": text,
-            "trace_id": job.trace_id,
-            "job_id": job.job_id,
-            "measured": measured,
-            "target": {
-                "model_bytes": target.model_bytes,
-                "given_as": target.given_as,
-                "world_size": world_t,
-                "world_size_given": target.world_size is not None,
-                "ranks_per_node": per_node,
-            },
-            "model_scale": round(scale, 6),
-            "categories": _categories(profiles, scale, world_s, world_t),
-            "ranks": {str(p.rank.rank): _rank_basis(p, scale) for p in profiles},
-            "left_out_ranks": left_out,
-            "node": {
-                "profiles": counts,
-                "sum_of_rank_peaks_bytes": node_sum,
-                "file_backed_bytes_counted_once": node_shared,
-                "node_0_peak_bytes": node0_peak,
-                "other_nodes_peak_bytes": other_peak,
-                "node_memory_source": memory_source,
-                "headroom_bytes": None if memory is None else memory - node_peak,
-            },
-        },
-    }
+    return Forecast(
+        model_bytes=target.model_bytes,
+        ranks_per_node=per_node,
+        per_rank_peak_bytes={_rank_number(p): p.target_peak(scale) for p in profiles},
+        per_node_peak_bytes=node_peak,
+        node_memory_bytes=memory,
+        verdict=verdict,
+        basis=ForecastBasis(
+            text=text,
+            trace_id=job.trace_id,
+            job_id=job.job_id,
+            measured=MeasuredJob(measured_model, world_s, job.ranks_per_node(loading)),
+            target=TargetJob(
+                model_bytes=target.model_bytes,
+                given_as=target.given_as,
+                world_size=world_t,
+                world_size_given=target.world_size is not None,
+                ranks_per_node=per_node,
+            ),
+            model_scale=round(scale, 6),
+            categories=_categories(profiles, scale, world_s, world_t),
+            ranks={_rank_number(p): _rank_basis(p, scale) for p in profiles},
+            left_out_ranks=left_out,
+            node=NodeBasis(
+                profiles=counts,
+                sum_of_rank_peaks_bytes=node_sum,
+                file_backed_bytes_counted_once=node_shared,
+                node_0_peak_bytes=node0_peak,
+                other_nodes_peak_bytes=other_peak,
+                node_memory_source=memory_source,
+                headroom_bytes=None if memory is None else memory - node_peak,
+            ),
+        ),
+    )
 
 
-def _categories(profiles: list[Profile], scale: float, world_s: int, world_t: int) -> dict[str, Any]:
+def _rank_number(p: Profile) -> int:
+    """The rank number of a profile: only ranks with a number are profiled."""
+    assert p.rank.rank is not None
+    return p.rank.rank
+
+
+def _categories(profiles: list[Profile], scale: float, world_s: int, world_t: int) -> Categories:
     """Each category: how it scales, and per rank the bytes and the RSS growth it was scaled from and to."""
     partition = f"model size / world size ({round(scale * world_s / world_t, 6)}) when sharded,"
     partition += f" model size ({round(scale, 6)}) for a replica"
@@ -267,38 +283,38 @@ def _categories(profiles: list[Profile], scale: float, world_s: int, world_t: in
         "per_rank": partition,
         "duplicated": f"model size ({round(scale, 6)}): whole-model work, less the rank's own share at the target",
     }
-    fixed = {str(p.rank.rank): {"from_bytes": p.fixed, "to_bytes": p.fixed} for p in profiles}
-    result: dict[str, Any] = {"fixed": {"scaled_by": how["fixed"], "ranks": fixed}}
+    fixed = FixedCategory(how["fixed"], {_rank_number(p): FixedBytes(p.fixed, p.fixed) for p in profiles})
+    scaled = {}
     for category in CATEGORIES:
         ranks = {}
         for p in profiles:
             if not p.measured[category] and not p.target[category]:
                 continue
             per_byte = p.growth / p.load_bytes if p.load_bytes else 0.0
-            ranks[str(p.rank.rank)] = {
-                "from_bytes": p.measured[category],
-                "to_bytes": p.target[category],
-                "from_growth_bytes": round(per_byte * p.measured[category]),
-                "to_growth_bytes": round(per_byte * p.target[category]),
-            }
-        result[category] = {"scaled_by": how[category], "ranks": ranks}
-    return result
+            ranks[_rank_number(p)] = ScaledBytes(
+                from_bytes=p.measured[category],
+                to_bytes=p.target[category],
+                from_growth_bytes=round(per_byte * p.measured[category]),
+                to_growth_bytes=round(per_byte * p.target[category]),
+            )
+        scaled[category] = ScaledCategory(how[category], ranks)
+    return Categories(fixed, scaled["once_per_job"], scaled["per_rank"], scaled["duplicated"])
 
 
-def _rank_basis(p: Profile, scale: float) -> dict[str, Any]:
-    return {
-        "strategy": p.rank.strategy,
-        "rss_before_bytes": p.fixed,
-        "peak_rss_bytes": p.peak,
-        "growth_bytes": p.growth,
-        "load_bytes": p.load_bytes,
-        "growth_per_load_byte": round(p.growth / p.load_bytes, 4) if p.load_bytes else None,
-        "target_load_bytes": p.target_load_bytes,
-        "target_growth_bytes": p.target_growth(scale),
-        "file_backed_share": round(p.file_share, 4),
-        "target_file_backed_bytes": p.target_file_backed(scale),
-        "target_peak_bytes": p.target_peak(scale),
-    }
+def _rank_basis(p: Profile, scale: float) -> RankBasis:
+    return RankBasis(
+        strategy=p.rank.strategy,
+        rss_before_bytes=p.fixed,
+        peak_rss_bytes=p.peak,
+        growth_bytes=p.growth,
+        load_bytes=p.load_bytes,
+        growth_per_load_byte=round(p.growth / p.load_bytes, 4) if p.load_bytes else None,
+        target_load_bytes=p.target_load_bytes,
+        target_growth_bytes=p.target_growth(scale),
+        file_backed_share=round(p.file_share, 4),
+        target_file_backed_bytes=p.target_file_backed(scale),
+        target_peak_bytes=p.target_peak(scale),
+    )
 
 
 def _text(
@@ -325,12 +341,13 @@ def _text(
         f"Scaled from job {job.job_id or job.trace_id} ({human_bytes(measured)} model, world size {world_s})"
         f" to {human_bytes(target.model_bytes)}{given}: x{scale:.4g}; world size {world_t} ({world}), {per_node} rank"
         f"{'s' if per_node > 1 else ''} per node.",
-        "Per rank: peak = RSS before the load (fixed: interpreter, libraries, CUDA context; not scaled) + the load's RSS"
-        " growth, split in proportion to the rank's load bytes: rank 0's copy (once per job) and bytes beyond a rank's"
-        " share (duplicated) scale with the model; its own share with the model / world size under a sharded strategy,"
-        " with the model for a replica.",
-        f"Node 0 holds {node}; file-backed pages (mmap'd checkpoint, libraries) are shared by a node's ranks and counted"
-        " once." + (" Other nodes: the worst other rank's profile on every rank." if other_peak is not None else ""),
+        "Per rank: peak = RSS before the load (fixed: interpreter, libraries, CUDA context; not scaled) + the load's"
+        " RSS growth, split in proportion to the rank's load bytes: rank 0's copy (once per job) and bytes beyond a"
+        " rank's share (duplicated) scale with the model; its own share with the model / world size under a sharded"
+        " strategy, with the model for a replica.",
+        f"Node 0 holds {node}; file-backed pages (mmap'd checkpoint, libraries) are shared by a node's ranks and"
+        " counted once."
+        + (" Other nodes: the worst other rank's profile on every rank." if other_peak is not None else ""),
     ]
     if first.load_bytes == 0 or (worst is not None and worst.load_bytes == 0):
         lines.append("A rank with RSS growth but no load bytes has its growth scaled with the model (conservative).")

@@ -11,19 +11,18 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from ..context import trace_ids
+from .. import semconv as sc
+from .model import LastState, RankLoad, Site, UnfinishedSpans
 from .sources import Progress, Span
 
-LOAD_SPANS = frozenset({"transformers.from_pretrained", "loadtrace.load"})
-FILE_SPANS = frozenset({"safetensors.open", "torch.load"})
-# Read bytes without a file of their own (``safetensors.torch.load(bytes)``).
-BYTES_SPANS = frozenset({"safetensors.load"})
-MATERIALIZED_PREFIX = "loadtrace.materialized.bytes."
-HELD_PREFIX = "loadtrace.model.held_bytes."
+# The device of empty weights: bytes there occupy no memory.
 META = "meta"
+# The rank that loads the checkpoint under a sharded strategy (docs/report.md, Findings: a simplification on several
+# nodes, where accelerate loads on each node's local rank 0).
+LOADING_RANK = 0
 
 
 def int_attr(attributes: dict[str, Any], key: str) -> int:
@@ -87,53 +86,6 @@ def real_bytes(per_device: dict[str, int]) -> int:
     return sum(value for device, value in per_device.items() if device != META)
 
 
-@dataclass(eq=False)  # identity: one record per rank, usable as a dict key
-class RankLoad:
-    trace_id: str
-    rank: int | None
-    instance: str | None
-    world_size: int | None
-    local_world_size: int | None
-    host: str | None
-    strategy: str | None
-    checkpoint: str | None
-    load_seconds: float | None
-    loads: int
-    files_opened: int
-    tensors_read: int
-    read_bytes: int
-    conversions: int
-    conversion_bytes: int
-    materialized_bytes: dict[str, int]
-    materialized_sites: list[tuple[str, int]]
-    held_bytes: dict[str, int]
-    peak_rss_bytes: int | None
-    hook_errors: int
-    resource: dict[str, Any] = field(repr=False)
-    spans: list[Span] = field(repr=False)
-    node_memory_bytes: int | None = None
-    # Memory and I/O of the loads (docs/report.md): None when the spans do not carry them (an older loadtrace).
-    rss_before_bytes: int | None = None
-    rss_after_bytes: int | None = None
-    peak_rss_anon_bytes: int | None = None
-    peak_rss_file_bytes: int | None = None
-    peak_rss_shmem_bytes: int | None = None
-    rss_anon_before_bytes: int | None = None
-    rss_file_before_bytes: int | None = None
-    storage_read_bytes: int | None = None
-    cached_bytes: int | None = None
-    node_available_bytes: int | None = None
-    cgroup_memory_current_bytes: int | None = None
-    cgroup_memory_max_bytes: int | None = None
-    # Started but never finished (killed): from a progress snapshot left behind, or spans whose parent never ended.
-    incomplete: bool = False
-    last_state: dict[str, Any] | None = None
-
-    @property
-    def label(self) -> str:
-        return f"rank {self.rank}" if self.rank is not None else (self.instance or "rank ?")
-
-
 @dataclass
 class Job:
     """One trace: every rank's spans of one job."""
@@ -144,7 +96,7 @@ class Job:
 
     @property
     def job_id(self) -> str | None:
-        return next((r for r in (str_attr(rank.resource, "loadtrace.job.id") for rank in self.ranks) if r), None)
+        return next((r for r in (str_attr(rank.resource, sc.JOB_ID) for rank in self.ranks) if r), None)
 
     @property
     def world_size(self) -> int | None:
@@ -154,13 +106,37 @@ class Job:
     def rank(self, number: int) -> RankLoad | None:
         return next((rank for rank in self.ranks if rank.rank == number), None)
 
+    @property
+    def loading_rank(self) -> RankLoad | None:
+        return self.rank(LOADING_RANK)
+
+    def model_bytes(self) -> int:
+        """The model's size: what the loading rank read, else the most real bytes any rank holds after loading."""
+        loading = self.loading_rank
+        if loading is not None and loading.read_bytes > 0:
+            return loading.read_bytes
+        return max((real_bytes(rank.held_bytes) for rank in self.ranks), default=0)
+
+    def ranks_per_node(self, rank: RankLoad) -> int:
+        """``loadtrace.local_world_size``, else the ranks seen on the same host, else 1."""
+        if rank.local_world_size:
+            return rank.local_world_size
+        if rank.host:
+            return max(1, sum(1 for other in self.ranks if other.host == rank.host))
+        return 1
+
+
+def sharded(rank: RankLoad) -> bool:
+    """Whether the rank's strategy says only the loading rank should read the checkpoint."""
+    return rank.strategy in sc.SHARDED_STRATEGIES
+
 
 def rank_key(resource: dict[str, Any]) -> tuple[int | None, str | None]:
-    rank = resource.get("loadtrace.rank")
+    rank = resource.get(sc.RANK)
     rank = rank if isinstance(rank, int) and not isinstance(rank, bool) else None
-    instance = str_attr(resource, "service.instance.id")
+    instance = str_attr(resource, sc.SERVICE_INSTANCE_ID)
     if instance is None:
-        host, pid = resource.get("host.name"), resource.get("process.pid")
+        host, pid = resource.get(sc.HOST_NAME), resource.get(sc.PROCESS_PID)
         instance = f"{host}/{pid}" if host is not None or pid is not None else None
     # With a rank, the rank alone names the process: a rank that restarted under a new pid is still the same rank.
     return (rank, None) if rank is not None else (None, instance)
@@ -217,20 +193,17 @@ def inside_any(span: Span, loads: list[Span]) -> bool:
     return any(load.start_ns <= span.start_ns <= load.end_ns for load in loads)
 
 
-def merge_sites(loads: Iterable[Span]) -> list[tuple[str, int]]:
+def merge_sites(loads: Iterable[Span]) -> list[Site]:
     """``loadtrace.materialized.sites`` / ``site_bytes`` (parallel arrays) of loads → [(site, bytes)], largest first."""
     totals: dict[str, int] = defaultdict(int)
     for load in loads:
-        sites, sizes = (
-            load.attributes.get("loadtrace.materialized.sites"),
-            load.attributes.get("loadtrace.materialized.site_bytes"),
-        )
+        sites, sizes = load.attributes.get(sc.MATERIALIZED_SITES), load.attributes.get(sc.MATERIALIZED_SITE_BYTES)
         if not isinstance(sites, list) or not isinstance(sizes, list):
             continue
         for site, size in zip(sites, sizes, strict=False):  # a truncated array pairs what it can
             if isinstance(site, str) and isinstance(size, int) and not isinstance(size, bool):
                 totals[site] += size
-    return sorted(totals.items(), key=lambda item: (-item[1], item[0]))
+    return [Site(*item) for item in sorted(totals.items(), key=lambda item: (-item[1], item[0]))]
 
 
 def _add(total: dict[str, int], more: dict[str, int]) -> None:
@@ -242,39 +215,37 @@ def _snapshots_by_rank(progress: Iterable[Progress]) -> dict[tuple[str, int | No
     """The latest snapshot of each (trace, rank) that had something open."""
     latest: dict[tuple[str, int | None], Progress] = {}
     for snapshot in progress:
-        for trace_id in {entry["trace_id"] for entry in snapshot.open}:
+        for trace_id in {entry[sc.PROGRESS_TRACE_ID] for entry in snapshot.open}:
             key = (trace_id, snapshot.rank)
             if key not in latest or latest[key].time_ns < snapshot.time_ns:
                 latest[key] = snapshot
     return latest
 
 
-def last_state(trace_id: str, snapshot: Progress) -> dict[str, Any]:
+def last_state(trace_id: str, snapshot: Progress) -> LastState:
     """What a killed rank was doing: the innermost span it had open, and the bytes its open loads had by then."""
-    entries = [entry for entry in snapshot.open if entry.get("trace_id") == trace_id]
-    loads = [entry for entry in entries if entry.get("kind") == "load"]
-    innermost = max(entries, key=lambda entry: int_attr(entry, "start_time_unix_nano"))
+    entries = [entry for entry in snapshot.open if entry.get(sc.PROGRESS_TRACE_ID) == trace_id]
+    loads = [entry for entry in entries if entry.get(sc.PROGRESS_KIND) == sc.SCOPE_LOAD]
+    innermost = max(entries, key=lambda entry: int_attr(entry, sc.PROGRESS_START))
     materialized: dict[str, int] = {}
     for load in loads:
-        _add(
-            materialized,
-            {str(k): int_attr(load.get("materialized_bytes", {}), k) for k in load.get("materialized_bytes", {})},
-        )
-    return {
-        "time_unix_nano": snapshot.time_ns,
-        "during": innermost["name"],
-        "open": [entry["name"] for entry in entries],
-        "read_bytes": sum(int_attr(load, "read_bytes") for load in loads),
-        "tensors_read": sum(int_attr(load, "read_tensors") for load in loads),
-        "materialized_bytes": materialized,
-        "peak_rss_bytes": max((int_attr(entry, "rss_peak") for entry in entries), default=0) or None,
-    }
+        per_device = load.get(sc.PROGRESS_MATERIALIZED_BYTES, {})
+        _add(materialized, {str(device): int_attr(per_device, device) for device in per_device})
+    return LastState(
+        time_unix_nano=snapshot.time_ns,
+        during=innermost[sc.PROGRESS_NAME],
+        open=[entry[sc.PROGRESS_NAME] for entry in entries],
+        read_bytes=sum(int_attr(load, sc.PROGRESS_READ_BYTES) for load in loads),
+        tensors_read=sum(int_attr(load, sc.PROGRESS_READ_TENSORS) for load in loads),
+        materialized_bytes=materialized,
+        peak_rss_bytes=max((int_attr(entry, sc.PROGRESS_RSS_PEAK) for entry in entries), default=0) or None,
+    )
 
 
 def mark_incomplete(trace_id: str, ranks: list[RankLoad], snapshots: dict[tuple[str, int | None], Progress]) -> None:
     every_span = {span.span_id for rank in ranks for span in rank.spans}
-    job_id = next((str_attr(rank.resource, "loadtrace.job.id") for rank in ranks if rank.resource), None)
-    root = format(trace_ids(job_id)[1], "016x") if job_id else None
+    job_id = next((str_attr(rank.resource, sc.JOB_ID) for rank in ranks if rank.resource), None)
+    root = format(sc.job_trace_ids(job_id)[1], "016x") if job_id else None
     for rank in ranks:
         snapshot = snapshots.get((trace_id, rank.rank))
         if snapshot is not None:
@@ -286,73 +257,73 @@ def mark_incomplete(trace_id: str, ranks: list[RankLoad], snapshots: dict[tuple[
         unfinished.discard(root)
         if root is not None and unfinished:
             rank.incomplete = True
-            rank.last_state = {"unfinished_parent_spans": len(unfinished)}
+            rank.last_state = UnfinishedSpans(unfinished_parent_spans=len(unfinished))
 
 
 def summarize_rank(trace_id: str, rank: int | None, instance: str | None, spans: list[Span]) -> RankLoad:
     spans = sorted(spans, key=lambda s: (s.start_ns, s.span_id))
     by_id = {span.span_id: span for span in spans if span.span_id}
-    resource = spans[0].resource if spans else ({"loadtrace.rank": rank} if rank is not None else {})
-    loads = outermost(spans, LOAD_SPANS, by_id)
-    pretrained = outermost(spans, frozenset({"transformers.from_pretrained"}), by_id)
-    stray_files = [s for s in spans if s.name in FILE_SPANS | BYTES_SPANS and not inside_any(s, loads)]
+    resource = spans[0].resource if spans else ({sc.RANK: rank} if rank is not None else {})
+    loads = outermost(spans, sc.LOAD_SPANS, by_id)
+    pretrained = outermost(spans, frozenset({sc.SPAN_FROM_PRETRAINED}), by_id)
+    # Read bytes outside every load: a bare file span, or ``safetensors.torch.load(bytes)`` without a file of its own.
+    stray_files = [s for s in spans if s.name in sc.FILE_SPANS | sc.BYTES_SPANS and not inside_any(s, loads)]
 
-    files_opened = sum(int_attr(s.attributes, "loadtrace.files.opened") for s in loads)
-    files_opened += sum(1 for s in stray_files if s.name in FILE_SPANS)
-    tensors_read = sum(int_attr(s.attributes, "loadtrace.read.tensors") for s in loads + stray_files)
-    read_bytes = sum(int_attr(s.attributes, "loadtrace.read.bytes") for s in loads + stray_files)
+    files_opened = sum(int_attr(s.attributes, sc.FILES_OPENED) for s in loads)
+    files_opened += sum(1 for s in stray_files if s.name in sc.FILE_SPANS)
+    tensors_read = sum(int_attr(s.attributes, sc.READ_TENSORS) for s in loads + stray_files)
+    read_bytes = sum(int_attr(s.attributes, sc.READ_BYTES) for s in loads + stray_files)
 
-    converts = [s for s in spans if s.name == "transformers.convert"]
+    converts = [s for s in spans if s.name == sc.SPAN_CONVERT]
     materialized: dict[str, int] = {}
     held: dict[str, int] = {}
     for load in loads:
-        _add(materialized, by_device(load.attributes, MATERIALIZED_PREFIX))
+        _add(materialized, by_device(load.attributes, sc.MATERIALIZED_BYTES_PREFIX))
     for load in pretrained:
-        _add(held, by_device(load.attributes, HELD_PREFIX))
+        _add(held, by_device(load.attributes, sc.HELD_BYTES_PREFIX))
     # Every load span, nested ones too: a custom ``loadtrace.load`` around ``from_pretrained`` has the same peak.
-    peaks = [int_attr(s.attributes, "loadtrace.rss.peak") for s in spans if s.name in LOAD_SPANS]
-    strategies = [str_attr(s.attributes, "loadtrace.strategy") for s in pretrained]
-    checkpoints = [str_attr(s.attributes, "loadtrace.checkpoint") for s in pretrained]
+    peaks = [int_attr(s.attributes, sc.RSS_PEAK) for s in spans if s.name in sc.LOAD_SPANS]
+    strategies = [str_attr(s.attributes, sc.STRATEGY) for s in pretrained]
+    checkpoints = [str_attr(s.attributes, sc.CHECKPOINT) for s in pretrained]
 
     return RankLoad(
         trace_id=trace_id,
         rank=rank,
-        instance=str_attr(resource, "service.instance.id") or instance,
-        world_size=_positive(resource.get("loadtrace.world_size")),
-        local_world_size=_positive(resource.get("loadtrace.local_world_size")),
-        host=str_attr(resource, "host.name"),
+        instance=str_attr(resource, sc.SERVICE_INSTANCE_ID) or instance,
+        world_size=_positive(resource.get(sc.WORLD_SIZE)),
+        local_world_size=_positive(resource.get(sc.LOCAL_WORLD_SIZE)),
+        host=str_attr(resource, sc.HOST_NAME),
         # A rank that loaded several models is judged by its first: the strategy a job runs under does not change.
         strategy=next((s for s in strategies if s), None),
-        checkpoint=next((c for c in checkpoints if c), None) or str_attr(resource, "loadtrace.checkpoint"),
-        load_seconds=sum(s.seconds for s in loads) if loads else None,
+        checkpoint=next((c for c in checkpoints if c), None) or str_attr(resource, sc.CHECKPOINT),
+        load_seconds=round(sum(s.seconds for s in loads), 6) if loads else None,
         loads=len(loads),
         files_opened=files_opened,
         tensors_read=tensors_read,
         read_bytes=read_bytes,
-        conversions=sum(int_attr(s.attributes, "loadtrace.convert.count") for s in converts),
-        conversion_bytes=sum(int_attr(s.attributes, "loadtrace.convert.bytes") for s in converts),
+        conversions=sum(int_attr(s.attributes, sc.CONVERT_COUNT) for s in converts),
+        conversion_bytes=sum(int_attr(s.attributes, sc.CONVERT_BYTES) for s in converts),
         materialized_bytes=dict(sorted(materialized.items())),
         materialized_sites=merge_sites(loads),
         held_bytes=dict(sorted(held.items())),
         peak_rss_bytes=max((p for p in peaks if p > 0), default=None),
-        hook_errors=sum(int_attr(s.attributes, "loadtrace.hook_errors") for s in loads),
+        hook_errors=sum(int_attr(s.attributes, sc.HOOK_ERRORS) for s in loads),
         resource=resource,
         spans=spans,
-        node_memory_bytes=max((int_attr(s.attributes, "loadtrace.node.memory_total") for s in loads), default=0)
-        or None,
+        node_memory_bytes=max((int_attr(s.attributes, sc.NODE_MEMORY_TOTAL) for s in loads), default=0) or None,
         # Before: the first load's (the process before any loading); after: the last one's.
-        rss_before_bytes=_first_known(loads, "loadtrace.rss.before"),
-        rss_after_bytes=_first_known(loads[::-1], "loadtrace.rss.after"),
-        peak_rss_anon_bytes=_max_known(loads, "loadtrace.rss_anon.peak"),
-        peak_rss_file_bytes=_max_known(loads, "loadtrace.rss_file.peak"),
-        peak_rss_shmem_bytes=_max_known(loads, "loadtrace.rss_shmem.peak"),
-        rss_anon_before_bytes=_first_known(loads, "loadtrace.rss_anon.before"),
-        rss_file_before_bytes=_first_known(loads, "loadtrace.rss_file.before"),
-        storage_read_bytes=_sum_known(loads, "loadtrace.io.storage_read_bytes"),
-        cached_bytes=_sum_known(loads, "loadtrace.io.cached_bytes"),
-        node_available_bytes=_min_known(loads, "loadtrace.node.memory_available"),
-        cgroup_memory_current_bytes=_max_known(loads, "loadtrace.cgroup.memory_current"),
-        cgroup_memory_max_bytes=_min_known(loads, "loadtrace.cgroup.memory_max"),
+        rss_before_bytes=_first_known(loads, sc.RSS_BEFORE),
+        rss_after_bytes=_first_known(loads[::-1], sc.RSS_AFTER),
+        peak_rss_anon_bytes=_max_known(loads, sc.rss_key("anon", "peak")),
+        peak_rss_file_bytes=_max_known(loads, sc.rss_key("file", "peak")),
+        peak_rss_shmem_bytes=_max_known(loads, sc.rss_key("shmem", "peak")),
+        rss_anon_before_bytes=_first_known(loads, sc.rss_key("anon", "before")),
+        rss_file_before_bytes=_first_known(loads, sc.rss_key("file", "before")),
+        storage_read_bytes=_sum_known(loads, sc.IO_STORAGE_READ_BYTES),
+        cached_bytes=_sum_known(loads, sc.IO_CACHED_BYTES),
+        node_available_bytes=_min_known(loads, sc.NODE_MEMORY_AVAILABLE),
+        cgroup_memory_current_bytes=_max_known(loads, sc.CGROUP_MEMORY_CURRENT),
+        cgroup_memory_max_bytes=_min_known(loads, sc.CGROUP_MEMORY_MAX),
     )
 
 

@@ -15,6 +15,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from .. import semconv as sc
+
 # One TracesData line holds one export batch; anything this long is not one of ours, and reading it whole could exhaust
 # memory, so it is skipped unread.
 MAX_LINE_BYTES = 64 * 1024 * 1024
@@ -204,7 +206,7 @@ def trace_files(path: str | os.PathLike[str]) -> list[Path]:
         Path(folder) / name
         for folder, _, names in os.walk(root)
         for name in names
-        if name.endswith(".jsonl") and (Path(folder) / name).is_file()
+        if name.endswith(sc.TRACE_FILE_SUFFIX) and (Path(folder) / name).is_file()
     )
     if not files:
         raise SourceError(f"{root}: no *.jsonl trace files in this directory")
@@ -220,15 +222,18 @@ def read_progress(file: Path) -> Progress | None:
         if not file.is_file() or file.stat().st_size > MAX_PROGRESS_BYTES:
             return None
         data = _object(json.loads(file.read_bytes()))
-        entries = [_object(entry) for entry in _array(data.get("open"))]
-        rank = data.get("rank")
-        pid = data.get("pid")
+        entries = [_object(entry) for entry in _array(data.get(sc.PROGRESS_OPEN))]
+        rank, host, pid = data.get(sc.PROGRESS_RANK), data.get(sc.PROGRESS_HOST), data.get(sc.PROGRESS_PID)
         return Progress(
             rank=rank if isinstance(rank, int) and not isinstance(rank, bool) else None,
-            host=data["host"] if isinstance(data.get("host"), str) else None,
+            host=host if isinstance(host, str) else None,
             pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
-            time_ns=_integer(data.get("time_unix_nano", 0)),
-            open=[e for e in entries if isinstance(e.get("name"), str) and isinstance(e.get("trace_id"), str)],
+            time_ns=_integer(data.get(sc.PROGRESS_TIME, 0)),
+            open=[
+                entry
+                for entry in entries
+                if isinstance(entry.get(sc.PROGRESS_NAME), str) and isinstance(entry.get(sc.PROGRESS_TRACE_ID), str)
+            ],
         )
     except (OSError, *_MALFORMED):
         return None
@@ -248,9 +253,9 @@ def read_files(path: str | os.PathLike[str]) -> SpanSet:
     # A rank killed before it finished any span has a snapshot and no trace file: look for snapshots, not beside files.
     root = Path(path)
     snapshots = (
-        root.rglob("*.progress.json")
+        root.rglob("*" + sc.PROGRESS_SUFFIX)
         if root.is_dir()
-        else [files[0].with_name(files[0].name.removesuffix(".jsonl") + ".progress.json")]
+        else [files[0].with_name(files[0].name.removesuffix(sc.TRACE_FILE_SUFFIX) + sc.PROGRESS_SUFFIX)]
     )
     for snapshot in map(read_progress, snapshots):
         if snapshot is not None and snapshot.open:

@@ -1,0 +1,352 @@
+"""The report as typed records, and the one place they become JSON (``to_json``). docs/report.md documents every key.
+
+Each record's fields are its JSON keys, in JSON order, holding exactly the JSON's values (rounded where the JSON
+rounds), so the table (``loadtrace.render``) and the JSON say the same thing. A field that is working data of the
+analysis rather than part of the report is marked ``NOT_IN_JSON``. Dict keys that are rank numbers become strings in
+JSON, as JSON object keys must.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from .sources import Span
+
+# Field metadata: left out of the JSON (a rank's spans and resource), or left out while None (an optional block).
+NOT_IN_JSON = {"json": False}
+OMITTED_WHEN_NONE = {"omit_none": True}
+
+
+def to_json(value: Any) -> Any:
+    """A report record (or any part of one) → plain JSON data: dicts, lists, numbers, strings, null."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        result = {}
+        for item in dataclasses.fields(value):
+            content = getattr(value, item.name)
+            if item.metadata.get("json", True) and not (content is None and item.metadata.get("omit_none")):
+                result[item.name] = to_json(content)
+        return result
+    if isinstance(value, tuple) and hasattr(value, "_asdict"):  # a NamedTuple: a small record
+        return {key: to_json(content) for key, content in value._asdict().items()}
+    if isinstance(value, dict):
+        return {str(key): to_json(content) for key, content in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_json(content) for content in value]
+    return value
+
+
+# Findings' severities: a warning fails ``--fail-on-findings``, info never does.
+WARNING, INFO = "warning", "info"
+
+
+# One rank ---------------------------------------------------------------------------------------------------------
+
+
+class Site(NamedTuple):
+    """A call site that created tensors while loading (``modeling_utils.py:4864 zeros_like cpu``) and its bytes."""
+
+    site: str
+    bytes: int
+
+
+@dataclass
+class LastState:
+    """What a killed rank was doing at its last progress snapshot: the innermost span it had open, and the bytes its
+    open loads had by then."""
+
+    time_unix_nano: int
+    during: str
+    open: list[str]
+    read_bytes: int
+    tensors_read: int
+    materialized_bytes: dict[str, int]
+    peak_rss_bytes: int | None
+
+
+@dataclass
+class UnfinishedSpans:
+    """A killed rank without a snapshot: how many load or phase spans its finished spans hang from but never ended."""
+
+    unfinished_parent_spans: int
+
+
+@dataclass(eq=False)  # identity: one record per rank, usable as a dict key
+class RankLoad:
+    """One rank of one job: what it opened, read, converted, materialised and held (a row of ``ranks``)."""
+
+    trace_id: str
+    rank: int | None
+    instance: str | None
+    world_size: int | None
+    local_world_size: int | None
+    host: str | None
+    strategy: str | None
+    checkpoint: str | None
+    load_seconds: float | None  # rounded to the microsecond
+    loads: int
+    files_opened: int
+    tensors_read: int
+    read_bytes: int
+    conversions: int
+    conversion_bytes: int
+    materialized_bytes: dict[str, int]
+    materialized_sites: list[Site]
+    held_bytes: dict[str, int]
+    peak_rss_bytes: int | None
+    hook_errors: int
+    resource: dict[str, Any] = field(repr=False, metadata=NOT_IN_JSON)
+    spans: list[Span] = field(repr=False, metadata=NOT_IN_JSON)
+    node_memory_bytes: int | None = None
+    # Memory and I/O of the loads (docs/report.md): None when the spans do not carry them (an older loadtrace).
+    rss_before_bytes: int | None = None
+    rss_after_bytes: int | None = None
+    peak_rss_anon_bytes: int | None = None
+    peak_rss_file_bytes: int | None = None
+    peak_rss_shmem_bytes: int | None = None
+    rss_anon_before_bytes: int | None = field(default=None, metadata=NOT_IN_JSON)  # the forecast's, not the report's
+    rss_file_before_bytes: int | None = field(default=None, metadata=NOT_IN_JSON)
+    storage_read_bytes: int | None = None
+    cached_bytes: int | None = None
+    node_available_bytes: int | None = None
+    cgroup_memory_current_bytes: int | None = None
+    cgroup_memory_max_bytes: int | None = None
+    # Started but never finished (killed): from a progress snapshot left behind, or spans whose parent never ended.
+    incomplete: bool = False
+    last_state: LastState | UnfinishedSpans | None = None
+
+    @property
+    def label(self) -> str:
+        return f"rank {self.rank}" if self.rank is not None else (self.instance or "rank ?")
+
+
+# One job ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class NodeReads:
+    """One node's I/O: what its ranks asked for against what its storage delivered (docs/report.md, I/O per node)."""
+
+    host: str | None
+    ranks: list[int | None]
+    readers: int
+    read_bytes: int
+    storage_read_bytes: int | None
+    cached_bytes: int | None
+    times_asked: float | None
+    times_read_from_storage: float | None
+    outcome: str | None = None  # page_cache | read_once | repeated | partly_repeated
+    note: str | None = None
+
+
+@dataclass
+class JobSummary:
+    """One job (trace) of the report: an entry of ``traces``."""
+
+    trace_id: str
+    job_id: str | None
+    start_time: str | None
+    world_size: int | None
+    ranks: list[int | None]
+    model_bytes: int
+    spans: int
+    nodes: list[NodeReads]
+
+
+@dataclass
+class Finding:
+    """Duplicate work a job's strategy says should not happen (or, as info, a replica it says should)."""
+
+    trace_id: str
+    kind: str
+    severity: str
+    ranks: list[int]
+    bytes: int
+    projected_node_bytes: int
+    detail: str
+    evidence: dict[str, Any] = field(default_factory=dict)  # kind-specific numbers behind the finding
+
+
+# The forecast -----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class MeasuredJob:
+    model_bytes: int
+    world_size: int
+    ranks_per_node: int
+
+
+@dataclass
+class TargetJob:
+    model_bytes: int
+    given_as: str | None
+    world_size: int
+    world_size_given: bool
+    ranks_per_node: int
+
+
+@dataclass
+class FixedBytes:
+    """A rank's RSS before the load: the same at the target."""
+
+    from_bytes: int
+    to_bytes: int
+
+
+@dataclass
+class ScaledBytes:
+    """A rank's bytes of one category, and the share of its RSS growth they stand for, measured and at the target."""
+
+    from_bytes: int
+    to_bytes: int
+    from_growth_bytes: int
+    to_growth_bytes: int
+
+
+@dataclass
+class FixedCategory:
+    scaled_by: str
+    ranks: dict[int, FixedBytes]
+
+
+@dataclass
+class ScaledCategory:
+    scaled_by: str
+    ranks: dict[int, ScaledBytes]  # only the ranks with bytes of this category, measured or at the target
+
+
+@dataclass
+class Categories:
+    fixed: FixedCategory
+    once_per_job: ScaledCategory
+    per_rank: ScaledCategory
+    duplicated: ScaledCategory
+
+    @property
+    def scaled(self) -> tuple[ScaledCategory, ScaledCategory, ScaledCategory]:
+        return self.once_per_job, self.per_rank, self.duplicated
+
+
+@dataclass
+class RankBasis:
+    """One measured rank's numbers and what they become at the target."""
+
+    strategy: str | None
+    rss_before_bytes: int
+    peak_rss_bytes: int
+    growth_bytes: int
+    load_bytes: int
+    growth_per_load_byte: float | None
+    target_load_bytes: int
+    target_growth_bytes: int
+    file_backed_share: float
+    target_file_backed_bytes: int
+    target_peak_bytes: int
+
+
+class LeftOutRank(NamedTuple):
+    rank: int
+    why: str
+
+
+@dataclass
+class NodeProfile:
+    """``count`` ranks of a node with rank ``rank``'s profile."""
+
+    rank: int | None
+    count: int
+
+
+@dataclass
+class NodeBasis:
+    profiles: list[NodeProfile]
+    sum_of_rank_peaks_bytes: int
+    file_backed_bytes_counted_once: int
+    node_0_peak_bytes: int
+    other_nodes_peak_bytes: int | None
+    node_memory_source: str | None
+    headroom_bytes: int | None
+
+
+@dataclass
+class ForecastBasis:
+    text: str
+    trace_id: str
+    job_id: str | None
+    measured: MeasuredJob
+    target: TargetJob
+    model_scale: float  # rounded to 6 decimals
+    categories: Categories
+    ranks: dict[int, RankBasis]
+    left_out_ranks: list[LeftOutRank]
+    node: NodeBasis
+
+
+@dataclass
+class Forecast:
+    model_bytes: int
+    ranks_per_node: int
+    per_rank_peak_bytes: dict[int, int]
+    per_node_peak_bytes: int
+    node_memory_bytes: int | None
+    verdict: str | None  # oom | ok | None (node memory unknown)
+    basis: ForecastBasis
+
+
+# The report and the comparison ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Report:
+    """``loadtrace report``: lists in the order the table shows them."""
+
+    traces: list[JobSummary]
+    ranks: list[RankLoad]
+    findings: list[Finding]
+    skipped_lines: int
+    forecast: Forecast | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+
+    @property
+    def has_warnings(self) -> bool:
+        return any(finding.severity == WARNING for finding in self.findings)
+
+
+@dataclass
+class ComparedJob:
+    source: str
+    trace_id: str
+    job_id: str | None
+    skipped_lines: int
+
+
+@dataclass
+class PhaseRow:
+    """One (phase, rank, metric): A's value, B's, B − A and B / A (None where either is unknown, or A is 0)."""
+
+    phase: str
+    rank: int
+    metric: str
+    a: float | int | None
+    b: float | int | None
+    difference: float | int | None
+    ratio: float | None
+
+
+@dataclass
+class ResourceRow:
+    name: str
+    a: str | None
+    b: str | None
+    differs: bool
+
+
+@dataclass
+class Comparison:
+    """``loadtrace compare``."""
+
+    a: ComparedJob
+    b: ComparedJob
+    phases: list[PhaseRow]
+    resources: list[ResourceRow]

@@ -1,0 +1,174 @@
+"""The report and comparison models → the text tables ``loadtrace report`` and ``loadtrace compare`` print.
+
+The only place that formats for people; the JSON comes from ``loadtrace.analysis.model.to_json``, over the same
+model, so the two say the same thing. docs/report.md shows the table's columns.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from loadtrace.analysis.model import Comparison, Finding, Forecast, RankLoad, Report
+from loadtrace.analysis.units import human_bytes
+
+RANK_COLUMNS = (
+    *("rank", "host", "strategy", "load s", "files", "tensors", "read B", "from storage B", "conversions"),
+    *("zeros/empty_like B", "held at return B", "peak RSS B"),
+)
+FORECAST_COLUMNS = ("rank", "fixed B", "+ once per job B", "+ own share B", "+ duplicated B", "= peak RSS B")
+COMPARE_COLUMNS = ("phase", "rank", "metric", "A", "B", "B - A", "B / A")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -> str:
+    """Columns padded to their widest cell: the first ``left`` left-aligned, the rest (numbers) right-aligned."""
+    grid = [list(headers), *(list(row) for row in rows)]
+    widths = [max(len(row[column]) for row in grid) for column in range(len(headers))]
+
+    def pad(column: int, text: str) -> str:
+        return text.ljust(widths[column]) if column < left else text.rjust(widths[column])
+
+    return "\n".join("  ".join(pad(column, text) for column, text in enumerate(row)).rstrip() for row in grid)
+
+
+def number(value: float | int | None, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return f"{value:,}"
+
+
+def signed(value: float | int | None) -> str:
+    return "-" if value is None else ("+" if value > 0 else "") + number(value)
+
+
+def devices(per_device: dict[str, int]) -> str:
+    return " ".join(f"{device}={size:,}" for device, size in per_device.items()) or "-"
+
+
+# loadtrace report -------------------------------------------------------------------------------------------------
+
+
+def report_table(report: Report) -> str:
+    """Per job: its header, one row per rank, one ``I/O:`` line per node, its findings; then the forecast."""
+    blocks = []
+    for trace in report.traces:
+        ranks = [rank for rank in report.ranks if rank.trace_id == trace.trace_id]
+        findings = [finding for finding in report.findings if finding.trace_id == trace.trace_id]
+        header = f"job {trace.job_id or '-'}  trace {trace.trace_id}  world size {number(trace.world_size)}"
+        header += f"  model {human_bytes(trace.model_bytes)}"
+        io = "".join(f"\nI/O: {node.note}." for node in trace.nodes if node.note)
+        rows = [rank_row(rank) for rank in ranks]
+        blocks.append(header + "\n" + table(RANK_COLUMNS, rows, left=3) + io + "\n\n" + findings_text(findings))
+    if report.skipped_lines:
+        blocks.append(f"{report.skipped_lines} corrupt or truncated lines skipped")
+    if report.forecast is not None:
+        blocks.append(forecast_text(report.forecast))
+    return "\n\n".join(blocks)
+
+
+def rank_row(rank: RankLoad) -> list[str]:
+    name = str(rank.rank) if rank.rank is not None else (rank.instance or "?")
+    return [
+        name + (" incomplete" if rank.incomplete else ""),
+        rank.host or "-",
+        rank.strategy or "-",
+        number(rank.load_seconds),
+        number(rank.files_opened),
+        number(rank.tensors_read),
+        number(rank.read_bytes),
+        number(rank.storage_read_bytes),
+        number(rank.conversions),
+        devices(rank.materialized_bytes),
+        devices(rank.held_bytes),
+        number(rank.peak_rss_bytes),
+    ]
+
+
+def findings_text(findings: list[Finding]) -> str:
+    if not findings:
+        return "findings: none"
+    lines = ["findings (warnings first, most bytes first):"]
+    for finding in findings:
+        ranks = ("ranks " if len(finding.ranks) > 1 else "rank ") + ", ".join(map(str, finding.ranks))
+        lines.append(f"  {finding.severity.upper()} {finding.kind}  {ranks}  {human_bytes(finding.bytes)}")
+        lines.append(f"    {finding.detail}")
+    return "\n".join(lines)
+
+
+def forecast_text(forecast: Forecast) -> str:
+    """The forecast block: per rank, per node, the node's memory and a verdict nobody can miss."""
+    basis, node = forecast.basis, forecast.basis.node
+    given = basis.target.given_as
+    lines = [
+        f"forecast: {human_bytes(forecast.model_bytes)} model"
+        + (f" ({given})" if given and "parameters" in given else "")
+        + f", {forecast.ranks_per_node} ranks per node, world size {basis.target.world_size}"
+        + f" (scaled x{basis.model_scale:.4g} from {human_bytes(basis.measured.model_bytes)})"
+    ]
+    categories = basis.categories
+    rows = []
+    for rank, peak in forecast.per_rank_peak_bytes.items():
+        cells = [str(rank), number(categories.fixed.ranks[rank].to_bytes)]
+        for category in categories.scaled:
+            entry = category.ranks.get(rank)
+            cells.append(number(entry.to_growth_bytes) if entry else "-")
+        rows.append([*cells, number(peak)])
+    lines.append("  " + table(FORECAST_COLUMNS, rows).replace("\n", "\n  "))
+    profiles = " + ".join(f"{profile.count} x rank {profile.rank}" for profile in node.profiles)
+    lines.append(
+        f"  per node: {profiles} = {human_bytes(forecast.per_node_peak_bytes)}"
+        f" (file-backed pages counted once; sum of rank peaks {human_bytes(node.sum_of_rank_peaks_bytes)})"
+    )
+    memory = forecast.node_memory_bytes
+    if memory is None:
+        lines.append("  node memory: unknown; give --node-memory-bytes")
+        lines.append("  verdict: UNKNOWN")
+    else:
+        lines.append(f"  node memory: {human_bytes(memory)} ({node.node_memory_source})")
+        ratio = forecast.per_node_peak_bytes / memory if memory else math.inf
+        if forecast.verdict == "oom":
+            lines.append(
+                f"  verdict: WILL OOM: a node needs {human_bytes(forecast.per_node_peak_bytes)},"
+                f" {ratio:.2f}x its memory"
+            )
+        else:
+            headroom = human_bytes(node.headroom_bytes or 0)
+            lines.append(f"  verdict: OK: a node needs {100 * ratio:.0f}% of its memory ({headroom} to spare)")
+    lines.append("  basis: " + basis.text)
+    return "\n".join(lines)
+
+
+# loadtrace compare ------------------------------------------------------------------------------------------------
+
+
+def compare_table(comparison: Comparison) -> str:
+    a, b = comparison.a, comparison.b
+    lines = [
+        f"A: {a.source}  trace {a.trace_id}  job {a.job_id or '-'}",
+        f"B: {b.source}  trace {b.trace_id}  job {b.job_id or '-'}",
+        "",
+    ]
+    rows = [
+        [
+            row.phase,
+            str(row.rank),
+            row.metric,
+            number(row.a),
+            number(row.b),
+            signed(row.difference),
+            "-" if row.ratio is None else f"{row.ratio:.2f}x",
+        ]
+        for row in comparison.phases
+        if row.a is not None or row.b is not None
+    ]
+    lines.append(table(COMPARE_COLUMNS, rows, left=3))
+    differing = [[row.name, row.a or "-", row.b or "-"] for row in comparison.resources if row.differs]
+    lines.append("")
+    if differing:
+        lines.append("what differs:")
+        lines.append(table(["", "A", "B"], differing, left=3))
+    else:
+        lines.append("what differs: nothing recorded (same world size, hosts, versions, strategy, checkpoint)")
+    return "\n".join(lines)
