@@ -7,8 +7,9 @@
 
 A sample counts as loadtrace's own when its innermost loadtrace (or wrapt) frame is doing loadtrace's work: not on a
 line that calls the wrapped original (``wrapped(...)``, ``self.__wrapped__...``: that time is the job's), read from
-the installed source; a loadtrace thread asleep (``sleep(`` / ``.wait(``) is idle, not cost. Samples under imports (``_find_and_load``) are left out: the first load's lazy imports are the
-same with and without loadtrace. Prints the share of the remaining samples, the lines it was spent on, and callees.
+the installed source; a loadtrace thread asleep (``sleep(`` / ``.wait(``) is idle, not cost. Samples under imports
+(``_find_and_load``) are left out: the first load's lazy imports are the same with and without loadtrace. Prints the
+share of the remaining samples, the lines it was spent on, and callees.
 """
 
 from __future__ import annotations

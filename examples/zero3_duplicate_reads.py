@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"rank {rank}/{world} holds its ZeRO-3 partition: {partition_bytes(model):,} B", flush=True)
     digest = load.weights_digest(model, "zero3")  # gathers the partitions: a collective, every rank calls it
     print(
-        f"rank {rank}/{world} gathered {digest['tensors']} tensors, {digest['bytes']:,} B, sha256 {digest['sha256'][:16]}",
+        f"rank {rank}/{world} gathered {digest['tensors']} tensors, {digest['bytes']:,} B, "
+        f"sha256 {digest['sha256'][:16]}",
         flush=True,
     )
     del ds_config

@@ -14,7 +14,9 @@ PROBE = """
 import sys, torch, wrapt
 import safetensors, transformers.modeling_utils as mu
 print("loaded", "loadtrace" in sys.modules)
-print("zeros_like", "wrapped" if isinstance(torch.zeros_like, wrapt.FunctionWrapper) else ("original" if torch.zeros_like is torch._C._VariableFunctions.zeros_like else "other"))
+original = torch.zeros_like is torch._C._VariableFunctions.zeros_like
+wrapped = isinstance(torch.zeros_like, wrapt.FunctionWrapper)
+print("zeros_like", "wrapped" if wrapped else ("original" if original else "other"))
 print("safe_open", "wrapped" if isinstance(mu.safe_open, wrapt.FunctionWrapper) else "original")
 if "loadtrace" in sys.modules:
     import loadtrace

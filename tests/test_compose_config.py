@@ -321,7 +321,8 @@ def test_docker_compose_validates_the_file():
 def test_images_are_pinned_to_the_releases_the_allow_lists_were_read_from():
     services = compose()["services"]
     assert image_and_tag(services["collector"]) == (COLLECTOR_IMAGE, COLLECTOR_TAG), (
-        "collector image changed: re-check CONTRIB_COMPONENTS / CONTRIB_KEYS against that release, then update the tag here"
+        "collector image changed: re-check CONTRIB_COMPONENTS / CONTRIB_KEYS against that release, "
+        "then update the tag here"
     )
     assert image_and_tag(services["jaeger"]) == (JAEGER_IMAGE, JAEGER_TAG), (
         "jaeger image changed: re-check JAEGER_COMPONENTS / JAEGER_KEYS against that release, then update the tag here"

@@ -83,7 +83,7 @@ def example(request, checkpoint: Path, tmp_path_factory) -> ExampleRun:
     venv, name = request.param
     problems = installed_problems(venv)
     assert not problems, f"loadtrace is not installed (non-editable) in {venv.root}: {problems}"
-    for attempt in (1, 2):
+    for _attempt in (1, 2):
         cwd = tmp_path_factory.mktemp(f"example-{venv.name}-{name}")
         run = torchrun(venv, EXAMPLES[name], [str(checkpoint)], cwd=cwd, env={"LOADTRACE": "1"})
         print(f"[examples] {venv.id} {name}: rc {run.returncode} in {run.seconds:.1f}s, cwd {cwd}")

@@ -1,4 +1,5 @@
-"""Two nodes of a static-rendezvous torchrun (TORCHELASTIC_RUN_ID=none) join one trace; two such jobs never share one."""
+"""Two nodes of a static-rendezvous torchrun (TORCHELASTIC_RUN_ID=none) join one trace; two such jobs never share
+one."""
 
 import os
 import socket

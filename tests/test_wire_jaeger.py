@@ -1,5 +1,5 @@
-"""Promise: ``loadtrace report --jaeger`` tells the same story as ``loadtrace report`` over the files, for spans that went
-over OTLP to a collector and were stored by Jaeger.
+"""Promise: ``loadtrace report --jaeger`` tells the same story as ``loadtrace report`` over the files, for spans that
+went over OTLP to a collector and were stored by Jaeger.
 
 The "Jaeger" here is this test's own server on 127.0.0.1: it stores what its OTLP receiver got from a real two-rank
 run (``tests/_wire.py``) and answers Jaeger v2's query API from it, in Jaeger's shapes: ``GET /api/v3/traces/{id}`` and

@@ -1,6 +1,7 @@
-"""Promise: with ``OTEL_EXPORTER_OTLP_ENDPOINT`` set, a real two-rank job's spans leave over OTLP (http/protobuf, or grpc
-with ``OTEL_EXPORTER_OTLP_PROTOCOL=grpc``) as one trace, each rank with the resource and span attributes of
-README.md's span reference, and with ``LOADTRACE_DIR`` set as well the files hold exactly the same spans, numbers and ids.
+"""Promise: with ``OTEL_EXPORTER_OTLP_ENDPOINT`` set, a real two-rank job's spans leave over OTLP (http/protobuf, or
+grpc with ``OTEL_EXPORTER_OTLP_PROTOCOL=grpc``) as one trace, each rank with the resource and span attributes of
+README.md's span reference, and with ``LOADTRACE_DIR`` set as well the files hold exactly the same spans, numbers and
+ids.
 
 The receivers are this test's own (``tests/_wire.py``) on 127.0.0.1; what arrived is decoded with opentelemetry-proto,
 independently of loadtrace's encoding.
@@ -9,7 +10,6 @@ independently of loadtrace's encoding.
 from __future__ import annotations
 
 import os
-import re
 import socket
 import warnings
 from collections import Counter
@@ -19,11 +19,11 @@ import pytest
 from _wire import GRPC_METHOD, PROTOCOLS, TRACES_PATH, WireRun, wire_run
 from support import field_facts
 from support.multirank import STRATEGY, WORLD_SIZE, read_spans
-from support.venvs import REPO, discover, installed_problems, stale_files
+from support.span_reference import documented
+from support.venvs import discover, installed_problems, stale_files
 
 VENVS = discover()
 MODE = "fsdp"  # rank 1 reads, converts and holds a whole model: every byte counter is non-zero somewhere
-SPANS_MD = REPO / "README.md"  # its "Span and attribute reference"
 # Added to every Resource by the OpenTelemetry SDK itself (Resource.create): standard, not loadtrace's to document.
 SDK_RESOURCE = {"telemetry.sdk.language", "telemetry.sdk.name", "telemetry.sdk.version"}
 
@@ -63,64 +63,6 @@ def only(spans, name: str):
     found = [s for s in spans if s.name == name]
     assert len(found) == 1, f"expected one {name!r} span, found {len(found)}"
     return found[0]
-
-
-# README.md's span reference, read as the contract -------------------------------------------------------------------------------
-
-
-def _cells(line: str) -> list[str]:
-    return [cell.strip() for cell in line.strip().strip("|").split("|")]
-
-
-def _table(text: str, heading: str) -> list[list[str]]:
-    """Rows (cells) of the first table after ``heading``."""
-    lines = text[text.index(heading) :].splitlines()[1:]
-    rows, started = [], False
-    for line in lines:
-        if line.startswith("|"):
-            started = True
-            rows.append(_cells(line))
-        elif started:
-            break
-    return [row for row in rows[2:]]  # header and separator
-
-
-def _names(cell: str) -> list[str]:
-    """Backticked attribute names of a cell; ``a.b.c`` / ``.d`` shorthand expands to ``a.b.d``."""
-    names = []
-    for token in re.findall(r"`([^`]+)`", cell):
-        if token.startswith(".") and names:
-            names.append(names[-1].rsplit(".", 1)[0] + token)
-        elif "." in token and " " not in token:
-            names.append(token)
-    return names
-
-
-def _pattern(names) -> re.Pattern:
-    """``<device>``, ``<Op>``, ``<name>`` stand for one dotted component."""
-    return re.compile("|".join(re.sub(r"<[^>]+>", r"[^.]+", re.escape(n)) for n in names))
-
-
-def documented() -> tuple[re.Pattern, dict[str, re.Pattern]]:
-    """(resource attribute pattern, span name → attribute pattern) as README.md's span reference lists them."""
-    text = SPANS_MD.read_text()
-    resource = [n for row in _table(text, "### Resource (one per process") for n in _names(row[0])]
-    totals = [n for row in _table(text, "#### Load totals") for n in _names(row[0])]
-    memory_rows = _table(text, "#### Memory and I/O")
-    memory = [n for row in memory_rows for n in _names(row[0])]
-    phase_memory = [n for row in memory_rows if not row[1].startswith("load spans") for n in _names(row[0])]
-    spans = {}
-    for row in _table(text, "### Spans"):
-        (name,) = re.findall(r"`([^`]+)`", row[0])
-        attributes = _names(row[2])
-        if "load totals" in row[2]:
-            attributes += totals
-        if "memory attributes" in row[2]:
-            attributes += memory if "load totals" in row[2] else phase_memory
-        if "materialisation attributes" in row[2]:
-            attributes += [n for n in totals if n.startswith("loadtrace.materialized.")]
-        spans[name] = _pattern(attributes)
-    return _pattern(resource), spans
 
 
 # The promises ------------------------------------------------------------------------------------------------------
@@ -184,7 +126,8 @@ def test_resource_says_which_rank(wire: WireRun):
 
 
 def test_every_span_and_attribute_is_documented(wire: WireRun):
-    """README.md's span reference promises every span and every attribute: nothing on the wire may be missing from it."""
+    """README.md's span reference promises every span and every attribute: nothing on the wire may be missing from
+    it."""
     _, documented_spans = documented()
     undocumented: dict[str, set[str]] = {}
     for span in wire.spans:

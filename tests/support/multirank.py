@@ -138,7 +138,7 @@ class Jobs:
         env = dict(MODE_ENV[mode])
         if traced:
             env["LOADTRACE"] = "1"
-        for attempt in (1, 2):
+        for _attempt in (1, 2):
             run = torchrun(venv, script, [str(self.checkpoint), "--mode", mode, "--out", str(out)], cwd=cwd, env=env)
             if not aborted_at_exit(run, out):
                 break
