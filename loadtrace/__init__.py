@@ -37,17 +37,19 @@ def uninstrument() -> None:
 
 @contextmanager
 def traced_load(name: str) -> Iterator[None]:
-    """Trace your own loading code as one load: a ``loadtrace.load`` span with the load totals.
+    """Trace your own loading code as one load: a ``loadtrace.load`` span (``semconv.SPAN_LOAD``) with the load totals.
 
     A no-op when loadtrace is not instrumented.
     """
-    from . import spans
+    from . import semconv, spans
 
     tracing = spans.tracing()
-    try:
-        scope, token = tracing.start_load("loadtrace.load", {"loadtrace.load.name": name}) if tracing else (None, None)
-    except Exception:
-        scope = None
+    opened = None
+    if tracing is not None:
+        try:
+            opened = tracing.start_load(semconv.SPAN_LOAD, {semconv.LOAD_NAME: name})
+        except Exception:
+            pass
     error: BaseException | None = None
     try:
         yield
@@ -55,8 +57,8 @@ def traced_load(name: str) -> Iterator[None]:
         error = raised
         raise
     finally:
-        if scope is not None:
+        if tracing is not None and opened is not None:
             try:
-                tracing.end_load(scope, token, {}, error)
+                tracing.end_load(*opened, {}, error)
             except Exception:
                 pass

@@ -5,7 +5,6 @@ Independent of the hooked libraries: torch.distributed is consulted only if the 
 
 from __future__ import annotations
 
-import hashlib
 import os
 import socket
 import sys
@@ -15,6 +14,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
+from . import semconv
 from ._log import warn_once
 
 # Where each launcher puts rank, local rank, world size, local world size, node rank; first match wins.
@@ -51,6 +51,10 @@ PLACEHOLDER_JOB_IDS = frozenset({"", "none", "null", "default", "unknown", "0"})
 
 HOOKED_LIBRARIES = ("torch", "transformers", "safetensors", "accelerate", "deepspeed")
 STORE_KEY = "loadtrace/job_id"
+# Where a job id came from (``loadtrace.job.id_source``) besides the variable's own name.
+SOURCE_EXPLICIT = "LOADTRACE_JOB_ID"
+SOURCE_STORE = "process group store (rank 0)"
+SOURCE_PROCESS = "process"  # no job id: a trace of this process's own
 
 
 def _int(value: str | None) -> int | None:
@@ -115,14 +119,6 @@ def job_id_from_env(env: Mapping[str, str]) -> tuple[str | None, str | None]:
     return None, None
 
 
-def trace_ids(job_id: str) -> tuple[int, int]:
-    """The trace id and job root span id every rank derives from the job id, without talking to the others."""
-    digest = hashlib.sha256(f"loadtrace:{job_id}".encode()).digest()
-    trace_id = int.from_bytes(digest[:16], "big") or 1
-    span_id = int.from_bytes(digest[16:24], "big") or 1
-    return trace_id, span_id
-
-
 def library_versions() -> dict[str, str]:
     versions = {}
     for name in HOOKED_LIBRARIES:
@@ -139,8 +135,10 @@ class Job:
     def __init__(self, explicit_id: str | None = None, env: Mapping[str, str] | None = None):
         env = os.environ if env is None else env
         self._lock = threading.Lock()
+        self.id: str | None
+        self.source: str | None
         if explicit_id:
-            self.id, self.source = explicit_id, "LOADTRACE_JOB_ID"
+            self.id, self.source = explicit_id, SOURCE_EXPLICIT
         else:
             self.id, self.source = job_id_from_env(env)
         self.placeholder = {n: env[n] for n in JOB_ID_VARIABLES if n in env and self.id is None}
@@ -168,7 +166,7 @@ class Job:
             job_id = store.get(STORE_KEY).decode()
         with self._lock:
             if not self.known:
-                self.id, self.source = job_id, "process group store (rank 0)"
+                self.id, self.source = job_id, SOURCE_STORE
 
     def fallback_id(self) -> str:
         """A per-process id, for a process that has no job id (said once when it is part of a larger job)."""
@@ -182,46 +180,45 @@ class Job:
                         f"rank {rank.rank} found no job id ({given}), so its spans go to a trace of their own; "
                         "set LOADTRACE_JOB_ID to one value on every rank (or torchrun --rdzv-id) to join them",
                     )
-                self.id, self.source = f"{socket.gethostname()}-{os.getpid()}-{os.urandom(4).hex()}", "process"
+                self.id = f"{socket.gethostname()}-{os.getpid()}-{os.urandom(4).hex()}"
+                self.source = SOURCE_PROCESS
             return self.id
 
 
-def cluster_attributes(env: Mapping[str, str]) -> dict[str, str]:
-    """Where the job ran, to correlate startups across jobs and clusters: ``LOADTRACE_CLUSTER``, else SLURM's cluster
-    name; on Kubernetes also the pod and namespace (OTel's ``k8s.*`` names)."""
+def cluster_attributes(cluster: str | None, env: Mapping[str, str]) -> dict[str, str]:
+    """Where the job ran, to correlate startups across jobs and clusters: the cluster name (``Settings.cluster``); on
+    Kubernetes also the pod and namespace (OTel's ``k8s.*`` names)."""
     attributes = {}
-    cluster = env.get("LOADTRACE_CLUSTER") or env.get("SLURM_CLUSTER_NAME")
     if cluster:
-        attributes["loadtrace.cluster"] = cluster
+        attributes[semconv.CLUSTER] = cluster
     if "KUBERNETES_SERVICE_HOST" in env:
         if env.get("HOSTNAME"):
-            attributes["k8s.pod.name"] = env["HOSTNAME"]
+            attributes[semconv.K8S_POD_NAME] = env["HOSTNAME"]
         if env.get("POD_NAMESPACE"):
-            attributes["k8s.namespace.name"] = env["POD_NAMESPACE"]
+            attributes[semconv.K8S_NAMESPACE_NAME] = env["POD_NAMESPACE"]
     return attributes
 
 
-def resource_attributes(job: Job, service_name: str | None, version: str) -> dict[str, Any]:
+def resource_attributes(job: Job, cluster: str | None, version: str) -> dict[str, Any]:
     """What every span of this process carries: its rank, host, pid, job and library versions."""
     rank = current_rank()
     job_id = job.id or job.fallback_id()
     host = socket.gethostname()
     attributes: dict[str, Any] = {
-        "service.instance.id": f"{job_id}/rank-{rank.rank}" if rank.rank is not None else f"{host}/{os.getpid()}",
-        "host.name": host,
-        "process.pid": os.getpid(),
-        "loadtrace.launcher": rank.launcher,
-        "loadtrace.job.id": job_id,
-        "loadtrace.job.id_source": job.source or "process",
-        "loadtrace.version": version,
+        semconv.SERVICE_INSTANCE_ID: f"{job_id}/rank-{rank.rank}" if rank.rank is not None else f"{host}/{os.getpid()}",
+        semconv.HOST_NAME: host,
+        semconv.PROCESS_PID: os.getpid(),
+        semconv.LAUNCHER: rank.launcher,
+        semconv.JOB_ID: job_id,
+        semconv.JOB_ID_SOURCE: job.source or SOURCE_PROCESS,
+        semconv.VERSION: version,
+        semconv.SERVICE_NAME: semconv.DEFAULT_SERVICE_NAME,
     }
-    if service_name is None:
-        attributes["service.name"] = "loadtrace"
-    attributes.update(cluster_attributes(os.environ))
-    for key in ("rank", "local_rank", "world_size", "local_world_size", "node_rank"):
-        value = getattr(rank, key)
+    attributes.update(cluster_attributes(cluster, os.environ))
+    for field, key in semconv.RANK_FIELDS.items():
+        value = getattr(rank, field)
         if value is not None:
-            attributes[f"loadtrace.{key}"] = value
+            attributes[key] = value
     for name, lib_version in library_versions().items():
-        attributes[f"loadtrace.lib.{name}"] = lib_version
+        attributes[semconv.lib_key(name)] = lib_version
     return attributes

@@ -16,37 +16,14 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from google.protobuf.json_format import MessageToDict
-from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
 
+from . import semconv
 from ._log import warn_once
 from .settings import Settings
 
 DEFAULT_ROOT = "loadtrace-traces"
-_ID_FIELDS = ("traceId", "spanId", "parentSpanId")
-
-
-def _hex_ids(node: Any) -> None:
-    """protobuf's JSON writes bytes as base64; OTLP JSON wants trace and span ids as hex."""
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key in _ID_FIELDS and isinstance(value, str):
-                node[key] = base64.b64decode(value).hex()
-            else:
-                _hex_ids(value)
-    elif isinstance(node, list):
-        for item in node:
-            _hex_ids(item)
-
-
-def otlp_json_via_protobuf(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
-    """``TracesData`` through OTel's own protobuf encoder and protobuf's JSON mapping: the reference that
-    ``traces_data`` is tested against (it is ~10x slower, and the file exporter runs on the loading thread)."""
-    data = MessageToDict(encode_spans(spans), use_integers_for_enums=True)
-    _hex_ids(data)
-    return data
 
 
 def _value(value: Any) -> dict[str, Any]:
@@ -169,10 +146,9 @@ class JsonLinesExporter(SpanExporter):
             return SpanExportResult.SUCCESS
         except Exception as error:
             self._broken = True
-            warn_once(
-                "file-export",
-                f"cannot write traces to {self.path} ({type(error).__name__}: {error}); this process's spans are dropped",
-            )
+            problem = f"{type(error).__name__}: {error}"
+            dropped = "this process's spans are dropped"
+            warn_once("file-export", f"cannot write traces to {self.path} ({problem}); {dropped}")
             return SpanExportResult.FAILURE
 
     def shutdown(self) -> None:
@@ -186,19 +162,22 @@ class JsonLinesExporter(SpanExporter):
 
 
 def trace_file_path(settings: Settings, resource: dict[str, Any]) -> str:
-    root = settings.trace_dir or os.path.join(DEFAULT_ROOT, safe_name(str(resource["loadtrace.job.id"])))
-    rank = resource.get("loadtrace.rank")
+    root = settings.trace_dir or os.path.join(DEFAULT_ROOT, safe_name(str(resource[semconv.JOB_ID])))
+    rank = resource.get(semconv.RANK)
     who = f"rank{rank:05d}" if isinstance(rank, int) else "process"
-    return os.path.join(root, f"{who}-{safe_name(socket.gethostname())}-{os.getpid()}.jsonl")
+    name = f"{who}-{safe_name(socket.gethostname())}-{os.getpid()}{semconv.TRACE_FILE_SUFFIX}"
+    return os.path.join(root, name)
 
 
 def _otlp_exporter(settings: Settings) -> SpanExporter:
     # The standard exporters read OTEL_EXPORTER_OTLP_* (endpoint, headers, timeout, certificates) themselves.
     if settings.otlp_protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-    else:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    return OTLPSpanExporter()
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+
+        return GrpcExporter()
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+
+    return HttpExporter()
 
 
 class _OnceHandler(logging.Handler):
@@ -225,7 +204,7 @@ def route_otel_logs() -> None:
 
 def progress_path(trace_file: str) -> str:
     """Where the monitor keeps the open spans of a rank still loading (not ``*.jsonl``: collectors replay those)."""
-    return trace_file[: -len(".jsonl")] + ".progress.json"
+    return trace_file.removesuffix(semconv.TRACE_FILE_SUFFIX) + semconv.PROGRESS_SUFFIX
 
 
 def span_processors(settings: Settings, trace_file: str | None) -> list[SpanProcessor]:
@@ -234,10 +213,8 @@ def span_processors(settings: Settings, trace_file: str | None) -> list[SpanProc
         processors.append(SimpleSpanProcessor(JsonLinesExporter(trace_file)))
     if settings.otlp_endpoint:
         try:
-            # Export soon after each span ends (OTEL_BSP_SCHEDULE_DELAY still wins): a rank killed mid-load then
-            # loses at most what ended in the last fraction of a second, besides the spans still open.
-            delay = None if os.environ.get("OTEL_BSP_SCHEDULE_DELAY") else 200
-            processors.append(BatchSpanProcessor(_otlp_exporter(settings), schedule_delay_millis=delay))
+            exporter = _otlp_exporter(settings)
+            processors.append(BatchSpanProcessor(exporter, schedule_delay_millis=settings.bsp_schedule_delay_ms))
         except Exception as error:
             warn_once(
                 "otlp-export",

@@ -28,6 +28,26 @@ class Memory:
         return self.hwm if self.hwm > before.hwm else max(self.rss, before.rss)
 
 
+@dataclass(slots=True)
+class Peak:
+    """The highest resident memory, by kind, seen while a load or phase is open: raised by the monitor's samples."""
+
+    rss: int
+    anon: int
+    file: int
+    shmem: int
+
+    @classmethod
+    def starting_at(cls, memory: Memory) -> Peak:
+        return cls(memory.rss, memory.anon, memory.file, memory.shmem)
+
+    def raise_to(self, memory: Memory) -> None:
+        self.rss = max(self.rss, memory.rss)
+        self.anon = max(self.anon, memory.anon)
+        self.file = max(self.file, memory.file)
+        self.shmem = max(self.shmem, memory.shmem)
+
+
 def _kib_fields(path: str, fields: dict[bytes, str]) -> dict[str, int]:
     values: dict[str, int] = {}
     try:
@@ -102,31 +122,3 @@ def limits() -> Limits:
             current = _read_int(os.path.join(cgroup, "memory.usage_in_bytes"))
             maximum = _read_int(os.path.join(cgroup, "memory.limit_in_bytes"))
     return Limits(node.get("node_total", 0), node.get("node_available", 0), current, maximum)
-
-
-def span_attributes(before: Memory, after: Memory, peak: list[int] | None) -> dict[str, int]:
-    """Memory of a load or phase: resident memory by kind before, after and at its peak, and storage reads."""
-    sampled = peak or [0, 0, 0, 0]
-    attributes = {
-        "loadtrace.rss.before": before.rss,
-        "loadtrace.rss.after": after.rss,
-        "loadtrace.rss.peak": max(sampled[0], after.peak_since(before)),
-        "loadtrace.io.storage_read_bytes": max(0, after.storage_read - before.storage_read),
-    }
-    for index, kind in enumerate(("anon", "file", "shmem"), start=1):
-        attributes[f"loadtrace.rss_{kind}.before"] = getattr(before, kind)
-        attributes[f"loadtrace.rss_{kind}.after"] = getattr(after, kind)
-        attributes[f"loadtrace.rss_{kind}.peak"] = max(sampled[index], getattr(after, kind))
-    return attributes
-
-
-def limit_attributes(found: Limits) -> dict[str, int]:
-    attributes = {
-        "loadtrace.node.memory_total": found.node_total,
-        "loadtrace.node.memory_available": found.node_available,
-    }
-    if found.cgroup_current is not None:
-        attributes["loadtrace.cgroup.memory_current"] = found.cgroup_current
-    if found.cgroup_max is not None:
-        attributes["loadtrace.cgroup.memory_max"] = found.cgroup_max
-    return attributes

@@ -3,8 +3,8 @@
 One daemon thread per process, started by the first load. Every ``SAMPLE_INTERVAL_S`` it reads the process's memory
 and raises the peaks of the open loads and phases; every ``PROGRESS_INTERVAL_S``, and within one sample of a load or
 phase starting or ending, it writes what is open, with the bytes so far, to ``<trace file>.progress.json``, replaced
-atomically. A rank that finishes removes the file; a rank the OOM killer takes leaves its last state behind for ``loadtrace report``.
-Idle, the thread blocks on an event and costs nothing.
+atomically. A rank that finishes removes the file; a rank the OOM killer takes leaves its last state behind for
+``loadtrace report``. Idle, the thread blocks on an event and costs nothing.
 """
 
 from __future__ import annotations
@@ -13,21 +13,24 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from . import semconv
+from .attributes import progress_record
 from .memory import Memory, process_memory
+
+if TYPE_CHECKING:
+    from .spans import Scope
 
 SAMPLE_INTERVAL_S = 0.05
 PROGRESS_INTERVAL_S = 1.0
 
 
 class Monitor:
-    def __init__(self, progress_path: str | None, describe: Callable[[Any], dict[str, Any]], identity: dict[str, Any]):
+    def __init__(self, progress_path: str | None, identity: dict[str, Any]):
         self.progress_path = progress_path
-        self._describe = describe  # scope -> its progress record (spans.py knows what a scope holds)
         self._identity = identity  # rank, host, pid, trace: who wrote the progress file
-        self._open: dict[int, Any] = {}
+        self._open: dict[int, Scope] = {}
         self._lock = threading.Lock()
         self._busy = threading.Event()
         self._thread: threading.Thread | None = None
@@ -35,7 +38,7 @@ class Monitor:
         self._changed = False
         self._write_lock = threading.Lock()  # a write and the final removal never interleave
 
-    def opened(self, scope: Any) -> None:
+    def opened(self, scope: Scope) -> None:
         with self._lock:
             self._open[id(scope)] = scope
             self._changed = True
@@ -44,7 +47,7 @@ class Monitor:
                 self._thread = threading.Thread(target=self._run, name="loadtrace-monitor", daemon=True)
                 self._thread.start()
 
-    def closed(self, scope: Any) -> None:
+    def closed(self, scope: Scope) -> None:
         with self._lock:
             self._open.pop(id(scope), None)
             self._changed = True
@@ -78,7 +81,11 @@ class Monitor:
             if not scopes:  # the last load ended meanwhile and removed the file: do not bring it back
                 return
             try:
-                record = dict(self._identity, time_unix_nano=time.time_ns(), open=[self._describe(s) for s in scopes])
+                record = {
+                    **self._identity,
+                    semconv.PROGRESS_TIME: time.time_ns(),
+                    semconv.PROGRESS_OPEN: [progress_record(scope) for scope in scopes],
+                }
                 os.makedirs(os.path.dirname(self.progress_path) or ".", mode=0o700, exist_ok=True)
                 temporary = f"{self.progress_path}.tmp"
                 descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -98,12 +105,8 @@ class Monitor:
                 pass  # never written (a short load), or already gone
 
 
-def observe(scopes: list[Any], memory: Memory) -> None:
+def observe(scopes: list[Scope], reading: Memory) -> None:
     """Raise each scope's peaks to this reading."""
     for scope in scopes:
-        peak = scope.peak
-        if peak is not None:
-            peak[0] = max(peak[0], memory.rss)
-            peak[1] = max(peak[1], memory.anon)
-            peak[2] = max(peak[2], memory.file)
-            peak[3] = max(peak[3], memory.shmem)
+        if scope.peak is not None:
+            scope.peak.raise_to(reading)

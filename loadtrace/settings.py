@@ -16,6 +16,9 @@ TRUE = frozenset({"1", "true", "yes", "on"})
 FALSE = frozenset({"", "0", "false", "no", "off"})
 DETAILS = ("default", "tensor")
 PROTOCOLS = ("http/protobuf", "grpc")
+# Export soon after each span ends: a rank killed mid-load then loses at most what ended in the last fraction of a
+# second, besides the spans still open.
+BSP_SCHEDULE_DELAY_MS = 200
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,11 @@ class Settings:
     """``OTEL_SDK_DISABLED``: wins over ``LOADTRACE``."""
     redact_paths: bool = False
     """``LOADTRACE_REDACT_PATHS``: file and checkpoint paths become a stable hash plus the basename."""
+    cluster: str | None = None
+    """``LOADTRACE_CLUSTER``, else ``SLURM_CLUSTER_NAME``: the cluster name put on every span."""
+    bsp_schedule_delay_ms: int | None = BSP_SCHEDULE_DELAY_MS
+    """How soon ended spans leave for the OTLP endpoint: ours unless ``OTEL_BSP_SCHEDULE_DELAY`` is set, in which
+    case None, and OTel's batch processor reads that variable itself."""
 
     @property
     def per_tensor(self) -> bool:
@@ -102,4 +110,6 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         exit_timeout_s=_seconds(env, "LOADTRACE_EXIT_TIMEOUT", 1.0),
         sdk_disabled=env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true",
         redact_paths=_flag(env, "LOADTRACE_REDACT_PATHS"),
+        cluster=env.get("LOADTRACE_CLUSTER") or env.get("SLURM_CLUSTER_NAME") or None,
+        bsp_schedule_delay_ms=None if env.get("OTEL_BSP_SCHEDULE_DELAY") else BSP_SCHEDULE_DELAY_MS,
     )

@@ -2,7 +2,8 @@
 
 import pytest
 
-from loadtrace.context import Job, job_id_from_env, rank_from_env, trace_ids
+from loadtrace.context import Job, job_id_from_env, rank_from_env
+from loadtrace.semconv import job_trace_ids as trace_ids
 
 
 def test_loadtrace_job_id_wins():
@@ -92,7 +93,10 @@ def test_a_known_job_id_is_never_replaced():
 
 
 def test_cluster_from_loadtrace_slurm_or_kubernetes():
-    from loadtrace.context import cluster_attributes
+    from loadtrace import context, settings
+
+    def cluster_attributes(env):  # the cluster name is a Settings knob; the pod and namespace are read from env
+        return context.cluster_attributes(settings.from_env(env).cluster, env)
 
     assert cluster_attributes({"LOADTRACE_CLUSTER": "east", "SLURM_CLUSTER_NAME": "x"}) == {"loadtrace.cluster": "east"}
     assert cluster_attributes({"SLURM_CLUSTER_NAME": "hpc1"}) == {"loadtrace.cluster": "hpc1"}

@@ -4,9 +4,10 @@ import safetensors
 import safetensors.torch
 import torch
 from _inmemory import traced
+from _otlp_reference import otlp_json_via_protobuf
 
 import loadtrace
-from loadtrace.export import otlp_json_via_protobuf, traces_data
+from loadtrace.export import traces_data
 
 
 def test_direct_encoding_equals_the_protobuf_reference(tmp_path):

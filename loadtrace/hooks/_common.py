@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import spans
+from .. import semconv, spans
 
 
 def tensor_bytes(tensor: Any) -> int:
@@ -17,9 +17,9 @@ def tensor_bytes(tensor: Any) -> int:
 def file_attributes(tracing: spans.Tracing, path: Any) -> dict[str, Any]:
     attributes: dict[str, Any] = {}
     if isinstance(path, (str, os.PathLike)):
-        attributes["loadtrace.file.path"] = tracing.path(path)
+        attributes[semconv.FILE_PATH] = tracing.path(path)
         try:
-            attributes["loadtrace.file.size"] = os.stat(path).st_size
+            attributes[semconv.FILE_SIZE] = os.stat(path).st_size
         except OSError:
             pass
     return attributes

@@ -12,9 +12,9 @@ from typing import Any
 
 import wrapt
 
-from .. import spans
-from . import Hook, fault
+from .. import semconv, spans
 from ._common import FileCall, file_attributes, tensor_bytes
+from .registry import Hook, fault
 
 
 class TracedSafeOpen(wrapt.ObjectProxy):
@@ -31,7 +31,7 @@ class TracedSafeOpen(wrapt.ObjectProxy):
         names = self.__wrapped__.keys()
         if not self._self_counted_keys:
             self._self_counted_keys = True
-            self._self_scope.span.set_attribute("loadtrace.file.tensors", len(names))
+            self._self_scope.span.set_attribute(semconv.FILE_TENSORS, len(names))
         return names
 
     def __enter__(self):
@@ -64,18 +64,18 @@ class TracedSafeOpen(wrapt.ObjectProxy):
             self._self_scope.ledger.add_read(nbytes)
             if started is not None:
                 self._self_tracing.point_span(
-                    "safetensors.read",
+                    semconv.SPAN_SAFETENSORS_READ,
                     self._self_scope,
                     started,
                     {
-                        "loadtrace.tensor.name": name,
-                        "loadtrace.read.bytes": nbytes,
-                        "loadtrace.tensor.dtype": str(tensor.dtype),
-                        "loadtrace.tensor.shape": list(tensor.shape),
+                        semconv.TENSOR_NAME: name,
+                        semconv.READ_BYTES: nbytes,
+                        semconv.TENSOR_DTYPE: str(tensor.dtype),
+                        semconv.TENSOR_SHAPE: list(tensor.shape),
                     },
                 )
         except Exception as error:
-            fault("safetensors.read", error, self._self_scope)
+            fault(semconv.SPAN_SAFETENSORS_READ, error, self._self_scope)
 
     def get_tensor(self, name):
         started = time.time_ns() if self._self_per_tensor else None
@@ -88,7 +88,7 @@ class TracedSafeOpen(wrapt.ObjectProxy):
         tensors = self.__wrapped__.get_tensors(*args, **kwargs)
         if not self._self_counted_keys and not args and not kwargs:
             self._self_counted_keys = True
-            self._self_scope.span.set_attribute("loadtrace.file.tensors", len(tensors))
+            self._self_scope.span.set_attribute(semconv.FILE_TENSORS, len(tensors))
         for name, tensor in tensors.items():
             self._self_count(name, tensor, started)
         return tensors
@@ -112,7 +112,7 @@ class CountingSlice(wrapt.ObjectProxy):
         try:
             self._self_file._self_reads.append(tensor.nbytes)
         except Exception as error:
-            fault("safetensors.read", error, self._self_file._self_scope)
+            fault(semconv.SPAN_SAFETENSORS_READ, error, self._self_file._self_scope)
         return tensor
 
 
@@ -144,7 +144,7 @@ def open_file(instance, args, kwargs):
         tracing.close_file(scope)
         return handle
 
-    return FileCall(tracing, "safetensors.open", file_attributes(tracing, path), opened)
+    return FileCall(tracing, semconv.SPAN_SAFETENSORS_OPEN, file_attributes(tracing, path), opened)
 
 
 def load_bytes(instance, args, kwargs):
@@ -159,7 +159,7 @@ def load_bytes(instance, args, kwargs):
         tracing.close_file(scope)
         return tensors
 
-    return FileCall(tracing, "safetensors.load", {}, loaded)
+    return FileCall(tracing, semconv.SPAN_SAFETENSORS_LOAD, {}, loaded)
 
 
 HOOKS = [

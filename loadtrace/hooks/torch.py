@@ -9,11 +9,12 @@ from __future__ import annotations
 import os
 import sys
 import time
+from types import FrameType
 from typing import Any
 
-from .. import spans
-from . import Hook
+from .. import semconv, spans
 from ._common import FileCall, file_attributes, tensor_bytes
+from .registry import Hook
 
 _SKIP_DIRS: tuple[str, ...] = ()
 
@@ -25,13 +26,13 @@ def _skip_dirs() -> tuple[str, ...]:
         import torch
         import wrapt
 
-        _SKIP_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, wrapt, sys.modules["loadtrace"]))
+        _SKIP_DIRS = tuple(os.path.dirname(str(m.__file__)) + os.sep for m in (torch, wrapt, sys.modules["loadtrace"]))
     return _SKIP_DIRS
 
 
 def call_site() -> str:
     skip = _skip_dirs()
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and frame.f_code.co_filename.startswith(skip):
         frame = frame.f_back
     if frame is None:
@@ -55,14 +56,14 @@ class Materialize:
             if self.tracing.settings.per_tensor:
                 stack = spans.active()
                 self.tracing.point_span(
-                    "torch.materialize",
+                    semconv.SPAN_TORCH_MATERIALIZE,
                     stack[-1],
                     self.started,
                     {
-                        "loadtrace.materialize.function": self.function,
-                        "loadtrace.materialize.device": device,
-                        "loadtrace.materialize.bytes": nbytes,
-                        "loadtrace.materialize.site": self.site,
+                        semconv.MATERIALIZE_FUNCTION: self.function,
+                        semconv.MATERIALIZE_DEVICE: device,
+                        semconv.MATERIALIZE_BYTES: nbytes,
+                        semconv.MATERIALIZE_SITE: self.site,
                     },
                 )
         return tensor
@@ -99,7 +100,7 @@ def torch_load(instance, args, kwargs):
     attributes = file_attributes(tracing, args[0] if args else kwargs.get("f"))
     location = kwargs.get("map_location", args[1] if len(args) > 1 else None)
     if location is not None:
-        attributes["loadtrace.map_location"] = str(location)
+        attributes[semconv.MAP_LOCATION] = str(location)
 
     def loaded(result: Any, scope: spans.Scope) -> Any:
         for tensor in _tensors(result):
@@ -107,7 +108,7 @@ def torch_load(instance, args, kwargs):
         tracing.close_file(scope)
         return result
 
-    return FileCall(tracing, "torch.load", attributes, loaded)
+    return FileCall(tracing, semconv.SPAN_TORCH_LOAD, attributes, loaded)
 
 
 class PublishJobId:

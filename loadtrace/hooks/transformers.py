@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .. import spans
-from . import Hook
+from .. import semconv, spans
 from ._common import tensor_bytes
+from .registry import Hook
 
 TRUE = ("1", "true", "yes", "on")
 
@@ -22,13 +22,13 @@ def strategy() -> str:
         from transformers.integrations import is_deepspeed_zero3_enabled
 
         if is_deepspeed_zero3_enabled():
-            return "zero3"
+            return semconv.STRATEGY_ZERO3
     except ImportError:
         pass
     if os.environ.get("ACCELERATE_USE_FSDP", "").lower() in TRUE:
         efficient = os.environ.get("FSDP_CPU_RAM_EFFICIENT_LOADING", "").lower() in TRUE
-        return "fsdp_cpu_ram_efficient" if efficient else "fsdp"
-    return "plain"
+        return semconv.STRATEGY_FSDP_CPU_RAM_EFFICIENT if efficient else semconv.STRATEGY_FSDP
+    return semconv.STRATEGY_PLAIN
 
 
 def held_bytes(model: Any, partitioned: bool) -> dict[str, int]:
@@ -65,17 +65,18 @@ class Load:
         self.tracing = tracing
         checkpoint = args[0] if args else kwargs.get("pretrained_model_name_or_path")
         dtype = kwargs.get("dtype", kwargs.get("torch_dtype"))
-        attributes = {
-            "loadtrace.model.class": getattr(cls, "__name__", str(cls)),
-            "loadtrace.checkpoint": tracing.path(checkpoint),
-            "loadtrace.dtype": str(dtype) if dtype is not None else "default",
-            "loadtrace.strategy": strategy(),
+        how = strategy()
+        attributes: dict[str, Any] = {
+            semconv.MODEL_CLASS: getattr(cls, "__name__", str(cls)),
+            semconv.CHECKPOINT: tracing.path(checkpoint),
+            semconv.DTYPE: str(dtype) if dtype is not None else "default",
+            semconv.STRATEGY: how,
         }
-        self.partitioned = attributes["loadtrace.strategy"] == "zero3"
+        self.partitioned = how == semconv.STRATEGY_ZERO3
         size = checkpoint_bytes(checkpoint)
         if size is not None:
-            attributes["loadtrace.checkpoint.bytes"] = size
-        self.scope, self.token = tracing.start_load("transformers.from_pretrained", attributes)
+            attributes[semconv.CHECKPOINT_BYTES] = size
+        self.scope, self.token = tracing.start_load(semconv.SPAN_FROM_PRETRAINED, attributes)
 
     def done(self, result: Any, error: BaseException | None) -> Any:
         attributes: dict[str, Any] = {}
@@ -83,7 +84,7 @@ class Load:
             model = result[0] if isinstance(result, tuple) else result
             if model is not None and hasattr(model, "parameters"):
                 for device, nbytes in held_bytes(model, self.partitioned).items():
-                    attributes[f"loadtrace.model.held_bytes.{device}"] = nbytes
+                    attributes[semconv.held_bytes_key(device)] = nbytes
         finally:
             self.tracing.end_load(self.scope, self.token, attributes, error)
         return result
@@ -139,20 +140,20 @@ def weight_conversion(transform, args, kwargs):
     if tracing is None:
         return None
     operations = getattr(transform, "operations", None)
-    names = tuple(type(op).__name__ for op in operations) if operations else ("Rename",)
+    names = tuple(type(op).__name__ for op in operations) if operations else (semconv.RENAME_OP,)
     return Conversion(tracing, names)
 
 
 HOOKS = [
     Hook("transformers.modeling_utils", "PreTrainedModel.from_pretrained", from_pretrained),
-    Hook("transformers.modeling_utils", "load_state_dict", _phase("transformers.load_state_dict")),
+    Hook("transformers.modeling_utils", "load_state_dict", _phase(semconv.SPAN_LOAD_STATE_DICT)),
     Hook(
         "transformers.modeling_utils",
         "PreTrainedModel._move_missing_keys_from_meta_to_device",
-        _phase("transformers.materialize_missing"),
+        _phase(semconv.SPAN_MATERIALIZE_MISSING),
     ),
-    Hook("transformers.core_model_loading", "convert_and_load_state_dict_in_model", _phase("transformers.convert")),
+    Hook("transformers.core_model_loading", "convert_and_load_state_dict_in_model", _phase(semconv.SPAN_CONVERT)),
     Hook("transformers.core_model_loading", "WeightConverter.convert", weight_conversion),
     Hook("transformers.core_model_loading", "WeightRenaming.convert", weight_conversion),
-    Hook("transformers.integrations.deepspeed", "_load_state_dict_into_zero3_model", _phase("transformers.zero3_load")),
+    Hook("transformers.integrations.deepspeed", "_load_state_dict_into_zero3_model", _phase(semconv.SPAN_ZERO3_LOAD)),
 ]

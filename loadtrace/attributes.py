@@ -1,0 +1,146 @@
+"""What a scope's accounting becomes: its span's attributes when it ends, and its progress record while it is open.
+
+The one place where ledgers (ledger.py) and memory readings (memory.py) are summed into ``semconv`` names. Each
+attribute is set once, when the span ends; a span's start attributes come from the hook that opened it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from . import semconv
+from .ledger import Ledger
+from .memory import Limits, Memory, Peak, limits
+
+if TYPE_CHECKING:
+    from .spans import Scope
+
+MAX_SITES = 10  # materialisation call sites named on a span, most bytes first
+
+
+def load_end(scope: Scope, extra: dict[str, Any]) -> dict[str, Any]:
+    """A load span (``transformers.from_pretrained``, ``loadtrace.load``): ``extra`` from its hook, the totals with
+    its files' reads, cache and memory, what was materialised and converted under it."""
+    attributes = dict(extra)
+    attributes.update(reads(scope.ledger, *(file.ledger for file in scope.files)))
+    attributes[semconv.FILES_OPENED] = len(scope.files)
+    attributes[semconv.HOOK_ERRORS] = len(scope.ledger.errors)
+    before, after = scope.memory_before, scope.memory_after
+    if before is not None and after is not None:
+        storage_read = after.storage_read - before.storage_read
+        attributes[semconv.IO_CACHED_BYTES] = max(0, attributes[semconv.READ_BYTES] - storage_read)
+        attributes.update(limit_attributes(limits()))
+        attributes.update(memory_attributes(before, after, scope.peak))
+    attributes.update(materialized(scope.ledger))
+    if scope.ledger.conversions:
+        attributes.update(conversions(scope.ledger))
+    return attributes
+
+
+def phase_end(scope: Scope) -> dict[str, Any]:
+    """A phase span: how often it was entered, memory, and what was materialised and converted in it."""
+    attributes: dict[str, Any] = {semconv.CALLS: scope.calls}
+    if scope.memory_before is not None and scope.memory_after is not None:
+        attributes.update(memory_attributes(scope.memory_before, scope.memory_after, scope.peak))
+    if scope.ledger.materialized:
+        attributes.update(materialized(scope.ledger))
+    if scope.ledger.conversions:
+        attributes.update(conversions(scope.ledger))
+    return attributes
+
+
+def file_end(scope: Scope) -> dict[str, Any]:
+    """A file span: the tensors and bytes read through it."""
+    return reads(scope.ledger)
+
+
+def reads(*ledgers: Ledger) -> dict[str, Any]:
+    return {
+        semconv.READ_TENSORS: sum(len(ledger.reads) for ledger in ledgers),
+        semconv.READ_BYTES: sum(sum(ledger.reads) for ledger in ledgers),
+    }
+
+
+def materialized(ledger: Ledger) -> dict[str, Any]:
+    attributes: dict[str, Any] = {semconv.MATERIALIZED_CALLS: len(ledger.materialized)}
+    by_device: Counter[str] = Counter()
+    by_site: Counter[str] = Counter()
+    for site, device, nbytes in ledger.materialized:
+        by_device[device] += nbytes
+        by_site[f"{site} {device}"] += nbytes
+    for device, nbytes in by_device.items():
+        attributes[semconv.materialized_bytes_key(device)] = nbytes
+    if by_site:
+        top = by_site.most_common(MAX_SITES)
+        attributes[semconv.MATERIALIZED_SITES] = [site for site, _ in top]
+        attributes[semconv.MATERIALIZED_SITE_BYTES] = [nbytes for _, nbytes in top]
+    return attributes
+
+
+def conversions(ledger: Ledger) -> dict[str, Any]:
+    attributes: dict[str, Any] = {
+        semconv.CONVERT_COUNT: len(ledger.conversions),
+        semconv.CONVERT_BYTES: sum(nbytes for _, nbytes in ledger.conversions),
+    }
+    counts: Counter[str] = Counter()
+    op_bytes: Counter[str] = Counter()
+    for operations, nbytes in ledger.conversions:
+        for operation in operations:
+            counts[operation] += 1
+            op_bytes[operation] += nbytes
+    for operation, count in counts.items():
+        attributes[semconv.convert_op_key(operation, "count")] = count
+        attributes[semconv.convert_op_key(operation, "bytes")] = op_bytes[operation]
+    return attributes
+
+
+def memory_attributes(before: Memory, after: Memory, peak: Peak | None) -> dict[str, int]:
+    """Resident memory by kind before, after and at its peak (the monitor's samples and the kernel's high-water
+    mark), and storage reads."""
+    sampled = peak if peak is not None else Peak(0, 0, 0, 0)
+    attributes = {
+        semconv.RSS_BEFORE: before.rss,
+        semconv.RSS_AFTER: after.rss,
+        semconv.RSS_PEAK: max(sampled.rss, after.peak_since(before)),
+        semconv.IO_STORAGE_READ_BYTES: max(0, after.storage_read - before.storage_read),
+    }
+    for kind in semconv.RSS_KINDS:
+        attributes[semconv.rss_key(kind, "before")] = getattr(before, kind)
+        attributes[semconv.rss_key(kind, "after")] = getattr(after, kind)
+        attributes[semconv.rss_key(kind, "peak")] = max(getattr(sampled, kind), getattr(after, kind))
+    return attributes
+
+
+def limit_attributes(found: Limits) -> dict[str, int]:
+    attributes = {
+        semconv.NODE_MEMORY_TOTAL: found.node_total,
+        semconv.NODE_MEMORY_AVAILABLE: found.node_available,
+    }
+    if found.cgroup_current is not None:
+        attributes[semconv.CGROUP_MEMORY_CURRENT] = found.cgroup_current
+    if found.cgroup_max is not None:
+        attributes[semconv.CGROUP_MEMORY_MAX] = found.cgroup_max
+    return attributes
+
+
+def progress_record(scope: Scope) -> dict[str, Any]:
+    """What a killed rank leaves behind about one load or phase it had open (see monitor.py)."""
+    span_context = scope.span.get_span_context()
+    ledger = scope.ledger
+    by_device: dict[str, int] = {}
+    for _, device, nbytes in list(ledger.materialized):
+        by_device[device] = by_device.get(device, 0) + nbytes
+    read = [n for part in (ledger, *(file.ledger for file in scope.files)) for n in list(part.reads)]
+    return {
+        semconv.PROGRESS_NAME: getattr(scope.span, "name", ""),
+        semconv.PROGRESS_KIND: scope.kind.value,
+        semconv.PROGRESS_TRACE_ID: format(span_context.trace_id, "032x"),
+        semconv.PROGRESS_SPAN_ID: format(span_context.span_id, "016x"),
+        semconv.PROGRESS_START: getattr(scope.span, "start_time", None),
+        semconv.PROGRESS_READ_TENSORS: len(read),
+        semconv.PROGRESS_READ_BYTES: sum(read),
+        semconv.PROGRESS_FILES_OPENED: len(scope.files),
+        semconv.PROGRESS_MATERIALIZED_BYTES: by_device,
+        semconv.PROGRESS_RSS_PEAK: scope.peak.rss if scope.peak is not None else None,
+    }
