@@ -52,6 +52,7 @@ HOST_NAME = "host.name"
 PROCESS_PID = "process.pid"
 K8S_POD_NAME = "k8s.pod.name"
 K8S_NAMESPACE_NAME = "k8s.namespace.name"
+DEFAULT_SERVICE_NAME = "loadtrace"  # ``service.name`` unless OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES set one
 
 RANK = "loadtrace.rank"
 LOCAL_RANK = "loadtrace.local_rank"
@@ -189,7 +190,8 @@ FINDING_KINDS = (
 
 # Progress snapshots (``<trace file>.progress.json``): what a rank still loading had open ----------------------------
 
-PROGRESS_SUFFIX = ".progress.json"
+TRACE_FILE_SUFFIX = ".jsonl"  # one OTLP JSON Lines file per process
+PROGRESS_SUFFIX = ".progress.json"  # next to it, in place of TRACE_FILE_SUFFIX
 # The file: who wrote it, when, and one entry per open load or phase.
 PROGRESS_RANK = "rank"
 PROGRESS_WORLD_SIZE = "world_size"
@@ -213,3 +215,42 @@ PROGRESS_RSS_PEAK = "rss_peak"
 SCOPE_LOAD = "load"
 SCOPE_PHASE = "phase"
 SCOPE_FILE = "file"
+
+# A rank that dies, fails or restarts (issue 11) ---------------------------------------------------------------------
+
+# Resource: which launch and which restart of it this process belongs to. A job id can repeat (torchrun
+# --max-restarts, a SLURM requeue, a reused LOADTRACE_JOB_ID); the report never sums two attempts.
+ATTEMPT = "loadtrace.attempt"  # TORCHELASTIC_RESTART_COUNT (or SLURM_RESTART_COUNT), 0 on the first
+LAUNCH_ID = "loadtrace.launch.id"  # one per launcher invocation: LOADTRACE_LAUNCH_ID, set by the witnessing launcher
+
+# Load spans, from their start: the memory limit that applies (the lower of the cgroup's and the node's).
+MEMORY_LIMIT = "loadtrace.memory.limit"
+MEMORY_LIMIT_SOURCE = "loadtrace.memory.limit_source"  # "cgroup v1", "cgroup v2" or "node"
+
+# A load that raised: OTel's own attribute, the exception's type name.
+ERROR_TYPE = "error.type"
+
+# Open spans ended by a termination signal (SIGTERM, SIGINT, SIGHUP) carry its name.
+EXIT_SIGNAL = "loadtrace.exit.signal"
+
+# The launcher's witness: one span per worker that died, with that worker's resource and its exact last state.
+SPAN_RANK_EXIT = "loadtrace.rank_exit"
+EXIT_CODE = "loadtrace.exit.code"  # the exit status, when it exited rather than being killed
+EXIT_OOM_KILLED = "loadtrace.exit.oom_killed"  # the cgroup's oom_kill counter rose (absent when unreadable)
+EXIT_SOURCE = "loadtrace.exit.source"  # "launcher"
+EXIT_STATUS = "loadtrace.exit.status"  # the rank's own last status: loading, idle, exited, signalled
+EXIT_DURING = "loadtrace.exit.during"  # the innermost span it had open
+EXIT_LOAD = "loadtrace.exit.load"  # the outermost load it had open
+WITNESS_PID = "loadtrace.witness.pid"  # the launcher process that saw it
+
+# Environment the witnessing launcher gives its workers (internal; users set neither).
+ENV_LAUNCH_ID = "LOADTRACE_LAUNCH_ID"
+ENV_WITNESS_DIR = "LOADTRACE_WITNESS_DIR"  # where each worker leaves a pointer <pid> → its state file
+
+STATE_SUFFIX = ".state"  # next to the trace file, in place of TRACE_FILE_SUFFIX: see statefile.py
+
+FINDING_FAILED_LOAD = "failed_load"
+
+ALL_SPANS = ALL_SPANS | {SPAN_RANK_EXIT}  # the launcher's witness (loadtrace/witness.py)
+# ``loadtrace report``'s finding for a load that raised (appended: fold into FINDING_KINDS above when convenient).
+FINDING_KINDS = (*FINDING_KINDS, FINDING_FAILED_LOAD)  # type: ignore[assignment]
