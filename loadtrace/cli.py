@@ -41,7 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     report_ = commands.add_parser("report", help="per-rank table and findings for one or more jobs")
-    report_.add_argument("source", nargs="?", help="a .jsonl file or a directory of them (not with --jaeger)")
+    report_.add_argument(
+        "source", nargs="?", help="a .jsonl or .state file, or a directory of them (not with --jaeger)"
+    )
     _add_jaeger_options(report_)
     report_.add_argument("--trace-id", help="with --jaeger: the job's trace id")
     report_.add_argument("--service", help="with --jaeger: search this service's traces")
@@ -215,8 +217,9 @@ def _spans_from_jaeger(url: str) -> SpanSet:
 
 def _spans_from_path(path: str) -> SpanSet:
     spans = read_files(path)
-    if not spans.spans:
-        raise SourceError(f"{path}: no spans found ({spans.skipped_lines} unreadable lines skipped)")
+    if not spans.spans and not spans.states:
+        states = f" and {spans.skipped_state_files} unreadable state files" if spans.skipped_state_files else ""
+        raise SourceError(f"{path}: no spans found ({spans.skipped_lines} unreadable lines{states} skipped)")
     return spans
 
 
@@ -238,9 +241,9 @@ def _report_source(args: argparse.Namespace) -> SpanSet:
 
 def _one_job(source: str, args: argparse.Namespace) -> tuple[Job, int]:
     spans = _spans_from_jaeger(jaeger.trace_url(args.jaeger, source)) if args.jaeger else _spans_from_path(source)
-    jobs = jobs_from_spans(spans.spans)
+    jobs = jobs_from_spans(spans.spans, spans.states)
     if len(jobs) != 1:
-        ids = ", ".join(job.trace_id for job in jobs)
+        ids = ", ".join(job.label for job in jobs)
         raise SourceError(f"{source} holds {len(jobs)} jobs (traces {ids}); compare needs one job on each side")
     return jobs[0], spans.skipped_lines
 

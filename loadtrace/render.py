@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from loadtrace.analysis.model import Comparison, Finding, Forecast, RankLoad, Report
+from loadtrace.analysis.model import Comparison, Exit, Finding, Forecast, RankLoad, Report
 from loadtrace.analysis.units import human_bytes
 
 RANK_COLUMNS = (
@@ -51,27 +51,48 @@ def devices(per_device: dict[str, int]) -> str:
 
 
 def report_table(report: Report) -> str:
-    """Per job: its header, one row per rank, one ``I/O:`` line per node, its findings; then the forecast."""
+    """Per job (one attempt of a trace): its header, one row per rank, one ``I/O:`` line per node, its findings; then
+    the forecast."""
     blocks = []
     for trace in report.traces:
-        ranks = [rank for rank in report.ranks if rank.trace_id == trace.trace_id]
-        findings = [finding for finding in report.findings if finding.trace_id == trace.trace_id]
-        header = f"job {trace.job_id or '-'}  trace {trace.trace_id}  world size {number(trace.world_size)}"
-        header += f"  model {human_bytes(trace.model_bytes)}"
+        key = (trace.trace_id, trace.attempt, trace.run)
+        ranks = [rank for rank in report.ranks if (rank.trace_id, rank.attempt, rank.run) == key]
+        findings = [f for f in report.findings if (f.trace_id, f.attempt, f.run) == key]
+        runs = sum(1 for other in report.traces if (other.trace_id, other.attempt) == key[:2])
+        header = f"job {trace.job_id or '-'}  trace {trace.trace_id}"
+        if trace.attempt is not None:
+            header += f"  attempt {trace.attempt}" + (f" of launch {trace.launch_id}" if trace.launch_id else "")
+        elif trace.launch_id:
+            header += f"  launch {trace.launch_id}"
+        if runs > 1:
+            header += f"  run {trace.run + 1} of {runs} (the same ranks again, new pids)"
+        header += f"  world size {number(trace.world_size)}  model {human_bytes(trace.model_bytes)}"
         io = "".join(f"\nI/O: {node.note}." for node in trace.nodes if node.note)
         rows = [rank_row(rank) for rank in ranks]
         blocks.append(header + "\n" + table(RANK_COLUMNS, rows, left=3) + io + "\n\n" + findings_text(findings))
     if report.skipped_lines:
         blocks.append(f"{report.skipped_lines} corrupt or truncated lines skipped")
+    if report.skipped_state_files:
+        blocks.append(f"{report.skipped_state_files} corrupt, truncated or foreign state files skipped")
     if report.forecast is not None:
         blocks.append(forecast_text(report.forecast))
     return "\n\n".join(blocks)
 
 
+def exit_text(ended: Exit) -> str:
+    """``SIGKILL OOM``, ``SIGTERM``, ``exit 1``; empty for a clean end."""
+    if ended.signal is not None:
+        return ended.signal + (" OOM" if ended.oom_killed else "")
+    return f"exit {ended.code}" if ended.code is not None else ""
+
+
 def rank_row(rank: RankLoad) -> list[str]:
     name = str(rank.rank) if rank.rank is not None else (rank.instance or "?")
+    marks = [word for word, on in (("incomplete", rank.incomplete), ("failed", rank.failed)) if on]
+    if ended := exit_text(rank.exit):
+        marks.append(f"({ended})")
     return [
-        name + (" incomplete" if rank.incomplete else ""),
+        " ".join([name, *marks]),
         rank.host or "-",
         rank.strategy or "-",
         number(rank.load_seconds),
@@ -126,7 +147,9 @@ def forecast_text(forecast: Forecast) -> str:
         lines.append("  node memory: unknown; give --node-memory-bytes")
         lines.append("  verdict: UNKNOWN")
     else:
-        lines.append(f"  node memory: {human_bytes(memory)} ({node.node_memory_source})")
+        limit = node.memory_limit_source
+        what = "node memory" if limit in (None, "node") else f"memory limit ({limit})"
+        lines.append(f"  {what}: {human_bytes(memory)} ({node.node_memory_source})")
         ratio = forecast.per_node_peak_bytes / memory if memory else math.inf
         if forecast.verdict == "oom":
             lines.append(

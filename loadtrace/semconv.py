@@ -41,7 +41,8 @@ FILE_SPANS = frozenset({SPAN_SAFETENSORS_OPEN, SPAN_TORCH_LOAD})
 BYTES_SPANS = frozenset({SPAN_SAFETENSORS_LOAD})
 PHASE_SPANS = frozenset({SPAN_LOAD_STATE_DICT, SPAN_CONVERT, SPAN_ZERO3_LOAD, SPAN_MATERIALIZE_MISSING})
 POINT_SPANS = frozenset({SPAN_SAFETENSORS_READ, SPAN_TORCH_MATERIALIZE})
-ALL_SPANS = frozenset({SPAN_JOB}) | LOAD_SPANS | FILE_SPANS | BYTES_SPANS | PHASE_SPANS | POINT_SPANS
+SPAN_RANK_EXIT = "loadtrace.rank_exit"  # the launcher's witness: one per worker that died (loadtrace/witness.py)
+ALL_SPANS = frozenset({SPAN_JOB, SPAN_RANK_EXIT}) | LOAD_SPANS | FILE_SPANS | BYTES_SPANS | PHASE_SPANS | POINT_SPANS
 
 # Resource attributes (one set per process, on every span) -----------------------------------------------------------
 
@@ -180,12 +181,14 @@ FINDING_DUPLICATE_CHECKPOINT_READ = "duplicate_checkpoint_read"
 FINDING_NONZERO_RANK_MATERIALIZATION = "nonzero_rank_materialization"
 FINDING_DUPLICATE_CONVERSION = "duplicate_conversion"
 FINDING_REPLICATED_LOAD = "replicated_load"
+FINDING_FAILED_LOAD = "failed_load"  # a load that raised
 FINDING_KINDS = (
     FINDING_INCOMPLETE_RANK,
     FINDING_DUPLICATE_CHECKPOINT_READ,
     FINDING_NONZERO_RANK_MATERIALIZATION,
     FINDING_DUPLICATE_CONVERSION,
     FINDING_REPLICATED_LOAD,
+    FINDING_FAILED_LOAD,
 )
 
 # Progress snapshots (``<trace file>.progress.json``): what a rank still loading had open ----------------------------
@@ -234,7 +237,6 @@ ERROR_TYPE = "error.type"
 EXIT_SIGNAL = "loadtrace.exit.signal"
 
 # The launcher's witness: one span per worker that died, with that worker's resource and its exact last state.
-SPAN_RANK_EXIT = "loadtrace.rank_exit"
 EXIT_CODE = "loadtrace.exit.code"  # the exit status, when it exited rather than being killed
 EXIT_OOM_KILLED = "loadtrace.exit.oom_killed"  # the cgroup's oom_kill counter rose (absent when unreadable)
 EXIT_SOURCE = "loadtrace.exit.source"  # "launcher"
@@ -248,9 +250,3 @@ ENV_LAUNCH_ID = "LOADTRACE_LAUNCH_ID"
 ENV_WITNESS_DIR = "LOADTRACE_WITNESS_DIR"  # where each worker leaves a pointer <pid> → its state file
 
 STATE_SUFFIX = ".state"  # next to the trace file, in place of TRACE_FILE_SUFFIX: see statefile.py
-
-FINDING_FAILED_LOAD = "failed_load"
-
-ALL_SPANS = ALL_SPANS | {SPAN_RANK_EXIT}  # the launcher's witness (loadtrace/witness.py)
-# ``loadtrace report``'s finding for a load that raised (appended: fold into FINDING_KINDS above when convenient).
-FINDING_KINDS = (*FINDING_KINDS, FINDING_FAILED_LOAD)  # type: ignore[assignment]

@@ -87,7 +87,7 @@ TEXT_FIELDS = (
     ("job_id", 128),
     ("launch_id", 64),
     ("host", 64),
-    ("trace_id", 32),  # hex, of the job's trace
+    ("trace_id", 33),  # hex, of the job's trace (32 digits and the NUL)
     ("failure", 96),  # the exception type of the last load that raised
     ("strategy", 32),  # the open load's loadtrace.strategy
     ("trace_file", 1024),  # the span file beside this state (empty when spans go only over OTLP)

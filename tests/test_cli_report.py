@@ -15,6 +15,9 @@ from loadtrace.cli import main
 REPO = Path(__file__).resolve().parents[1]
 RANK_KEYS = {
     "trace_id",
+    "attempt",
+    "launch_id",
+    "run",
     "rank",
     "instance",
     "world_size",
@@ -35,6 +38,8 @@ RANK_KEYS = {
     "peak_rss_bytes",
     "hook_errors",
     "node_memory_bytes",
+    "memory_limit_bytes",
+    "memory_limit_source",
     "rss_before_bytes",
     "rss_after_bytes",
     "peak_rss_anon_bytes",
@@ -46,10 +51,35 @@ RANK_KEYS = {
     "cgroup_memory_current_bytes",
     "cgroup_memory_max_bytes",
     "incomplete",
+    "failed",
+    "exit",
     "last_state",
 }
-FINDING_KEYS = {"trace_id", "kind", "severity", "ranks", "bytes", "projected_node_bytes", "detail", "evidence"}
-TRACE_KEYS = {"trace_id", "job_id", "start_time", "world_size", "ranks", "model_bytes", "spans", "nodes"}
+FINDING_KEYS = {
+    "trace_id",
+    "attempt",
+    "run",
+    "kind",
+    "severity",
+    "ranks",
+    "bytes",
+    "projected_node_bytes",
+    "detail",
+    "evidence",
+}
+TRACE_KEYS = {
+    "trace_id",
+    "attempt",
+    "launch_id",
+    "run",
+    "job_id",
+    "start_time",
+    "world_size",
+    "ranks",
+    "model_bytes",
+    "spans",
+    "nodes",
+}
 NODE_KEYS = {"host", "ranks", "readers", "read_bytes", "storage_read_bytes", "cached_bytes", "times_asked"}
 NODE_KEYS |= {"times_read_from_storage", "outcome", "note"}
 
@@ -71,7 +101,7 @@ def test_json_report_has_exactly_the_documented_schema(tmp_path, capsys):
     code, out, _ = run(capsys, "report", str(job_dir(tmp_path, "5.12.0", "fsdp_cpu_ram_efficient")), "--format", "json")
     report = json.loads(out)
     assert code == 0
-    assert set(report) == {"traces", "ranks", "findings", "skipped_lines"}
+    assert set(report) == {"traces", "ranks", "findings", "skipped_lines", "skipped_state_files"}
     assert all(set(trace) == TRACE_KEYS for trace in report["traces"])
     assert all(set(node) == NODE_KEYS for trace in report["traces"] for node in trace["nodes"])
     assert all(set(rank) == RANK_KEYS for rank in report["ranks"])

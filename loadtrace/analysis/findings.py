@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import semconv as sc
 from .model import INFO, WARNING, Finding, LastState, RankLoad, to_json
-from .ranks import LOADING_RANK, META, Job, real_bytes, sharded
+from .ranks import LOADING_RANK, META, STATUS_ERROR, Job, int_attr, real_bytes, sharded
 from .units import human_bytes, percent
 
 # Bytes a non-loading rank may read or convert before it counts: 1% of the loading rank's (a config, a buffer).
@@ -147,8 +147,46 @@ def replicated_load(job: Job, model: int) -> Finding | None:
     )
 
 
+def limit_text(limit: int | None, source: str | None) -> str:
+    """``node memory 25,276,502,016 B (25.3 GB)``, or ``memory limit 3,145,728,000 B (3.1 GB) (cgroup v1)``."""
+    if not limit:
+        return ""
+    if source in (None, "node"):
+        return f"node memory {human_bytes(limit)}"
+    return f"memory limit {human_bytes(limit)} ({source})"
+
+
+def lowest_limit(ranks: list[RankLoad]) -> tuple[int | None, str | None]:
+    """The lowest memory limit among these ranks (each its ``memory_limit_bytes``), and its source."""
+    known = [(r.memory_limit_bytes, r.memory_limit_source) for r in ranks if r.memory_limit_bytes]
+    return min(known, key=lambda item: item[0] or 0) if known else (None, None)
+
+
+STOPPING_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
+
+
+def how_it_ended(rank: RankLoad) -> str:
+    """ "was OOM-killed", "was stopped by SIGTERM", "was killed (SIGKILL)", "exited with code 3", or "died"."""
+    ended = rank.exit
+    if ended.oom_killed:
+        return "was OOM-killed"
+    if ended.signal in STOPPING_SIGNALS:
+        return f"was stopped by {ended.signal}"
+    if ended.signal == "SIGKILL":
+        return "was killed (SIGKILL)"
+    if ended.signal is not None:
+        return f"died of {ended.signal}"
+    if ended.code is not None:
+        return f"exited with code {ended.code}"
+    return "died"
+
+
+def _made(state: LastState) -> str:
+    return ", ".join(f"{human_bytes(n)} on {d}" for d, n in state.materialized_bytes.items() if d != META)
+
+
 def incomplete_rank(job: Job, model: int) -> Finding | None:
-    """Ranks that started loading and never finished: the OOM killer's SIGKILL leaves exactly this behind."""
+    """Ranks that started loading and never finished: what is known of how they ended and what they had done."""
     stopped = [rank for rank in job.ranks if rank.incomplete]
     if not stopped:
         return None
@@ -156,38 +194,96 @@ def incomplete_rank(job: Job, model: int) -> Finding | None:
     for rank in stopped:
         state = rank.last_state
         name = f"rank {rank.rank}" if rank.rank is not None else rank.label
+        unknown = "" if rank.exit.source is not None else " (no launcher witness: how it ended is unknown)"
         if isinstance(state, LastState):
-            made = ", ".join(f"{human_bytes(n)} on {d}" for d, n in state.materialized_bytes.items() if d != META)
-            sentences.append(
-                f"{name} was killed or crashed during {state.during} after reading {human_bytes(state.read_bytes)}"
-                + (f" and materialising {made}" if made else "")
-                + (f" (peak RSS {human_bytes(state.peak_rss_bytes)})" if state.peak_rss_bytes else "")
-            )
+            during = state.during or state.load or "its load"
+            sentence = f"{name} {how_it_ended(rank)} during {during} after reading {human_bytes(state.read_bytes)}"
+            if made := _made(state):
+                sentence += f" and materialising {made}"
+            sentence += unknown
+            if state.peak_rss_bytes:
+                sentence += f"; peak RSS {human_bytes(state.peak_rss_bytes)}"
+            if rank.exit.oom_killed or rank.exit.signal == "SIGKILL":
+                limit = state.memory_limit_bytes or rank.memory_limit_bytes
+                source = state.memory_limit_source if state.memory_limit_bytes else rank.memory_limit_source
+                if limit:
+                    sentence += f"; the memory limit was {human_bytes(limit)} ({source or 'unknown source'})"
+            sentences.append(sentence)
         else:
             unfinished = state.unfinished_parent_spans if state is not None else 0
-            sentences.append(f"{name} never finished: {unfinished} of its loads or phases never ended")
-        evidence.append({"rank": rank.rank, "host": rank.host, **(to_json(state) if state is not None else {})})
+            sentences.append(f"{name} never finished: {unfinished} of its loads or phases never ended{unknown}")
+        evidence.append(
+            {
+                "rank": rank.rank,
+                "host": rank.host,
+                "exit": to_json(rank.exit),
+                **(to_json(state) if state is not None else {}),
+            }
+        )
     worst = max((state.read_bytes for rank in stopped if isinstance(state := rank.last_state, LastState)), default=0)
     return Finding(
         trace_id=job.trace_id,
+        attempt=job.attempt,
+        run=job.run,
         kind=sc.FINDING_INCOMPLETE_RANK,
         severity=WARNING,
         ranks=[rank.rank for rank in stopped if rank.rank is not None],
         bytes=worst,
         projected_node_bytes=0,
-        detail="; ".join(sentences)
-        + ". Its last known state is kept; an OOM kill shows as a peak RSS near the node's memory.",
+        detail="; ".join(sentences) + ". The rank's row shows its finished spans plus these last known totals.",
+        evidence={"model_bytes": model, "per_rank": evidence},
+    )
+
+
+def failed_load(job: Job, model: int) -> Finding | None:
+    """Ranks whose load raised: not an ordinary finished load, whatever its numbers say."""
+    failed = [rank for rank in job.ranks if rank.failed is not None and not rank.incomplete]
+    if not failed:
+        return None
+    sentences, evidence = [], []
+    for rank in failed:
+        name = f"rank {rank.rank}" if rank.rank is not None else rank.label
+        loads = [s for s in rank.spans if s.name in sc.LOAD_SPANS and s.status_code == STATUS_ERROR]
+        load = loads[-1] if loads else None
+        what = load.name if load is not None else "load"
+        read = int_attr(load.attributes, sc.READ_BYTES) if load is not None else rank.read_bytes
+        sentence = f"{name}'s {what} raised {rank.failed} after reading {human_bytes(read)}"
+        if rank.exit.code is not None:
+            sentence += f"; the process exited with code {rank.exit.code}"
+        elif rank.exit.signal is not None:
+            sentence += f"; the process then {how_it_ended(rank).removeprefix('was ')}"
+        sentences.append(sentence)
+        evidence.append(
+            {"rank": rank.rank, "host": rank.host, "load": what, "error_type": rank.failed, "read_bytes": read}
+            | {"exit": to_json(rank.exit)}
+        )
+    return Finding(
+        trace_id=job.trace_id,
+        attempt=job.attempt,
+        run=job.run,
+        kind=sc.FINDING_FAILED_LOAD,
+        severity=WARNING,
+        ranks=[rank.rank for rank in failed if rank.rank is not None],
+        bytes=sum(item["read_bytes"] for item in evidence),
+        projected_node_bytes=0,
+        detail="; ".join(sentences) + ". Its numbers are those of a load that did not complete.",
         evidence={"model_bytes": model, "per_rank": evidence},
     )
 
 
 RULES: list[Callable[[Job, int], Finding | None]] = [
     incomplete_rank,
+    failed_load,
     duplicate_checkpoint_read,
     nonzero_rank_materialization,
     duplicate_conversion,
     replicated_load,
 ]
+
+
+def _last_known(ranks: list[RankLoad]) -> str:
+    names = ", ".join(str(r.rank) for r in ranks)
+    return f"Rank{'s' if len(ranks) > 1 else ''} {names} did not finish: these are the last known numbers."
 
 
 def _meta_site(site: str) -> bool:
@@ -219,15 +315,14 @@ def _finding(
         + f" under strategy {'/'.join(strategies)}; {why}. "
         + f"Projected host memory: {human_bytes(worst)} x {per_node} rank{'s' if per_node > 1 else ''} per node"
         + f" = {human_bytes(worst * per_node)} per node"
-        + (
-            f" (node memory {human_bytes(node)})."
-            if (node := max((r.node_memory_bytes or 0 for r in ranks), default=0))
-            else "."
-        )
+        + (f" ({limit})." if (limit := limit_text(*lowest_limit(ranks))) else ".")
         + (f" {note}" if note else "")
+        + (f" {_last_known(unfinished)}" if (unfinished := [r for r in ranks if r.incomplete]) else "")
     )
     return Finding(
         trace_id=job.trace_id,
+        attempt=job.attempt,
+        run=job.run,
         kind=kind,
         severity=severity,
         ranks=[r.rank for r in ranks if r.rank is not None],

@@ -24,7 +24,8 @@ Per node: ``ranks_per_node`` ranks, node 0 holding rank 0's profile once and the
 rest (other nodes, when the world is larger than a node, the worst other rank's for all). Ranks of a node share
 file-backed pages (the mmap'd checkpoint, the libraries) through the page cache, so the node peak is the sum of the
 ranks' anonymous parts plus the largest file-backed part once: ``Σ (peak_t − file_t) + max file_t``, with ``file_t =
-RssFile before + growth_t × (RssFile growth / RSS growth by kind)``. The verdict compares it with the node's memory.
+RssFile before + growth_t × (RssFile growth / RSS growth by kind)``. The verdict compares it with the node's memory
+limit: the lower of its MemTotal and its cgroup's limit.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from .model import (
     ScaledCategory,
     TargetJob,
 )
-from .ranks import LOADING_RANK, Job, real_bytes, sharded
+from .ranks import LOADING_RANK, Job, opt_int_attr, real_bytes, sharded, str_attr
 from .units import human_bytes
 
 DTYPE_BYTES = {"fp8": 1, "bf16": 2, "fp16": 2, "fp32": 4}
@@ -131,7 +132,7 @@ def scale_split(rank: RankLoad, measured: dict[str, int], scale: float, world_s:
 
 def profile(rank: RankLoad, model: int, scale: float, world_s: int, world_t: int) -> Profile | None:
     """None for a rank that did not finish or whose spans carry no memory figures."""
-    if rank.incomplete or rank.rss_before_bytes is None or rank.peak_rss_bytes is None:
+    if rank.incomplete or rank.failed or rank.rss_before_bytes is None or rank.peak_rss_bytes is None:
         return None
     fixed, peak = rank.rss_before_bytes, max(rank.peak_rss_bytes, rank.rss_before_bytes)
     kinds = {
@@ -163,18 +164,29 @@ def _node_peak(profiles: list[Profile], scale: float) -> tuple[int, int, int]:
     return sum(peaks) - sum(files) + shared, sum(peaks), shared
 
 
-def node_memory(job: Job, target: Target) -> tuple[int | None, str | None]:
-    """The node's memory and where it came from: the flag, else the loading rank's node (MemTotal, or the cgroup's
-    memory.max when lower)."""
+def node_memory(job: Job, target: Target) -> tuple[int | None, str | None, str | None]:
+    """The memory the node peak must fit in, the attribute it came from, and which limit it is: the flag, else the
+    loading rank's memory limit (``loadtrace.memory.limit``: the lower of the node's MemTotal and its cgroup's limit),
+    else the lower of ``loadtrace.node.memory_total`` and ``loadtrace.cgroup.memory_max``."""
     if target.node_memory_bytes is not None:
-        return target.node_memory_bytes, "--node-memory-bytes"
+        return target.node_memory_bytes, "--node-memory-bytes", None
     loading = job.loading_rank
     ranks = [loading] if loading is not None else job.ranks
+    stated = [
+        (limit, source)
+        for r in ranks
+        for load in r.spans
+        if load.name in sc.LOAD_SPANS and (limit := opt_int_attr(load.attributes, sc.MEMORY_LIMIT))
+        for source in [str_attr(load.attributes, sc.MEMORY_LIMIT_SOURCE)]
+    ]
+    if stated:
+        limit, source = min(stated, key=lambda item: item[0])
+        return limit, sc.MEMORY_LIMIT, source
     total = max((r.node_memory_bytes or 0 for r in ranks), default=0) or None
-    limit = min((r.cgroup_memory_max_bytes for r in ranks if r.cgroup_memory_max_bytes), default=None)
-    if limit is not None and (total is None or limit < total):
-        return limit, sc.CGROUP_MEMORY_MAX
-    return total, sc.NODE_MEMORY_TOTAL if total is not None else None
+    cgroup = min((r.cgroup_memory_max_bytes for r in ranks if r.cgroup_memory_max_bytes), default=None)
+    if cgroup is not None and (total is None or cgroup < total):
+        return cgroup, sc.CGROUP_MEMORY_MAX, "cgroup"
+    return total, (sc.NODE_MEMORY_TOTAL if total is not None else None), ("node" if total is not None else None)
 
 
 def forecast(job: Job, target: Target) -> Forecast:
@@ -203,14 +215,24 @@ def forecast(job: Job, target: Target) -> Forecast:
             continue  # which rank of the job it was is unknown
         found = profile(rank, measured_model, scale, world_s, world_t)
         if found is None:
-            why = "did not finish" if rank.incomplete else "no loadtrace.rss.* memory figures"
+            why = (
+                "did not finish"
+                if rank.incomplete
+                else f"its load raised {rank.failed}"
+                if rank.failed
+                else "no loadtrace.rss.* memory figures"
+            )
             left_out.append(LeftOutRank(rank.rank, why))
         else:
             profiles.append(found)
     first = next((p for p in profiles if p.rank.rank == LOADING_RANK), None)
     if first is None:
         why = (
-            "did not finish" if loading.incomplete else "carry no loadtrace.rss.* memory figures (an older loadtrace?)"
+            "did not finish"
+            if loading.incomplete
+            else f"raised {loading.failed}"
+            if loading.failed
+            else "carry no loadtrace.rss.* memory figures (an older loadtrace?)"
         )
         raise ForecastError(f"trace {job.trace_id}: rank 0's load spans {why}; nothing to scale")
     others = [p for p in profiles if p is not first]
@@ -222,7 +244,7 @@ def forecast(job: Job, target: Target) -> Forecast:
     node_peak, node_sum, node_shared = (
         other if other is not None and other[0] > node0_peak else (node0_peak, node0_sum, node0_shared)
     )
-    memory, memory_source = node_memory(job, target)
+    memory, memory_source, limit_source = node_memory(job, target)
     verdict = None if memory is None else ("oom" if node_peak > memory else "ok")
 
     if stand_in is first or per_node == 1:
@@ -261,6 +283,7 @@ def forecast(job: Job, target: Target) -> Forecast:
                 node_0_peak_bytes=node0_peak,
                 other_nodes_peak_bytes=other_peak,
                 node_memory_source=memory_source,
+                memory_limit_source=limit_source,
                 headroom_bytes=None if memory is None else memory - node_peak,
             ),
         ),

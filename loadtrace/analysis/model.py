@@ -52,22 +52,46 @@ class Site(NamedTuple):
 
 
 @dataclass
-class LastState:
-    """What a killed rank was doing at its last progress snapshot: the innermost span it had open, and the bytes its
-    open loads had by then."""
+class Exit:
+    """How a rank's process ended, when that is known: all None for a rank that finished (or whose end nobody saw).
 
+    ``source`` is ``launcher`` (the launcher's witness span: it saw the process die) or ``rank`` (the rank itself
+    caught a termination signal and said so on its spans or in its state file)."""
+
+    signal: str | None = None  # SIGKILL, SIGTERM, ...
+    code: int | None = None  # the exit status, when it exited rather than being killed
+    oom_killed: bool | None = None  # the cgroup's OOM killer did it (None: unknown)
+    source: str | None = None
+
+
+@dataclass
+class LastState:
+    """A rank's last known state: its state file (exact at the moment it died) or, without one, the launcher's witness
+    span of its death. The totals are those of its open (or last) load."""
+
+    source: str  # "state file" | "launcher witness"
     time_unix_nano: int
-    during: str
-    open: list[str]
-    read_bytes: int
+    status: str | None  # loading | signalled | idle | exited
+    during: str | None  # the innermost span it had open
+    load: str | None  # the outermost load it had open
+    load_start_unix_nano: int | None
+    strategy: str | None
+    files_opened: int
     tensors_read: int
+    read_bytes: int
     materialized_bytes: dict[str, int]
+    conversions: int
+    conversion_bytes: int
+    hook_errors: int
     peak_rss_bytes: int | None
+    memory_limit_bytes: int | None
+    memory_limit_source: str | None
 
 
 @dataclass
 class UnfinishedSpans:
-    """A killed rank without a snapshot: how many load or phase spans its finished spans hang from but never ended."""
+    """An incomplete rank with neither a state file nor a witness: how many load or phase spans its finished spans
+    hang from but never ended."""
 
     unfinished_parent_spans: int
 
@@ -77,6 +101,9 @@ class RankLoad:
     """One rank of one job: what it opened, read, converted, materialised and held (a row of ``ranks``)."""
 
     trace_id: str
+    attempt: int | None  # the job's attempt (``loadtrace.attempt``), None when no process says
+    launch_id: str | None  # this rank's ``loadtrace.launch.id``
+    run: int  # 0, or the n-th time the same ranks ran again within one attempt (told apart by their pids)
     rank: int | None
     instance: str | None
     world_size: int | None
@@ -99,6 +126,10 @@ class RankLoad:
     resource: dict[str, Any] = field(repr=False, metadata=NOT_IN_JSON)
     spans: list[Span] = field(repr=False, metadata=NOT_IN_JSON)
     node_memory_bytes: int | None = None
+    # The memory limit that applies: ``loadtrace.memory.limit`` of the loads, else the lower of the node's memory and
+    # the cgroup's limit; its source: "cgroup v1", "cgroup v2", "cgroup" (version unknown) or "node".
+    memory_limit_bytes: int | None = None
+    memory_limit_source: str | None = None
     # Memory and I/O of the loads (docs/report.md): None when the spans do not carry them (an older loadtrace).
     rss_before_bytes: int | None = None
     rss_after_bytes: int | None = None
@@ -112,9 +143,13 @@ class RankLoad:
     node_available_bytes: int | None = None
     cgroup_memory_current_bytes: int | None = None
     cgroup_memory_max_bytes: int | None = None
-    # Started but never finished (killed): from a progress snapshot left behind, or spans whose parent never ended.
+    # Started loading and never finished (killed, stopped): from its state file, the launcher's witness, spans ended by
+    # a signal, or spans whose parent never ended.
     incomplete: bool = False
+    failed: str | None = None  # the exception type its (last) load raised
+    exit: Exit = field(default_factory=Exit)
     last_state: LastState | UnfinishedSpans | None = None
+    evidence: bool = field(default=False, repr=False, metadata=NOT_IN_JSON)  # a state file or a witness told of it
 
     @property
     def label(self) -> str:
@@ -145,6 +180,9 @@ class JobSummary:
     """One job (trace) of the report: an entry of ``traces``."""
 
     trace_id: str
+    attempt: int | None
+    launch_id: str | None  # several, comma-separated, when the job's nodes ran under separate launcher invocations
+    run: int
     job_id: str | None
     start_time: str | None
     world_size: int | None
@@ -159,6 +197,8 @@ class Finding:
     """Duplicate work a job's strategy says should not happen (or, as info, a replica it says should)."""
 
     trace_id: str
+    attempt: int | None
+    run: int
     kind: str
     severity: str
     ranks: list[int]
@@ -267,6 +307,7 @@ class NodeBasis:
     node_0_peak_bytes: int
     other_nodes_peak_bytes: int | None
     node_memory_source: str | None
+    memory_limit_source: str | None  # cgroup v1 | cgroup v2 | cgroup | node, None when given or unknown
     headroom_bytes: int | None
 
 
@@ -306,6 +347,7 @@ class Report:
     ranks: list[RankLoad]
     findings: list[Finding]
     skipped_lines: int
+    skipped_state_files: int = 0
     forecast: Forecast | None = field(default=None, metadata=OMITTED_WHEN_NONE)
 
     @property

@@ -1,7 +1,8 @@
-"""Spans → one record per rank of each job: what it opened, read, converted, materialised and held.
+"""Spans and state files → one record per rank of each job: what it opened, read, converted, materialised and held.
 
-A job is a trace (every rank's spans hang from the job's root span); a rank is a resource's ``loadtrace.rank``, else
-its ``service.instance.id``. Totals come from the outermost load spans (``transformers.from_pretrained``,
+A job is one attempt of a trace (every rank's spans hang from the job's root span; ``processes.py`` keeps a restart's
+processes apart); a rank is a resource's ``loadtrace.rank``, else its ``service.instance.id``. Totals come from the
+outermost load spans (``transformers.from_pretrained``,
 ``loadtrace.load``), which already count every file opened while they were open, whichever thread read it; a file
 span outside every load (a bare ``safe_open`` / ``torch.load``) is counted from its own attributes. Every number here
 is a sum of span attributes named in README.md's span reference, so it can be traced back to the spans it came from.
@@ -9,14 +10,17 @@ is a sum of span attributes named in README.md's span reference, so it can be tr
 
 from __future__ import annotations
 
+import signal
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import semconv as sc
-from .model import LastState, RankLoad, Site, UnfinishedSpans
-from .sources import Progress, Span
+from .. import statefile
+from .model import Exit, LastState, RankLoad, Site, UnfinishedSpans
+from .processes import Process, Run, Who, processes, runs
+from .sources import Span, StateFile
 
 # The device of empty weights: bytes there occupy no memory.
 META = "meta"
@@ -93,6 +97,19 @@ class Job:
     trace_id: str
     ranks: list[RankLoad]
     start_ns: int
+    attempt: int | None = None
+    launch_ids: list[str] = field(default_factory=list)
+    run: int = 0
+
+    @property
+    def launch_id(self) -> str | None:
+        return ", ".join(self.launch_ids) or None
+
+    @property
+    def label(self) -> str:
+        """The trace id, and which attempt of it when that is known."""
+        attempt = f" attempt {self.attempt}" if self.attempt is not None else ""
+        return self.trace_id + attempt + (f" run {self.run + 1}" if self.run else "")
 
     @property
     def job_id(self) -> str | None:
@@ -142,32 +159,32 @@ def rank_key(resource: dict[str, Any]) -> tuple[int | None, str | None]:
     return (rank, None) if rank is not None else (None, instance)
 
 
-def jobs_from_spans(spans: Iterable[Span], progress: Iterable[Progress] = ()) -> list[Job]:
-    """Group spans by trace, then by rank; jobs in order of their first span, ranks in rank order. Ranks that never
-    finished are marked incomplete (see ``mark_incomplete``)."""
-    grouped: dict[str, dict[tuple[int | None, str | None], list[Span]]] = defaultdict(lambda: defaultdict(list))
-    seen: set[tuple[str, str]] = set()
-    for span in spans:
-        # The same span read twice (a copied file, a file and a collector's copy of it) must not count twice.
-        if span.span_id:
-            if (span.trace_id, span.span_id) in seen:
-                continue
-            seen.add((span.trace_id, span.span_id))
-        grouped[span.trace_id][rank_key(span.resource)].append(span)
-    snapshots = _snapshots_by_rank(progress)
-    for trace_id, rank in snapshots:
-        grouped[trace_id].setdefault((rank, None), [])  # a rank killed before it finished any span
+def jobs_from_spans(spans: Iterable[Span], states: Iterable[StateFile] = ()) -> list[Job]:
+    """Group spans and state files by trace, then by attempt (``processes.runs``), then by rank; jobs in order of their
+    first span, ranks in rank order. Ranks that never finished are marked incomplete (see ``apply_processes``)."""
     jobs = []
-    for trace_id, by_rank in grouped.items():
-        ranks = [
-            summarize_rank(trace_id, rank, instance, rank_spans) for (rank, instance), rank_spans in by_rank.items()
-        ]
-        mark_incomplete(trace_id, ranks, snapshots)
-        ranks.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.instance or ""))
-        start = min((span.start_ns for rank_spans in by_rank.values() for span in rank_spans), default=0)
-        jobs.append(Job(trace_id=trace_id, ranks=ranks, start_ns=start))
-    jobs.sort(key=lambda job: (job.start_ns, job.trace_id))
+    for trace_id, members in processes(spans, states).items():
+        for run in runs(members):
+            jobs.append(job_of(trace_id, run))
+    jobs.sort(key=lambda job: (job.start_ns, job.trace_id, job.attempt or 0, job.run))
     return jobs
+
+
+def job_of(trace_id: str, run: Run) -> Job:
+    by_who: dict[Who, list[Process]] = defaultdict(list)
+    for process in run.members:
+        by_who[process.who].append(process)
+    ranks = []
+    for (rank, instance), members in by_who.items():
+        spans = [span for process in members for span in process.spans + ([process.witness] if process.witness else [])]
+        launch = next((p.launch_id for p in members if p.launch_id is not None), None)
+        record = summarize_rank(trace_id, rank, instance, spans, members[0].resource, (run.attempt, launch, run.run))
+        apply_processes(record, members)
+        ranks.append(record)
+    mark_unfinished(ranks)
+    ranks.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.instance or ""))
+    start = min((process.start_ns for process in run.members), default=0)
+    return Job(trace_id, ranks, start, attempt=run.attempt, launch_ids=run.launch_ids, run=run.run)
 
 
 def outermost(spans: list[Span], names: frozenset[str], by_id: dict[str, Span]) -> list[Span]:
@@ -211,48 +228,187 @@ def _add(total: dict[str, int], more: dict[str, int]) -> None:
         total[key] = total.get(key, 0) + value
 
 
-def _snapshots_by_rank(progress: Iterable[Progress]) -> dict[tuple[str, int | None], Progress]:
-    """The latest snapshot of each (trace, rank) that had something open."""
-    latest: dict[tuple[str, int | None], Progress] = {}
-    for snapshot in progress:
-        for trace_id in {entry[sc.PROGRESS_TRACE_ID] for entry in snapshot.open}:
-            key = (trace_id, snapshot.rank)
-            if key not in latest or latest[key].time_ns < snapshot.time_ns:
-                latest[key] = snapshot
-    return latest
+# A rank's death: its state file, the launcher's witness span, spans its own signal handler ended ------------------
+
+STATUS_OPEN = ("loading", "signalled")  # a load was open when the process ended
+STATUS_ERROR = 2  # OTLP's STATUS_CODE_ERROR
+UNKNOWN_ERROR = "unknown"  # a load span with status ERROR that does not name the exception (an older loadtrace)
+STATE_FILE, WITNESS = "state file", "launcher witness"
 
 
-def last_state(trace_id: str, snapshot: Progress) -> LastState:
-    """What a killed rank was doing: the innermost span it had open, and the bytes its open loads had by then."""
-    entries = [entry for entry in snapshot.open if entry.get(sc.PROGRESS_TRACE_ID) == trace_id]
-    loads = [entry for entry in entries if entry.get(sc.PROGRESS_KIND) == sc.SCOPE_LOAD]
-    innermost = max(entries, key=lambda entry: int_attr(entry, sc.PROGRESS_START))
-    materialized: dict[str, int] = {}
-    for load in loads:
-        per_device = load.get(sc.PROGRESS_MATERIALIZED_BYTES, {})
-        _add(materialized, {str(device): int_attr(per_device, device) for device in per_device})
-    return LastState(
-        time_unix_nano=snapshot.time_ns,
-        during=innermost[sc.PROGRESS_NAME],
-        open=[entry[sc.PROGRESS_NAME] for entry in entries],
-        read_bytes=sum(int_attr(load, sc.PROGRESS_READ_BYTES) for load in loads),
-        tensors_read=sum(int_attr(load, sc.PROGRESS_READ_TENSORS) for load in loads),
-        materialized_bytes=materialized,
-        peak_rss_bytes=max((int_attr(entry, sc.PROGRESS_RSS_PEAK) for entry in entries), default=0) or None,
-    )
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
-def mark_incomplete(trace_id: str, ranks: list[RankLoad], snapshots: dict[tuple[str, int | None], Progress]) -> None:
+def exit_of(process: Process) -> Exit:
+    """How the process ended: the launcher's word, else the rank's own (a termination signal it caught)."""
+    witness = process.witness
+    if witness is not None:
+        oom = witness.attributes.get(sc.EXIT_OOM_KILLED)
+        return Exit(
+            signal=str_attr(witness.attributes, sc.EXIT_SIGNAL),
+            code=opt_int_attr(witness.attributes, sc.EXIT_CODE),
+            oom_killed=oom if isinstance(oom, bool) else None,
+            source=str_attr(witness.attributes, sc.EXIT_SOURCE) or "launcher",
+        )
+    caught = next((name for s in process.spans if (name := str_attr(s.attributes, sc.EXIT_SIGNAL))), None)
+    if caught is None and process.state is not None and process.state["signal"] > 0:
+        caught = signal_name(process.state["signal"])
+    return Exit(signal=caught, source="rank") if caught is not None else Exit()
+
+
+def status_of(process: Process) -> str | None:
+    """The process's last status (loading, signalled, idle, exited); None when nothing says."""
+    if process.state is not None:
+        return process.state.status
+    if process.witness is not None:
+        return str_attr(process.witness.attributes, sc.EXIT_STATUS)
+    if any(s.name in sc.LOAD_SPANS and str_attr(s.attributes, sc.EXIT_SIGNAL) for s in process.spans):
+        return "signalled"  # its signal handler ended the load span
+    return None
+
+
+def last_state(process: Process) -> LastState | None:
+    """The totals of the process's open (or last) load: its state file, else the witness span (the same numbers)."""
+    state, witness = process.state, process.witness
+    if state is not None:
+        totals = state.totals()
+        return LastState(
+            source=STATE_FILE,
+            time_unix_nano=state["updated_ns"],
+            status=state.status,
+            during=state.texts.get("phase") or None,
+            load=state.texts.get("load") or None,
+            load_start_unix_nano=state["load_start_ns"] or None,
+            strategy=state.texts.get("strategy") or None,
+            files_opened=totals["files_opened"],
+            tensors_read=totals["tensors_read"],
+            read_bytes=totals["read_bytes"],
+            materialized_bytes=dict(sorted(state.materialized().items())),
+            conversions=totals["conversions"],
+            conversion_bytes=totals["conversion_bytes"],
+            hook_errors=totals["hook_errors"],
+            peak_rss_bytes=state["rss_peak"] or None,
+            memory_limit_bytes=state["memory_limit"] or None,
+            memory_limit_source=statefile.LIMIT_SOURCES.get(state["memory_limit_source"]),
+        )
+    if witness is not None:
+        attributes = witness.attributes
+        return LastState(
+            source=WITNESS,
+            time_unix_nano=witness.end_ns,
+            status=str_attr(attributes, sc.EXIT_STATUS),
+            during=str_attr(attributes, sc.EXIT_DURING),
+            load=str_attr(attributes, sc.EXIT_LOAD),
+            load_start_unix_nano=witness.start_ns or None,
+            strategy=str_attr(attributes, sc.STRATEGY),
+            files_opened=int_attr(attributes, sc.FILES_OPENED),
+            tensors_read=int_attr(attributes, sc.READ_TENSORS),
+            read_bytes=int_attr(attributes, sc.READ_BYTES),
+            materialized_bytes=dict(sorted(by_device(attributes, sc.MATERIALIZED_BYTES_PREFIX).items())),
+            conversions=int_attr(attributes, sc.CONVERT_COUNT),
+            conversion_bytes=int_attr(attributes, sc.CONVERT_BYTES),
+            hook_errors=int_attr(attributes, sc.HOOK_ERRORS),
+            peak_rss_bytes=opt_int_attr(attributes, sc.RSS_PEAK),
+            memory_limit_bytes=opt_int_attr(attributes, sc.MEMORY_LIMIT),
+            memory_limit_source=str_attr(attributes, sc.MEMORY_LIMIT_SOURCE),
+        )
+    return None
+
+
+def _covered(process: Process, load_start_ns: int | None) -> bool:
+    """Whether a load span of the process ended after its last load began: the spans already count that load."""
+    by_id = {span.span_id: span for span in process.spans if span.span_id}
+    loads = outermost(process.spans, sc.LOAD_SPANS, by_id)
+    return any(load.end_ns >= (load_start_ns or 0) for load in loads)
+
+
+def _add_totals(rank: RankLoad, totals: LastState | dict[str, int], materialized: dict[str, int]) -> None:
+    get = totals.__getitem__ if isinstance(totals, dict) else lambda name: getattr(totals, name)
+    rank.files_opened += get("files_opened")
+    rank.tensors_read += get("tensors_read")
+    rank.read_bytes += get("read_bytes")
+    rank.conversions += get("conversions")
+    rank.conversion_bytes += get("conversion_bytes")
+    rank.hook_errors += get("hook_errors")
+    merged = dict(rank.materialized_bytes)
+    _add(merged, materialized)
+    rank.materialized_bytes = dict(sorted(merged.items()))
+
+
+def apply_processes(rank: RankLoad, members: list[Process]) -> None:
+    """What the rank's state files and the launcher's witness add to its spans: how it ended, whether a load was open
+    then (``incomplete``), the last known totals of that load where no span counts them, whether its load raised.
+
+    A process with spans adds only its open load, and only when it died with it open and no load span counts it (a
+    SIGKILL leaves no span; a SIGTERM's handler ends and flushes them). A process without spans (they went over OTLP,
+    or it died before any ended) adds everything its state file counted since it started. A state whose status is
+    idle or exited (it finished) never makes the rank look dead."""
+    for process in members:
+        status, last = status_of(process), last_state(process)
+        ended = exit_of(process)
+        died_loading = status in STATUS_OPEN
+        if ended != Exit() and rank.exit == Exit():
+            rank.exit = ended
+        if process.state is not None or process.witness is not None:
+            rank.evidence = True
+        if died_loading and not rank.incomplete:
+            rank.incomplete, rank.last_state = True, last
+        elif process.witness is not None and rank.last_state is None:
+            rank.last_state = last  # it died after its load: how, and what that load had done
+        added = False
+        if not process.spans and process.state is not None:
+            _add_totals(rank, process.state.totals(since_load=False), process.state.materialized(since_load=False))
+            added = True
+        elif last is not None and (
+            not process.spans or (died_loading and not _covered(process, last.load_start_unix_nano))
+        ):
+            _add_totals(rank, last, last.materialized_bytes)
+            added = True
+        if added and last is not None:
+            if last.peak_rss_bytes and (rank.peak_rss_bytes or 0) < last.peak_rss_bytes:
+                rank.peak_rss_bytes = last.peak_rss_bytes
+            rank.strategy = rank.strategy or last.strategy
+        if last is not None:
+            rank.memory_limit_bytes = rank.memory_limit_bytes or last.memory_limit_bytes
+            rank.memory_limit_source = rank.memory_limit_source or last.memory_limit_source
+        if process.state is not None:
+            rank.node_memory_bytes = rank.node_memory_bytes or process.state["node_memory_total"] or None
+            rank.cgroup_memory_max_bytes = rank.cgroup_memory_max_bytes or process.state["cgroup_memory_max"] or None
+            if not process.spans and not rank.failed and process.state.texts.get("failure"):
+                rank.failed = process.state.texts["failure"]
+        elif process.witness is not None:
+            attributes = process.witness.attributes
+            rank.node_memory_bytes = rank.node_memory_bytes or opt_int_attr(attributes, sc.NODE_MEMORY_TOTAL)
+            rank.cgroup_memory_max_bytes = rank.cgroup_memory_max_bytes or opt_int_attr(
+                attributes, sc.CGROUP_MEMORY_MAX
+            )
+        rank.host = rank.host or process.host
+    if rank.memory_limit_bytes is None:
+        rank.memory_limit_bytes, rank.memory_limit_source = lower_limit(
+            rank.node_memory_bytes, rank.cgroup_memory_max_bytes
+        )
+
+
+def lower_limit(node: int | None, cgroup: int | None) -> tuple[int | None, str | None]:
+    """The lower of the node's memory and the cgroup's limit, and which it is."""
+    if cgroup and (not node or cgroup < node):
+        return cgroup, "cgroup"
+    return (node, "node") if node else (None, None)
+
+
+def mark_unfinished(ranks: list[RankLoad]) -> None:
+    """Without a state file or witness (spans over OTLP only, or an older loadtrace): a finished span whose parent
+    never ended was inside a load or phase that was still open when the rank's spans stop."""
     every_span = {span.span_id for rank in ranks for span in rank.spans}
     job_id = next((str_attr(rank.resource, sc.JOB_ID) for rank in ranks if rank.resource), None)
     root = format(sc.job_trace_ids(job_id)[1], "016x") if job_id else None
     for rank in ranks:
-        snapshot = snapshots.get((trace_id, rank.rank))
-        if snapshot is not None:
-            rank.incomplete, rank.last_state = True, last_state(trace_id, snapshot)
+        if rank.incomplete or rank.evidence:
             continue
-        # Without a snapshot (OTLP only, or no disk): a finished span whose parent never ended was inside a load or
-        # phase that was still open when the rank's spans stop.
         unfinished = {s.parent_span_id for s in rank.spans if s.parent_span_id and s.parent_span_id not in every_span}
         unfinished.discard(root)
         if root is not None and unfinished:
@@ -260,10 +416,19 @@ def mark_incomplete(trace_id: str, ranks: list[RankLoad], snapshots: dict[tuple[
             rank.last_state = UnfinishedSpans(unfinished_parent_spans=len(unfinished))
 
 
-def summarize_rank(trace_id: str, rank: int | None, instance: str | None, spans: list[Span]) -> RankLoad:
+def summarize_rank(
+    trace_id: str,
+    rank: int | None,
+    instance: str | None,
+    spans: list[Span],
+    resource: dict[str, Any] | None = None,
+    attempt: tuple[int | None, str | None, int] = (None, None, 0),
+) -> RankLoad:
+    """The rank's record from its spans alone (``apply_processes`` adds what its state files and witness say)."""
     spans = sorted(spans, key=lambda s: (s.start_ns, s.span_id))
     by_id = {span.span_id: span for span in spans if span.span_id}
-    resource = spans[0].resource if spans else ({sc.RANK: rank} if rank is not None else {})
+    if resource is None:
+        resource = spans[0].resource if spans else ({sc.RANK: rank} if rank is not None else {})
     loads = outermost(spans, sc.LOAD_SPANS, by_id)
     pretrained = outermost(spans, frozenset({sc.SPAN_FROM_PRETRAINED}), by_id)
     # Read bytes outside every load: a bare file span, or ``safetensors.torch.load(bytes)`` without a file of its own.
@@ -286,8 +451,25 @@ def summarize_rank(trace_id: str, rank: int | None, instance: str | None, spans:
     strategies = [str_attr(s.attributes, sc.STRATEGY) for s in pretrained]
     checkpoints = [str_attr(s.attributes, sc.CHECKPOINT) for s in pretrained]
 
+    limit = _min_known(loads, sc.MEMORY_LIMIT)
+    limit_source = next(
+        (
+            str_attr(s.attributes, sc.MEMORY_LIMIT_SOURCE)
+            for s in loads
+            if opt_int_attr(s.attributes, sc.MEMORY_LIMIT) == limit
+        ),
+        None,
+    )
+    last_load = loads[-1] if loads else None
+    failed = None
+    if last_load is not None and last_load.status_code == STATUS_ERROR:
+        if not str_attr(last_load.attributes, sc.EXIT_SIGNAL):  # stopped by a signal: incomplete, not failed
+            failed = str_attr(last_load.attributes, sc.ERROR_TYPE) or UNKNOWN_ERROR
     return RankLoad(
         trace_id=trace_id,
+        attempt=attempt[0],
+        launch_id=attempt[1],
+        run=attempt[2],
         rank=rank,
         instance=str_attr(resource, sc.SERVICE_INSTANCE_ID) or instance,
         world_size=_positive(resource.get(sc.WORLD_SIZE)),
@@ -311,6 +493,8 @@ def summarize_rank(trace_id: str, rank: int | None, instance: str | None, spans:
         resource=resource,
         spans=spans,
         node_memory_bytes=max((int_attr(s.attributes, sc.NODE_MEMORY_TOTAL) for s in loads), default=0) or None,
+        memory_limit_bytes=limit,
+        memory_limit_source=limit_source if limit is not None else None,
         # Before: the first load's (the process before any loading); after: the last one's.
         rss_before_bytes=_first_known(loads, sc.RSS_BEFORE),
         rss_after_bytes=_first_known(loads[::-1], sc.RSS_AFTER),
@@ -324,6 +508,7 @@ def summarize_rank(trace_id: str, rank: int | None, instance: str | None, spans:
         node_available_bytes=_min_known(loads, sc.NODE_MEMORY_AVAILABLE),
         cgroup_memory_current_bytes=_max_known(loads, sc.CGROUP_MEMORY_CURRENT),
         cgroup_memory_max_bytes=_min_known(loads, sc.CGROUP_MEMORY_MAX),
+        failed=failed,
     )
 
 

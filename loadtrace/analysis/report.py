@@ -20,6 +20,9 @@ def job_summary(job: Job) -> JobSummary:
     model = job.model_bytes()
     return JobSummary(
         trace_id=job.trace_id,
+        attempt=job.attempt,
+        launch_id=job.launch_id,
+        run=job.run,
         job_id=job.job_id,
         start_time=rfc3339_nanos(job.start_ns),
         world_size=job.world_size,
@@ -32,16 +35,17 @@ def job_summary(job: Job) -> JobSummary:
 
 def report(spans: SpanSet, target: Target | None = None) -> Report:
     """The report; with a ``target``, also its forecast (the source must then hold exactly one job)."""
-    jobs = jobs_from_spans(spans.spans, spans.progress)
+    jobs = jobs_from_spans(spans.spans, spans.states)
     result = Report(
         traces=[job_summary(job) for job in jobs],
         ranks=[rank for job in jobs for rank in job.ranks],
         findings=find(jobs),
         skipped_lines=spans.skipped_lines,
+        skipped_state_files=spans.skipped_state_files,
     )
     if target is not None:
         if len(jobs) != 1:
-            ids = ", ".join(job.trace_id for job in jobs)
+            ids = ", ".join(job.label for job in jobs)
             raise ForecastError(f"a forecast scales one job; this source holds {len(jobs)} (traces {ids})")
         result.forecast = forecast(jobs[0], target)
     return result

@@ -1,8 +1,10 @@
-"""Trace sources → one neutral span model.
+"""Trace sources → one neutral span model, and the state files ranks leave beside their traces.
 
 OTLP JSON Lines files (what loadtrace writes, one ``TracesData`` per line) become plain ``Span`` records that the rest
 of the analysis works on. A truncated last line (a rank killed mid-write), a corrupt line, a line that is not UTF-8
 JSON or not of the OTLP shape, and a line longer than ``MAX_LINE_BYTES`` are each skipped and counted, never raised.
+Each process's state file (``*.state``, ``loadtrace.statefile``: its exact running totals, kept by the kernel when the
+process dies) is decoded the same way: one that is truncated, corrupt or foreign is skipped and counted.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from .. import semconv as sc
+from .. import statefile
 
 # One TracesData line holds one export batch; anything this long is not one of ours, and reading it whole could exhaust
 # memory, so it is skipped unread.
@@ -50,22 +53,19 @@ class Span:
 
 
 @dataclass(frozen=True)
-class Progress:
-    """What a rank had open at its last progress snapshot (``*.progress.json``, written while loading and removed
-    when a rank finishes): left behind, it is the last known state of a rank that was killed."""
+class StateFile:
+    """One process's state file, decoded: its last state (exact at a SIGKILL)."""
 
-    rank: int | None
-    host: str | None
-    pid: int | None
-    time_ns: int
-    open: list[dict[str, Any]]
+    path: str
+    state: statefile.State
 
 
 @dataclass
 class SpanSet:
     spans: list[Span] = field(default_factory=list)
     skipped_lines: int = 0
-    progress: list[Progress] = field(default_factory=list)
+    states: list[StateFile] = field(default_factory=list)
+    skipped_state_files: int = 0
 
 
 def rfc3339_nanos(unix_ns: int) -> str | None:
@@ -193,71 +193,59 @@ def read_stream(handle: BinaryIO, into: SpanSet) -> None:
             into.spans.extend(spans)
 
 
-def trace_files(path: str | os.PathLike[str]) -> list[Path]:
-    """The file itself, or every ``*.jsonl`` file under a directory (symlinked directories are not followed)."""
+def _walk(root: Path, suffix: str) -> list[Path]:
+    """Regular files under ``root`` whose name ends with ``suffix`` (symlinked directories are not followed)."""
+    return sorted(
+        Path(folder) / name
+        for folder, _, names in os.walk(root)
+        for name in names
+        if name.endswith(suffix) and (Path(folder) / name).is_file()
+    )
+
+
+def source_files(path: str | os.PathLike[str]) -> tuple[list[Path], list[Path]]:
+    """(trace files, state files) of a source: a ``.jsonl`` file and the state file beside it, a ``.state`` file, or
+    every ``*.jsonl`` and ``*.state`` under a directory (a directory of state files alone will do: spans sent over
+    OTLP, or ranks killed before they finished a span)."""
     root = Path(path)
     if not root.exists():
         raise SourceError(f"{root}: no such file or directory")
     if not root.is_dir():
         if not root.is_file():  # a FIFO or a device could stream forever
             raise SourceError(f"{root}: not a regular file or directory")
-        return [root]
-    files = sorted(
-        Path(folder) / name
-        for folder, _, names in os.walk(root)
-        for name in names
-        if name.endswith(sc.TRACE_FILE_SUFFIX) and (Path(folder) / name).is_file()
-    )
+        if root.name.endswith(sc.STATE_SUFFIX):
+            return [], [root]
+        beside = root.with_name(root.name.removesuffix(sc.TRACE_FILE_SUFFIX) + sc.STATE_SUFFIX)
+        return [root], [beside] if beside != root and beside.is_file() else []
+    files, states = _walk(root, sc.TRACE_FILE_SUFFIX), _walk(root, sc.STATE_SUFFIX)
+    if not files and not states:
+        raise SourceError(f"{root}: no *.jsonl trace files or *.state files in this directory")
+    return files, states
+
+
+def trace_files(path: str | os.PathLike[str]) -> list[Path]:
+    """The file itself, or every ``*.jsonl`` file under a directory (symlinked directories are not followed)."""
+    files, _ = source_files(path)
     if not files:
-        raise SourceError(f"{root}: no *.jsonl trace files in this directory")
+        raise SourceError(f"{path}: no *.jsonl trace files in this directory")
     return files
 
 
-MAX_PROGRESS_BYTES = 4 * 1024 * 1024
-
-
-def read_progress(file: Path) -> Progress | None:
-    """A progress snapshot, or None when it is missing, unreadable, oversized or not of the shape loadtrace writes."""
-    try:
-        if not file.is_file() or file.stat().st_size > MAX_PROGRESS_BYTES:
-            return None
-        data = _object(json.loads(file.read_bytes()))
-        entries = [_object(entry) for entry in _array(data.get(sc.PROGRESS_OPEN))]
-        rank, host, pid = data.get(sc.PROGRESS_RANK), data.get(sc.PROGRESS_HOST), data.get(sc.PROGRESS_PID)
-        return Progress(
-            rank=rank if isinstance(rank, int) and not isinstance(rank, bool) else None,
-            host=host if isinstance(host, str) else None,
-            pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
-            time_ns=_integer(data.get(sc.PROGRESS_TIME, 0)),
-            open=[
-                entry
-                for entry in entries
-                if isinstance(entry.get(sc.PROGRESS_NAME), str) and isinstance(entry.get(sc.PROGRESS_TRACE_ID), str)
-            ],
-        )
-    except (OSError, *_MALFORMED):
-        return None
-
-
 def read_files(path: str | os.PathLike[str]) -> SpanSet:
-    """Every span in a JSON Lines file, or in all ``*.jsonl`` files under a directory, and the progress snapshots
-    that killed ranks left beside them."""
+    """Every span in a JSON Lines file, or in all ``*.jsonl`` files under a directory, and the state files beside
+    them (a truncated, corrupt or foreign state file is skipped and counted in ``skipped_state_files``)."""
     result = SpanSet()
-    files = trace_files(path)
+    files, states = source_files(path)
     for file in files:
         try:
             with open(file, "rb") as handle:
                 read_stream(handle, result)
         except OSError as error:
             raise SourceError(f"{file}: {error.strerror or error}") from None
-    # A rank killed before it finished any span has a snapshot and no trace file: look for snapshots, not beside files.
-    root = Path(path)
-    snapshots = (
-        root.rglob("*" + sc.PROGRESS_SUFFIX)
-        if root.is_dir()
-        else [files[0].with_name(files[0].name.removesuffix(sc.TRACE_FILE_SUFFIX) + sc.PROGRESS_SUFFIX)]
-    )
-    for snapshot in map(read_progress, snapshots):
-        if snapshot is not None and snapshot.open:
-            result.progress.append(snapshot)
+    for path_ in states:
+        state = statefile.read(path_)
+        if state is None:
+            result.skipped_state_files += 1
+        else:
+            result.states.append(StateFile(str(path_), state))
     return result
