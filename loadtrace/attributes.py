@@ -1,7 +1,8 @@
-"""What a scope's accounting becomes: its span's attributes when it ends, and its progress record while it is open.
+"""What a scope's accounting becomes: its span's attributes when it ends.
 
-The one place where ledgers (ledger.py) and memory readings (memory.py) are summed into ``semconv`` names. Each
-attribute is set once, when the span ends; a span's start attributes come from the hook that opened it.
+The one place where ledgers (ledger.py), read slots (statefile.py) and memory readings (memory.py) are summed into
+``semconv`` names. Each attribute is set once, when the span ends; a span's start attributes come from the hook that
+opened it (and, on a load, the memory limit: ``limit_attributes``).
 """
 
 from __future__ import annotations
@@ -9,9 +10,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from . import semconv
+from . import semconv, statefile
 from .ledger import Ledger
 from .memory import Limits, Memory, Peak, limits
+from .statefile import ReadSlot
 
 if TYPE_CHECKING:
     from .spans import Scope
@@ -23,7 +25,7 @@ def load_end(scope: Scope, extra: dict[str, Any]) -> dict[str, Any]:
     """A load span (``transformers.from_pretrained``, ``loadtrace.load``): ``extra`` from its hook, the totals with
     its files' reads, cache and memory, what was materialised and converted under it."""
     attributes = dict(extra)
-    attributes.update(reads(scope.ledger, *(file.ledger for file in scope.files)))
+    attributes.update(reads(*(file.slot for file in scope.files if file.slot is not None)))
     attributes[semconv.FILES_OPENED] = len(scope.files)
     attributes[semconv.HOOK_ERRORS] = len(scope.ledger.errors)
     before, after = scope.memory_before, scope.memory_after
@@ -52,13 +54,14 @@ def phase_end(scope: Scope) -> dict[str, Any]:
 
 def file_end(scope: Scope) -> dict[str, Any]:
     """A file span: the tensors and bytes read through it."""
-    return reads(scope.ledger)
+    return reads(scope.slot) if scope.slot is not None else reads()
 
 
-def reads(*ledgers: Ledger) -> dict[str, Any]:
+def reads(*slots: ReadSlot) -> dict[str, Any]:
+    """Tensors and bytes read through these files' slots."""
     return {
-        semconv.READ_TENSORS: sum(len(ledger.reads) for ledger in ledgers),
-        semconv.READ_BYTES: sum(sum(ledger.reads) for ledger in ledgers),
+        semconv.READ_TENSORS: sum(slot.tensors for slot in slots),
+        semconv.READ_BYTES: sum(slot.bytes for slot in slots),
     }
 
 
@@ -113,6 +116,7 @@ def memory_attributes(before: Memory, after: Memory, peak: Peak | None) -> dict[
 
 
 def limit_attributes(found: Limits) -> dict[str, int]:
+    """A load's end: the node's memory and the cgroup's usage and limit then."""
     attributes = {
         semconv.NODE_MEMORY_TOTAL: found.node_total,
         semconv.NODE_MEMORY_AVAILABLE: found.node_available,
@@ -124,23 +128,8 @@ def limit_attributes(found: Limits) -> dict[str, int]:
     return attributes
 
 
-def progress_record(scope: Scope) -> dict[str, Any]:
-    """What a killed rank leaves behind about one load or phase it had open (see monitor.py)."""
-    span_context = scope.span.get_span_context()
-    ledger = scope.ledger
-    by_device: dict[str, int] = {}
-    for _, device, nbytes in list(ledger.materialized):
-        by_device[device] = by_device.get(device, 0) + nbytes
-    read = [n for part in (ledger, *(file.ledger for file in scope.files)) for n in list(part.reads)]
-    return {
-        semconv.PROGRESS_NAME: getattr(scope.span, "name", ""),
-        semconv.PROGRESS_KIND: scope.kind.value,
-        semconv.PROGRESS_TRACE_ID: format(span_context.trace_id, "032x"),
-        semconv.PROGRESS_SPAN_ID: format(span_context.span_id, "016x"),
-        semconv.PROGRESS_START: getattr(scope.span, "start_time", None),
-        semconv.PROGRESS_READ_TENSORS: len(read),
-        semconv.PROGRESS_READ_BYTES: sum(read),
-        semconv.PROGRESS_FILES_OPENED: len(scope.files),
-        semconv.PROGRESS_MATERIALIZED_BYTES: by_device,
-        semconv.PROGRESS_RSS_PEAK: scope.peak.rss if scope.peak is not None else None,
-    }
+def memory_limit(found: Limits) -> dict[str, Any]:
+    """A load's start: the memory limit that applies and where it comes from (absent when nothing is known)."""
+    limit, source = found.limit
+    name = statefile.LIMIT_SOURCES.get(source)
+    return {semconv.MEMORY_LIMIT: limit, semconv.MEMORY_LIMIT_SOURCE: name} if limit and name else {}

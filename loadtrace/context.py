@@ -199,8 +199,11 @@ def cluster_attributes(cluster: str | None, env: Mapping[str, str]) -> dict[str,
     return attributes
 
 
-def resource_attributes(job: Job, cluster: str | None, version: str) -> dict[str, Any]:
-    """What every span of this process carries: its rank, host, pid, job and library versions."""
+def resource_attributes(
+    job: Job, cluster: str | None, version: str, attempt: int = 0, launch_id: str | None = None
+) -> dict[str, Any]:
+    """What every span of this process carries: its rank, host, pid, job (which attempt of which launch) and library
+    versions."""
     rank = current_rank()
     job_id = job.id or job.fallback_id()
     host = socket.gethostname()
@@ -211,9 +214,12 @@ def resource_attributes(job: Job, cluster: str | None, version: str) -> dict[str
         semconv.LAUNCHER: rank.launcher,
         semconv.JOB_ID: job_id,
         semconv.JOB_ID_SOURCE: job.source or SOURCE_PROCESS,
+        semconv.ATTEMPT: attempt,
         semconv.VERSION: version,
         semconv.SERVICE_NAME: semconv.DEFAULT_SERVICE_NAME,
     }
+    if launch_id:
+        attributes[semconv.LAUNCH_ID] = launch_id
     attributes.update(cluster_attributes(cluster, os.environ))
     for field, key in semconv.RANK_FIELDS.items():
         value = getattr(rank, field)

@@ -12,6 +12,8 @@ import logging
 import os
 import re
 import socket
+import stat
+import tempfile
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -202,9 +204,27 @@ def route_otel_logs() -> None:
         otel.propagate = False
 
 
-def progress_path(trace_file: str) -> str:
-    """Where the monitor keeps the open spans of a rank still loading (not ``*.jsonl``: collectors replay those)."""
-    return trace_file.removesuffix(semconv.TRACE_FILE_SUFFIX) + semconv.PROGRESS_SUFFIX
+def state_file_path(settings: Settings, resource: dict[str, Any], trace_file: str | None) -> str:
+    """Where the process keeps its state (``statefile.py``): beside its trace file, else (spans only over OTLP) under
+    ``<temp dir>/loadtrace-<uid>/<job id>/``, where the launcher's witness can still find it."""
+    if trace_file is not None:
+        return trace_file.removesuffix(semconv.TRACE_FILE_SUFFIX) + semconv.STATE_SUFFIX
+    name = os.path.basename(trace_file_path(settings, resource)).removesuffix(semconv.TRACE_FILE_SUFFIX)
+    return os.path.join(private_temp_dir(), safe_name(str(resource[semconv.JOB_ID])), name + semconv.STATE_SUFFIX)
+
+
+def private_temp_dir() -> str:
+    """``<temp dir>/loadtrace-<uid>``, owner-only; refused (``OSError``) when someone else made it or it is a link:
+    the temporary directory is shared, and the state names this job's files."""
+    path = os.path.join(tempfile.gettempdir(), f"loadtrace-{os.getuid()}")
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    found = os.lstat(path)
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid() or found.st_mode & 0o077:
+        raise PermissionError(f"{path} is not a directory of this user's alone")
+    return path
 
 
 def span_processors(settings: Settings, trace_file: str | None) -> list[SpanProcessor]:

@@ -1,25 +1,22 @@
-"""Per-span accounting: cheap counters that become span attributes when the span ends.
+"""Per-span accounting: cheap records that become span attributes when the span ends.
 
-Hooked calls happen in many threads (transformers reads tensors in a thread pool). Every record is one
-``list.append``, atomic under the GIL and free of locks; sums are taken once, when the span ends (attributes.py).
+Hooked calls happen in many threads. Every record is one ``list.append``, atomic under the GIL and free of locks; sums
+are taken once, when the span ends (attributes.py). Tensor reads, the one per-tensor record, are not here: they are
+counted straight into the file's read slot in the state file (statefile.py), exact even at a SIGKILL.
 """
 
 from __future__ import annotations
 
 
 class Ledger:
-    """What happened under one span: tensors read, tensors materialised, conversions, faults."""
+    """What happened under one span: tensors materialised, conversions, faults."""
 
-    __slots__ = ("reads", "materialized", "conversions", "errors")
+    __slots__ = ("materialized", "conversions", "errors")
 
     def __init__(self) -> None:
-        self.reads: list[int] = []  # bytes of each tensor read (a load's own; its files keep theirs)
         self.materialized: list[tuple[str, str, int]] = []  # (call site, device type, bytes)
         self.conversions: list[tuple[tuple[str, ...], int]] = []  # (operation names, bytes produced)
         self.errors: list[str] = []  # loadtrace faults swallowed
-
-    def add_read(self, nbytes: int) -> None:
-        self.reads.append(nbytes)
 
     def add_materialized(self, site: str, device: str, nbytes: int) -> None:
         self.materialized.append((site, device, nbytes))

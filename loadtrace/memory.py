@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from . import statefile
+
 _STATUS_FIELDS = {b"VmRSS": "rss", b"VmHWM": "hwm", b"RssAnon": "anon", b"RssFile": "file", b"RssShmem": "shmem"}
 
 
@@ -85,17 +87,32 @@ class Limits:
     node_available: int = 0  # MemAvailable
     cgroup_current: int | None = None  # memory.current (v2) / memory.usage_in_bytes (v1)
     cgroup_max: int | None = None  # memory.max / memory.limit_in_bytes; None when unlimited
+    cgroup_version: int | None = None  # 1 or 2: which files those came from; None without a memory cgroup
+    cgroup_dir: str | None = None  # the process's memory cgroup directory (its oom_kill counter is there)
+
+    @property
+    def limit(self) -> tuple[int, int]:
+        """The memory limit that applies, in bytes (0: unknown), and where it comes from (``statefile.LIMIT_*``): the
+        cgroup's limit when it is lower than the node's memory, else the node's."""
+        if self.cgroup_max is not None and self.cgroup_version in (1, 2):
+            if not self.node_total or self.cgroup_max < self.node_total:
+                source = statefile.LIMIT_CGROUP_V1 if self.cgroup_version == 1 else statefile.LIMIT_CGROUP_V2
+                return self.cgroup_max, source
+        if self.node_total:
+            return self.node_total, statefile.LIMIT_NODE
+        return 0, statefile.LIMIT_UNKNOWN
 
 
-def _cgroup_dir() -> str | None:
+def _cgroup_dir() -> tuple[str, int] | None:
+    """The process's memory cgroup directory and the cgroup version of its hierarchy."""
     try:
         with open("/proc/self/cgroup") as handle:
             for line in handle:
                 hierarchy, controllers, path = line.rstrip("\n").split(":", 2)
                 if hierarchy == "0" and controllers == "":
-                    return os.path.join("/sys/fs/cgroup", path.lstrip("/"))
+                    return os.path.join("/sys/fs/cgroup", path.lstrip("/")), 2
                 if "memory" in controllers.split(","):
-                    return os.path.join("/sys/fs/cgroup/memory", path.lstrip("/"))
+                    return os.path.join("/sys/fs/cgroup/memory", path.lstrip("/")), 1
     except (OSError, ValueError):
         pass
     return None
@@ -113,12 +130,44 @@ def _read_int(path: str) -> int | None:
 
 def limits() -> Limits:
     node = _kib_fields("/proc/meminfo", {b"MemTotal": "node_total", b"MemAvailable": "node_available"})
-    cgroup = _cgroup_dir()
-    current = maximum = None
-    if cgroup is not None:
+    found = _cgroup_dir()
+    current = maximum = version = cgroup = None
+    if found is not None:
+        cgroup, version = found
         current = _read_int(os.path.join(cgroup, "memory.current"))
         maximum = _read_int(os.path.join(cgroup, "memory.max"))
         if current is None:
             current = _read_int(os.path.join(cgroup, "memory.usage_in_bytes"))
             maximum = _read_int(os.path.join(cgroup, "memory.limit_in_bytes"))
-    return Limits(node.get("node_total", 0), node.get("node_available", 0), current, maximum)
+            version = 1 if current is not None else version
+        else:
+            version = 2
+    return Limits(node.get("node_total", 0), node.get("node_available", 0), current, maximum, version, cgroup)
+
+
+def parse_oom_kill(text: str) -> int | None:
+    """The ``oom_kill N`` line of a cgroup's ``memory.events`` (v2) or ``memory.oom_control`` (v1); None without one."""
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) == 2 and fields[0] == "oom_kill":
+            try:
+                return int(fields[1])
+            except ValueError:
+                return None
+    return None
+
+
+def oom_kill_count(cgroup_dir: str | None) -> int | None:
+    """How many processes the OOM killer has killed in this memory cgroup (v2 ``memory.events``, else v1
+    ``memory.oom_control``); None when neither can be read."""
+    if not cgroup_dir:
+        return None
+    for name in ("memory.events", "memory.oom_control"):
+        try:
+            with open(os.path.join(cgroup_dir, name)) as handle:
+                count = parse_oom_kill(handle.read(64 * 1024))
+        except (OSError, ValueError):
+            continue
+        if count is not None:
+            return count
+    return None

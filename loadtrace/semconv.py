@@ -88,6 +88,8 @@ CHECKPOINT = "loadtrace.checkpoint"
 CHECKPOINT_BYTES = "loadtrace.checkpoint.bytes"
 DTYPE = "loadtrace.dtype"
 STRATEGY = "loadtrace.strategy"
+DEVICE_MAP = "loadtrace.device_map"  # ``str()`` of from_pretrained's ``device_map``, absent when not given
+TP_PLAN = "loadtrace.tp_plan"  # ``str()`` of its ``tp_plan``, absent when not given
 HELD_BYTES_PREFIX = "loadtrace.model.held_bytes."  # + device type
 LOAD_NAME = "loadtrace.load.name"
 FILES_OPENED = "loadtrace.files.opened"
@@ -191,30 +193,11 @@ FINDING_KINDS = (
     FINDING_FAILED_LOAD,
 )
 
-# Progress snapshots (``<trace file>.progress.json``): what a rank still loading had open ----------------------------
+# Files a process writes ----------------------------------------------------------------------------------------------
 
 TRACE_FILE_SUFFIX = ".jsonl"  # one OTLP JSON Lines file per process
-PROGRESS_SUFFIX = ".progress.json"  # next to it, in place of TRACE_FILE_SUFFIX
-# The file: who wrote it, when, and one entry per open load or phase.
-PROGRESS_RANK = "rank"
-PROGRESS_WORLD_SIZE = "world_size"
-PROGRESS_JOB_ID = "job.id"
-PROGRESS_HOST = "host"
-PROGRESS_PID = "pid"
-PROGRESS_TIME = "time_unix_nano"
-PROGRESS_OPEN = "open"
-# One entry of ``open``.
-PROGRESS_NAME = "name"
-PROGRESS_KIND = "kind"  # a scope kind: "load" or "phase"
-PROGRESS_TRACE_ID = "trace_id"
-PROGRESS_SPAN_ID = "span_id"
-PROGRESS_START = "start_time_unix_nano"
-PROGRESS_READ_TENSORS = "read_tensors"
-PROGRESS_READ_BYTES = "read_bytes"
-PROGRESS_FILES_OPENED = "files_opened"
-PROGRESS_MATERIALIZED_BYTES = "materialized_bytes"  # {device: bytes}
-PROGRESS_RSS_PEAK = "rss_peak"
 
+# Scope kinds (spans.ScopeKind).
 SCOPE_LOAD = "load"
 SCOPE_PHASE = "phase"
 SCOPE_FILE = "file"

@@ -10,6 +10,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from . import semconv
 from ._log import warn_once
 
 TRUE = frozenset({"1", "true", "yes", "on"})
@@ -19,6 +20,8 @@ PROTOCOLS = ("http/protobuf", "grpc")
 # Export soon after each span ends: a rank killed mid-load then loses at most what ended in the last fraction of a
 # second, besides the spans still open.
 BSP_SCHEDULE_DELAY_MS = 200
+# Which restart of the job a process belongs to, as launchers count them (0 on the first run).
+RESTART_COUNTS = ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT")
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,11 @@ class Settings:
     bsp_schedule_delay_ms: int | None = BSP_SCHEDULE_DELAY_MS
     """How soon ended spans leave for the OTLP endpoint: ours unless ``OTEL_BSP_SCHEDULE_DELAY`` is set, in which
     case None, and OTel's batch processor reads that variable itself."""
+    attempt: int = 0
+    """``TORCHELASTIC_RESTART_COUNT``, else ``SLURM_RESTART_COUNT``: which restart of the job this process belongs to
+    (set by the launcher, never by users)."""
+    launch_id: str | None = None
+    """``LOADTRACE_LAUNCH_ID``: the launcher invocation, set by a witnessing launcher (never by users)."""
 
     @property
     def per_tensor(self) -> bool:
@@ -92,6 +100,19 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
     return default
 
 
+def _count(env: Mapping[str, str], names: tuple[str, ...]) -> int:
+    """The first of ``names`` that is set, as a count (0 and said once when it is not one)."""
+    for name in names:
+        value = env.get(name, "").strip()
+        if not value:
+            continue
+        if value.isdigit():
+            return int(value)
+        warn_once(f"setting:{name}", f"{name}={value!r} is not a count; taken as 0")
+        return 0
+    return 0
+
+
 def from_env(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     endpoint = (env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "").strip()
@@ -112,4 +133,6 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         redact_paths=_flag(env, "LOADTRACE_REDACT_PATHS"),
         cluster=env.get("LOADTRACE_CLUSTER") or env.get("SLURM_CLUSTER_NAME") or None,
         bsp_schedule_delay_ms=None if env.get("OTEL_BSP_SCHEDULE_DELAY") else BSP_SCHEDULE_DELAY_MS,
+        attempt=_count(env, RESTART_COUNTS),
+        launch_id=(env.get(semconv.ENV_LAUNCH_ID) or "").strip() or None,
     )

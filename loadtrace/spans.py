@@ -1,16 +1,24 @@
-"""Scopes: loads, phases and files become spans.
+"""Scopes: loads, phases and files become spans, and the process's state file follows them.
 
-A *scope* is an open span plus the ledger whose counters become its attributes when it ends (attributes.py). Loads
-and phases are tracked per thread of control (a context variable), so a ``zeros_like`` is charged to the load open
-where it was called; file scopes belong to the load that opened them, so reads made in transformers' worker threads
-are charged to the right file and load without any context crossing threads.
+A *scope* is an open span plus the ledger whose counters become its attributes when it ends (attributes.py); a file
+scope also has a read slot in the state file (statefile.py), into which its tensor reads are counted. Loads and phases
+are tracked per thread of control (a context variable), so a ``zeros_like`` is charged to the load open where it was
+called; file scopes belong to the load that opened them, so reads made in transformers' worker threads are charged to
+the right file and load without any context crossing threads.
+
+The state file says at every moment what the process is doing and has done (status, the load and phase open, every
+count), exact even at a SIGKILL; a termination signal while loading ends the open spans with what they counted
+(termination.py); a load that raises says so (``error.type``) and the exception goes on unchanged.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import sys
+import threading
 import time
+from collections.abc import Iterable
 from contextvars import ContextVar, Token
 from enum import Enum
 from typing import Any, Protocol
@@ -18,10 +26,11 @@ from typing import Any, Protocol
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
-from . import attributes, context, semconv
+from . import attributes, context, semconv, statefile, termination
+from ._log import warn_once
 from .ledger import Ledger
-from .memory import Memory, Peak, process_memory
-from .provider import Provider
+from .memory import Memory, Peak, limits, oom_kill_count, process_memory
+from .provider import Provider, bounded
 from .settings import Settings
 
 
@@ -36,8 +45,10 @@ class Scope:
 
     __slots__ = (
         "kind",
+        "name",
         "span",
         "ledger",
+        "slot",
         "load",
         "phases",
         "files",
@@ -50,10 +61,12 @@ class Scope:
         "peak",
     )
 
-    def __init__(self, kind: ScopeKind, span: trace.Span, load: Scope | None = None):
+    def __init__(self, kind: ScopeKind, name: str, span: trace.Span, load: Scope | None = None):
         self.kind = kind
+        self.name = name
         self.span = span
         self.ledger = Ledger()
+        self.slot: statefile.ReadSlot | None = None  # files only: tensors and bytes read through it
         self.load = load  # the load a phase or file belongs to
         self.phases: dict[str, Scope] = {}
         self.files: list[Scope] = []
@@ -93,7 +106,7 @@ ActiveToken = Token[tuple[Scope, ...]]
 
 
 class Tracing:
-    """Opens and ends the scopes of this process, through its ``Provider``."""
+    """Opens and ends the scopes of this process, through its ``Provider``, and keeps its state file current."""
 
     def __init__(
         self,
@@ -103,20 +116,64 @@ class Tracing:
     ):
         self.settings = settings
         self.job = context.Job(settings.job_id)
-        self.provider = Provider(settings, self.job, tracer_provider, at_exit=self.shutdown)
+        self.provider = Provider(
+            settings, self.job, tracer_provider, at_exit=self.shutdown, on_sample=self._raise_rss_peak
+        )
         self.listener = listener
+        self.handlers = termination.Handlers(self._terminated)
         self._open_files: set[Scope] = set()  # ended at exit if the job never closed them
+        self._open_loads: set[Scope] = set()  # every thread's
+        self._loose_phases: set[Scope] = set()  # open phases outside any load
+        self._loads_open = 0
+        self._lock = threading.Lock()  # the loads open, and the state's load fields with them
+        self._load_limit: dict[str, Any] = {}  # the memory limit attributes of the current outermost load
+        self._load_hwm = 0  # the process's VmHWM when it began
+        self._count_lock = None if getattr(sys, "_is_gil_enabled", lambda: True)() else threading.Lock()
         self._shut_down = False
 
+    @property
+    def state(self) -> statefile.Writer | None:
+        """The process's state file, once the first span made the provider (None before, or in a forked child)."""
+        return self.provider.state
+
     def shutdown(self) -> None:
-        """End the files the job left open, then flush (bounded)."""
+        """End the files the job left open, then flush (bounded); the state says the process exited (not died)."""
         for file in list(self._open_files):
             self.close_file(file)
         self._shut_down = True
+        self._update_state(self._exited)
+        self.handlers.restore()
         self.provider.shutdown()
 
+    def _exited(self, state: statefile.Writer) -> None:
+        if state["status"] != statefile.STATUS_SIGNALLED:
+            state["status"] = statefile.STATUS_EXITED
+        state.touch()
+
     def after_fork(self) -> None:
+        """In a forked child: its parent's open files, loads and state are not its own. A slot of a file still open
+        in the parent becomes private memory, so reads through a handle the child inherited stay out of the
+        parent's state file."""
+        for file in self._open_files:
+            if file.slot is not None:
+                file.slot.counts = detached_slot(file.slot.tensors, file.slot.bytes).counts
+        self._open_files = set()
+        self._open_loads = set()
+        self._loose_phases = set()
+        self._loads_open = 0
+        self._lock = threading.Lock()
         self.provider.after_fork()
+
+    def job_changed(self) -> None:
+        """The job id was adopted from the process group's store: the state names the job and trace spans go to."""
+        job_id = self.job.id
+
+        def update(state: statefile.Writer) -> None:
+            if job_id:
+                state.set_text("job_id", job_id)
+                state.set_text("trace_id", format(semconv.job_trace_ids(job_id)[0], "032x"))
+
+        self._update_state(update)
 
     def path(self, value: Any) -> str:
         """A path as spans show it: as given, or with ``LOADTRACE_REDACT_PATHS`` a stable hash plus the basename, so
@@ -133,6 +190,151 @@ class Tracing:
             span.record_exception(error)
         span.set_status(Status(StatusCode.ERROR, type(error).__name__))
 
+    # The state file ---------------------------------------------------------------------------------------------
+
+    def _update_state(self, update: Any, scope: Scope | None = None) -> None:
+        """Apply ``update(state)``; a state write that fails is a fault like any other: said once, counted on the
+        load, never raised into the job."""
+        state = self.state
+        if state is None:
+            return
+        try:
+            update(state)
+        except Exception as error:
+            warn_once(
+                "state",
+                f"cannot update the state file ({type(error).__name__}: {error}); "
+                f"counted in {semconv.HOOK_ERRORS} on its load span",
+            )
+            self.record_fault("state", scope)
+
+    def _raise_rss_peak(self, reading: Memory) -> None:
+        """The state's ``rss_peak``: the highest VmRSS seen during the open load (the monitor's samples and the
+        readings at phase boundaries), or VmHWM once it rose during the load (then exact)."""
+        state = self.state
+        if state is None or self._loads_open == 0:
+            return
+        peak = max(reading.rss, reading.hwm if reading.hwm > self._load_hwm else 0)
+        with self._lock:
+            if peak > state["rss_peak"]:
+                state["rss_peak"] = peak
+
+    def _load_opened(self, scope: Scope, start: dict[str, Any]) -> None:
+        with self._lock:
+            self._loads_open += 1
+            self._open_loads.add(scope)
+            first = self._loads_open == 1
+        if first:
+            found = limits()
+            self._load_limit = attributes.memory_limit(found)
+            self._update_state(lambda state: self._state_load_started(state, scope, start, found), scope)
+            try:
+                self.handlers.install()
+            except Exception as error:  # a job that replaced the signal module, a platform without the signals
+                warn_once("signals", f"cannot watch termination signals ({type(error).__name__}: {error})")
+        else:
+            self._update_state(lambda state: self._state_load_nested(state, scope, start), scope)
+        if self._load_limit and scope.recording:
+            scope.span.set_attributes(self._load_limit)
+
+    def _state_load_started(self, state: statefile.Writer, scope: Scope, start: dict[str, Any], found: Any) -> None:
+        state.load_started()
+        state["loads_open"] = 1
+        state["status"] = statefile.STATUS_LOADING
+        state["signal"] = 0
+        state.set_text("load", scope.name)
+        state.set_text("phase", scope.name)
+        state.set_text("strategy", str(start.get(semconv.STRATEGY, "")))
+        state.set_text("failure", "")
+        state["memory_limit"], state["memory_limit_source"] = found.limit
+        state["rss_peak"] = 0  # this load's: raised from its first reading on
+        state["node_memory_total"] = found.node_total
+        state["cgroup_memory_max"] = found.cgroup_max or 0
+        state.set_text("cgroup", found.cgroup_dir or "")
+        before = oom_kill_count(found.cgroup_dir)
+        state["oom_kill_before"] = -1 if before is None else before
+        state.touch()
+
+    def _state_load_nested(self, state: statefile.Writer, scope: Scope, start: dict[str, Any]) -> None:
+        state["loads_open"] = self._loads_open
+        state.set_text("phase", scope.name)
+        if start.get(semconv.STRATEGY):
+            state.set_text("strategy", str(start[semconv.STRATEGY]))
+        state.touch()
+
+    def _load_closed(self, scope: Scope, error: BaseException | None) -> None:
+        with self._lock:
+            self._open_loads.discard(scope)
+            self._loads_open = max(0, self._loads_open - 1)
+            last = self._loads_open == 0
+            others = [load.name for load in self._open_loads]
+
+        def update(state: statefile.Writer) -> None:
+            state["loads_open"] = 0 if last else len(others)
+            if error is not None:
+                state.set_text("failure", type(error).__name__)
+            if last:
+                # A load unwound by the signal that stopped it stays "signalled"; one that finished after the job's
+                # own handler let it go on is idle again.
+                if state["status"] == statefile.STATUS_LOADING or error is None:
+                    state["status"] = statefile.STATUS_IDLE
+                state.set_text("phase", "")
+            else:
+                self._state_phase(state, others[0])
+            state.touch()
+
+        self._update_state(update, scope)
+        if last:
+            try:
+                self.handlers.restore()
+            except Exception as error:
+                warn_once("signals", f"cannot give back the signal handlers ({type(error).__name__}: {error})")
+
+    def _state_phase(self, state: statefile.Writer, fallback: str = "") -> None:
+        """The state's ``phase``: the innermost load or phase this thread has open."""
+        stack = _active.get()
+        state.set_text("phase", stack[-1].name if stack else fallback)
+        state.touch()
+
+    # Termination signals ----------------------------------------------------------------------------------------
+
+    def _terminated(self, signo: int) -> None:
+        """A termination signal while loading (termination.py): the state says so at once; then every open span ends
+        with what it counted, ERROR and the signal's name, and is flushed, all within ``LOADTRACE_EXIT_TIMEOUT``.
+        The work runs in a thread: the signal may have interrupted this one inside a lock that work needs."""
+        if self._loads_open == 0:
+            return
+        state = self.state
+        if state is not None:
+            state["status"] = statefile.STATUS_SIGNALLED
+            state["signal"] = signo
+            state.touch()
+        timeout_s = self.settings.exit_timeout_s
+        deadline = time.monotonic() + timeout_s
+        name = termination.name(signo)
+
+        def work() -> None:
+            self._end_open_scopes(name)
+            self.provider.force_flush(max(0.0, deadline - time.monotonic()))
+
+        if not bounded(work, timeout_s, "loadtrace-signal-flush"):
+            warn_once("export", f"gave up flushing spans after {timeout_s:g} s on {name}")
+
+    def _end_open_scopes(self, signal_name: str) -> None:
+        """Files, then phases, then loads (innermost first): each with its attributes so far."""
+        reading = process_memory()
+        for file in list(self._open_files):
+            self._open_files.discard(file)
+            self._finish(file, signal_name=signal_name)
+        loads = sorted(self._open_loads, key=lambda load: getattr(load.span, "start_time", 0) or 0, reverse=True)
+        phases = [*self._loose_phases, *(phase for load in loads for phase in load.phases.values())]
+        for scope in (*phases, *loads):
+            if not scope.ended:
+                scope.memory_after = reading
+                if scope.peak is not None:
+                    scope.peak.raise_to(reading)
+                self._finish(scope, signal_name=signal_name)
+
     # Spans ------------------------------------------------------------------------------------------------------
 
     def _start(
@@ -141,22 +343,28 @@ class Tracing:
         parent_context = trace.set_span_in_context(parent.span) if parent is not None else self.provider.job_context()
         return self.provider.tracer.start_span(name, context=parent_context, attributes=start, start_time=start_time)
 
-    def _measure_from_now(self, scope: Scope) -> None:
+    def _measure_from_now(self, scope: Scope) -> Memory:
         reading = process_memory()
         scope.memory_before = reading
         scope.peak = Peak.starting_at(reading)
         if self.provider.monitor is not None:
             self.provider.monitor.opened(scope)
+        return reading
 
     def _measure_until_now(self, scope: Scope) -> None:
-        scope.memory_after = process_memory()
+        scope.memory_after = reading = process_memory()
         if self.provider.monitor is not None:
             self.provider.monitor.closed(scope)
+        self._raise_rss_peak(reading)
 
     def start_load(self, name: str, start: dict[str, Any]) -> tuple[Scope, ActiveToken]:
         stack = _active.get()
-        scope = Scope(ScopeKind.LOAD, self._start(name, start, stack[-1] if stack else None))
-        self._measure_from_now(scope)
+        scope = Scope(ScopeKind.LOAD, name, self._start(name, start, stack[-1] if stack else None))
+        reading = self._measure_from_now(scope)
+        if self._loads_open == 0:
+            self._load_hwm = reading.hwm
+        self._load_opened(scope, start)
+        self._raise_rss_peak(reading)
         if self.listener is not None:
             self.listener.load_opened()
         return scope, _active.set(stack + (scope,))
@@ -172,6 +380,7 @@ class Tracing:
         for file in scope.files:
             self.close_file(file)
         self._finish(scope, error=error, extra=extra)
+        self._load_closed(scope, error)
 
     def enter_phase(self, name: str) -> tuple[Scope, ActiveToken]:
         """A phase entered several times in one load (transformers' per-file ``load_state_dict``) is ONE span."""
@@ -179,32 +388,72 @@ class Tracing:
         load = current_load()
         phase = load.phases.get(name) if load is not None else None
         if phase is None:
-            phase = Scope(ScopeKind.PHASE, self._start(name, None, stack[-1] if stack else None), load)
+            phase = Scope(ScopeKind.PHASE, name, self._start(name, None, stack[-1] if stack else None), load)
             if load is not None:
                 load.phases[name] = phase
-            self._measure_from_now(phase)
+            else:
+                self._loose_phases.add(phase)
+            self._raise_rss_peak(self._measure_from_now(phase))
         elif self.provider.monitor is not None:
             self.provider.monitor.opened(phase)
         phase.calls += 1
-        return phase, _active.set(stack + (phase,))
+        token = _active.set(stack + (phase,))
+        self._update_state(self._state_phase, phase)
+        return phase, token
 
     def exit_phase(self, phase: Scope, token: ActiveToken, error: BaseException | None) -> None:
         _active.reset(token)
         phase.last_end = time.time_ns()
         self._measure_until_now(phase)
-        if error is not None and phase.recording:
+        if error is not None and phase.recording and not phase.ended:
             self._record_error(phase.span, error)
         if phase.load is None:
+            self._loose_phases.discard(phase)
             self._finish(phase, phase.last_end)
+        self._update_state(self._state_phase, phase)
 
     def open_file(self, name: str, start: dict[str, Any], start_time: int | None = None) -> Scope:
         load = current_load()
         stack = _active.get()
-        scope = Scope(ScopeKind.FILE, self._start(name, start, stack[-1] if stack else None, start_time), load)
+        scope = Scope(ScopeKind.FILE, name, self._start(name, start, stack[-1] if stack else None, start_time), load)
+        scope.slot = self._new_slot(scope)
         if load is not None:
             load.files.append(scope)
         self._open_files.add(scope)
         return scope
+
+    def _new_slot(self, scope: Scope) -> statefile.ReadSlot:
+        """The file's read slot in the state file; private memory when there is no state (or no room in it)."""
+        state = self.state
+        if state is not None:
+            try:
+                slot = state.new_slot()
+                state.add("files_opened", 1)
+                return slot
+            except Exception as error:
+                warn_once("state", f"cannot grow the state file ({type(error).__name__}: {error}); reads are counted")
+                self.record_fault("state", scope)
+        return detached_slot()
+
+    def count_reads(self, scope: Scope, tensors: Iterable[Any]) -> None:
+        """Tensors a file call returned all at once (``torch.load``, ``safetensors.torch.load``), into its slot: they
+        were all read by the time the call returned, so they are counted together, with one ``+=`` each."""
+        slot = scope.slot
+        if slot is None:
+            return
+        count = nbytes = 0
+        for tensor in tensors:
+            count += 1
+            nbytes += int(tensor.nbytes)
+        if self._count_lock is None:
+            counts = slot.counts
+            counts[0] += count
+            counts[1] += nbytes
+        else:
+            with self._count_lock:
+                counts = slot.counts
+                counts[0] += count
+                counts[1] += nbytes
 
     def close_file(self, scope: Scope, error: BaseException | None = None) -> None:
         self._open_files.discard(scope)
@@ -223,6 +472,7 @@ class Tracing:
         end_time: int | None = None,
         error: BaseException | None = None,
         extra: dict[str, Any] | None = None,
+        signal_name: str | None = None,
     ) -> None:
         if scope.ended:
             return
@@ -237,6 +487,11 @@ class Tracing:
                 span.set_attributes(attributes.file_end(scope))
             if error is not None:
                 self._record_error(span, error)
+                if scope.kind is ScopeKind.LOAD:
+                    span.set_attribute(semconv.ERROR_TYPE, type(error).__name__)
+            if signal_name is not None:
+                span.set_attribute(semconv.EXIT_SIGNAL, signal_name)
+                span.set_status(Status(StatusCode.ERROR, signal_name))
         span.end(end_time=end_time)
 
     # Records from hooks -----------------------------------------------------------------------------------------
@@ -244,10 +499,17 @@ class Tracing:
     def record_materialized(self, site: str, device: str, nbytes: int) -> None:
         for scope in _active.get():
             scope.ledger.add_materialized(site, device, nbytes)
+        self._update_state(lambda state: state.add(statefile.device_column(device), nbytes))
 
     def record_conversion(self, operations: tuple[str, ...], nbytes: int) -> None:
         for scope in _active.get():
             scope.ledger.add_conversion(operations, nbytes)
+
+        def update(state: statefile.Writer) -> None:
+            state.add("conversions", 1)
+            state.add("conversion_bytes", nbytes)
+
+        self._update_state(update)
 
     def record_fault(self, where: str, scope: Scope | None = None) -> None:
         """Count a fault on the load it belongs to: the scope's (a file read in a worker thread), else this thread's."""
@@ -257,6 +519,19 @@ class Tracing:
             load = scope if scope.kind is ScopeKind.LOAD else scope.load
         if load is not None:
             load.ledger.add_error(where)
+            state = self.state
+            if state is not None:
+                try:
+                    state.add("hook_errors", 1)
+                except Exception:
+                    pass  # the state is what failed: the span still counts it
+
+
+def detached_slot(tensors: int = 0, nbytes: int = 0) -> statefile.ReadSlot:
+    """A read slot in private memory: for a process without a state file, and a forked child's inherited files."""
+    counts = memoryview(bytearray(statefile.SLOT_BYTES)).cast("q")
+    counts[0], counts[1] = tensors, nbytes
+    return statefile.ReadSlot(counts)
 
 
 # The tracing of this process while instrumented: what every hook reads first (None: pass through untraced).

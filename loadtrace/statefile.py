@@ -88,7 +88,7 @@ TEXT_FIELDS = (
     ("launch_id", 64),
     ("host", 64),
     ("trace_id", 33),  # hex, of the job's trace (32 digits and the NUL)
-    ("failure", 96),  # the exception type of the last load that raised
+    ("failure", 96),  # the exception type the open (or last) outermost load raised, empty if none
     ("strategy", 32),  # the open load's loadtrace.strategy
     ("trace_file", 1024),  # the span file beside this state (empty when spans go only over OTLP)
     ("cgroup", 512),  # the process's memory cgroup directory when the load began (the witness reads its oom_kill)
@@ -211,7 +211,11 @@ class Writer:
         if path is not None:
             os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
             self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-            os.ftruncate(self._fd, HEADER_BYTES)
+            try:
+                _reserve(self._fd, 0)
+            except BaseException:
+                os.close(self._fd)
+                raise
         self._header = self._map(0)
         self._chunks: list[memoryview] = []
         self._lock = threading.Lock()  # slot hand-out and chunk growth only: counting never locks
@@ -266,7 +270,7 @@ class Writer:
             while chunk >= len(self._chunks):
                 offset = HEADER_BYTES + PAGE * len(self._chunks)
                 if self._fd is not None:
-                    os.ftruncate(self._fd, offset + PAGE)
+                    _reserve(self._fd, offset)
                 self._chunks.append(memoryview(self._map(offset)).cast("q"))
             self["slots_used"] = index + 1
             return ReadSlot(self._chunks[chunk][2 * within : 2 * within + 2])
@@ -288,6 +292,16 @@ class Writer:
             except OSError:
                 pass
             self._fd = None
+
+
+def _reserve(fd: int, offset: int) -> None:
+    """Give the file its next page with real blocks behind it. A store into a mapped page the filesystem cannot back
+    (a full disk, a full tmpfs) is a SIGBUS that kills the process; reserving the page first turns that into an
+    ``OSError`` here, where it can be handled."""
+    if hasattr(os, "posix_fallocate"):
+        os.posix_fallocate(fd, offset, PAGE)  # glibc writes the zeros itself where the filesystem cannot allocate
+    else:  # pragma: no cover - macOS
+        os.pwrite(fd, bytes(PAGE), offset)
 
 
 def device_column(device: str) -> str:

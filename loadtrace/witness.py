@@ -34,6 +34,8 @@ from typing import Any
 
 from . import __version__, context, semconv, statefile
 from ._log import warn_once
+from .memory import oom_kill_count
+from .memory import parse_oom_kill as parse_oom_kill  # the worker reads the same counter when its load begins
 from .settings import Settings, from_env
 
 SOURCE_LAUNCHER = "launcher"  # ``loadtrace.exit.source``
@@ -72,34 +74,6 @@ def announce(state_path: str) -> None:
 
 
 # Exit status and the OOM killer (pure) -------------------------------------------------------------------------------
-
-
-def parse_oom_kill(text: str) -> int | None:
-    """The ``oom_kill N`` line of a cgroup's ``memory.events`` (v2) or ``memory.oom_control`` (v1); None without one."""
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) == 2 and fields[0] == "oom_kill":
-            try:
-                return int(fields[1])
-            except ValueError:
-                return None
-    return None
-
-
-def oom_kill_count(cgroup_dir: str) -> int | None:
-    """How many processes the OOM killer has killed in this memory cgroup (v2 ``memory.events``, else v1
-    ``memory.oom_control``); None when neither can be read."""
-    if not cgroup_dir:
-        return None
-    for name in ("memory.events", "memory.oom_control"):
-        try:
-            with open(os.path.join(cgroup_dir, name)) as handle:
-                count = parse_oom_kill(handle.read(64 * 1024))
-        except (OSError, ValueError):
-            continue
-        if count is not None:
-            return count
-    return None
 
 
 def signal_name(exitcode: int | None) -> str | None:

@@ -20,8 +20,6 @@ ANY = "<>"  # the placeholder both sides are normalised to
 # A span name or attribute key: dotted lowercase components ("loadtrace.read.bytes", "host.name"); a prefix ends in ".".
 KEY = re.compile(r"[a-z][a-z0-9_]*(\.[a-z0-9_]+)+")
 PREFIX = re.compile(r"loadtrace(\.[a-z0-9_]+)*\.")
-# Fields of the progress file: dotted ("job.id") but JSON keys of that file, not span attributes.
-NOT_ATTRIBUTES = ("PROGRESS_",)
 # Key functions and the arguments that enumerate their keys; a placeholder stands for a free component.
 KEY_FUNCTIONS = {
     "lib_key": [(ANY,)],
@@ -42,7 +40,7 @@ def string_constants() -> dict[str, str]:
 
 def semconv_names() -> tuple[set[str], set[str], set[str]]:
     """(span names, attribute keys, prefixes) that semconv defines; keys built by its functions included."""
-    constants = {k: v for k, v in string_constants().items() if not k.startswith(NOT_ATTRIBUTES)}
+    constants = string_constants()
     spans = {v for k, v in constants.items() if k.startswith("SPAN_")}
     prefixes = {v for v in constants.values() if PREFIX.fullmatch(v)}
     keys = {v for v in constants.values() if KEY.fullmatch(v) and v not in spans}

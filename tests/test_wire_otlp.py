@@ -22,6 +22,8 @@ from support.multirank import STRATEGY, WORLD_SIZE, read_spans
 from support.span_reference import documented
 from support.venvs import discover, installed_problems, stale_files
 
+from loadtrace import semconv, statefile
+
 VENVS = discover()
 MODE = "fsdp"  # rank 1 reads, converts and holds a whole model: every byte counter is non-zero somewhere
 # Added to every Resource by the OpenTelemetry SDK itself (Resource.create): standard, not loadtrace's to document.
@@ -201,8 +203,12 @@ def test_files_hold_the_same_spans_as_the_wire(wire: WireRun):
     files = sorted(wire.files_dir.glob("*.jsonl"))
     assert [f.name.split("-")[0] for f in files] == ["rank00000", "rank00001"], files
     assert not (wire.run.cwd / "loadtrace-traces").exists(), "LOADTRACE_DIR was set: nothing under ./loadtrace-traces"
-    leftovers = sorted(p.name for p in wire.files_dir.iterdir() if p.suffix != ".jsonl")
+    leftovers = sorted(p.name for p in wire.files_dir.iterdir() if p.suffix not in (".jsonl", semconv.STATE_SUFFIX))
     assert not leftovers, f"{wire.label}: left beside the trace files after a clean exit: {leftovers}"
+    states = [statefile.read(p) for p in wire.files_dir.glob(f"*{semconv.STATE_SUFFIX}")]
+    assert len(states) == 2 and all(s is not None and s.status == "exited" for s in states), (
+        f"{wire.label}: a rank that exited cleanly must say so in its state file"
+    )
     from_files = read_spans(wire.files_dir)
     assert from_files.skipped_lines == 0
     on_file = {s.span_id: s for s in from_files.spans}

@@ -175,6 +175,9 @@ def progress_write(acct: Account) -> float:
     from loadtrace import monitor as monitor_module
 
     counts = acct.counts
+    if not hasattr(monitor_module, "PROGRESS_INTERVAL_S"):  # since issue 11: no progress file, a state file instead
+        counts["progress_writes"] = 0
+        return 0.0
     counts["progress_writes"] = 2 * (1 + counts["phase_entries"]) + int(
         counts["load_wall_s"] / monitor_module.PROGRESS_INTERVAL_S
     )

@@ -2,37 +2,62 @@
 
 ``safe_open`` is a Rust type whose methods cannot be patched, so the constructor is wrapped and returns a transparent
 proxy (wrapt ``ObjectProxy``) that counts what ``get_tensor``, ``get_tensors`` and indexing a ``get_slice`` result
-return. Counting is one list append per tensor; a span per tensor only with ``LOADTRACE_DETAIL=tensor``.
+return. Counting is two ``+=`` per tensor on the file's read slot, a memory-mapped pair of integers the kernel keeps if
+the process is killed (statefile.py); a span per tensor only with ``LOADTRACE_DETAIL=tensor``.
 """
 
 from __future__ import annotations
 
+import sys
+import threading
 import time
 from typing import Any
 
 import wrapt
 
 from .. import semconv, spans
-from ._common import FileCall, file_attributes, tensor_bytes
+from ._common import FileCall, file_attributes
 from .registry import Hook, fault
+
+# Free-threaded Python (3.13t, the GIL off): the ``+=`` on a read slot is no longer indivisible, so reads count under a
+# lock there. Checked per file: a GIL turned back on later (an extension that needs it) leaves the lock merely unneeded.
+_gil_enabled = getattr(sys, "_is_gil_enabled", lambda: True)
 
 
 class TracedSafeOpen(wrapt.ObjectProxy):
+    """The opened file: every tensor read through it counts into the file's read slot (``spans.Scope.slot``)."""
+
+    _self_locking: bool | None = False  # count under a lock: never here, always (LockedSafeOpen), None: without a GIL
+
     def __init__(self, wrapped: Any, scope: spans.Scope, tracing: spans.Tracing):
         super().__init__(wrapped)
         self._self_scope = scope
         self._self_tracing = tracing
-        self._self_reads = scope.ledger.reads  # the hot path appends here directly
-        self._self_per_tensor = tracing.settings.per_tensor
+        slot = scope.slot if scope.slot is not None else spans.detached_slot()
+        locking = not _gil_enabled() if self._self_locking is None else self._self_locking
+        lock = threading.Lock() if locking else None
+        self._self_slot = slot
+        self._self_lock = lock
         self._self_counted_keys = False
+        # The class of this file's slices: the slot is a class attribute, so creating one per tensor runs wrapt's
+        # own (C) initialiser and nothing else.
+        members: dict[str, Any] = {"_self_slot": slot, "_self_scope": scope}
+        base: type[CountingSlice] = CountingSlice
+        if lock is not None:
+            base, members["_self_lock"] = LockedCountingSlice, lock
+        self._self_slice = type(base.__name__, (base,), members)
 
     def keys(self):
         # Counted when the job lists them (transformers always does): listing them ourselves costs ~0.1 ms a file.
         names = self.__wrapped__.keys()
         if not self._self_counted_keys:
             self._self_counted_keys = True
-            self._self_scope.span.set_attribute(semconv.FILE_TENSORS, len(names))
+            self._self_tensors_in_file(len(names))
         return names
+
+    def _self_tensors_in_file(self, count: int) -> None:
+        if not self._self_scope.ended:  # a termination signal may have ended the span already
+            self._self_scope.span.set_attribute(semconv.FILE_TENSORS, count)
 
     def __enter__(self):
         self.__wrapped__.__enter__()
@@ -58,68 +83,136 @@ class TracedSafeOpen(wrapt.ObjectProxy):
         except Exception as error:
             fault("safetensors.close", error, self._self_scope)
 
-    def _self_count(self, name: str, tensor: Any, started: int | None) -> None:
+    def _self_count(self, tensor: Any) -> None:
+        """One tensor read (``get_tensors``, per-tensor detail)."""
         try:
-            nbytes = tensor.nbytes
-            self._self_scope.ledger.add_read(nbytes)
-            if started is not None:
-                self._self_tracing.point_span(
-                    semconv.SPAN_SAFETENSORS_READ,
-                    self._self_scope,
-                    started,
-                    {
-                        semconv.TENSOR_NAME: name,
-                        semconv.READ_BYTES: nbytes,
-                        semconv.TENSOR_DTYPE: str(tensor.dtype),
-                        semconv.TENSOR_SHAPE: list(tensor.shape),
-                    },
-                )
+            nbytes = tensor.nbytes  # first: a ``nbytes`` in Python code could let another thread in between the +=
+            if self._self_lock is None:
+                counts = self._self_slot.counts
+                counts[0] += 1
+                counts[1] += nbytes
+            else:
+                with self._self_lock:
+                    self._self_slot.add(nbytes)
         except Exception as error:
             fault(semconv.SPAN_SAFETENSORS_READ, error, self._self_scope)
 
     def get_tensor(self, name):
-        started = time.time_ns() if self._self_per_tensor else None
         tensor = self.__wrapped__.get_tensor(name)
-        self._self_count(name, tensor, started)
+        try:  # the per-tensor hot path, inline: two += on the file's slot (LockedSafeOpen without a GIL)
+            nbytes = tensor.nbytes
+            counts = self._self_slot.counts
+            counts[0] += 1
+            counts[1] += nbytes
+        except Exception as error:
+            fault(semconv.SPAN_SAFETENSORS_READ, error, self._self_scope)
         return tensor
 
     def get_tensors(self, *args, **kwargs):
-        started = time.time_ns() if self._self_per_tensor else None
         tensors = self.__wrapped__.get_tensors(*args, **kwargs)
         if not self._self_counted_keys and not args and not kwargs:
             self._self_counted_keys = True
-            self._self_scope.span.set_attribute(semconv.FILE_TENSORS, len(tensors))
-        for name, tensor in tensors.items():
-            self._self_count(name, tensor, started)
+            self._self_tensors_in_file(len(tensors))
+        for tensor in tensors.values():
+            self._self_count(tensor)
         return tensors
 
     def get_slice(self, name):
-        if self._self_per_tensor:
-            return TracedSlice(self.__wrapped__.get_slice(name), name, self)
-        return CountingSlice(self.__wrapped__.get_slice(name), self)
+        return self._self_slice(self.__wrapped__.get_slice(name))
 
 
 class CountingSlice(wrapt.ObjectProxy):
-    """Bytes are read when a slice is indexed, possibly in another thread: they go to the file it came from.
-    This is the per-tensor hot path of a default-detail load: one append."""
+    """Bytes are read when a slice is indexed, possibly in another thread: they go to the file it came from. This
+    is the per-tensor hot path of a default-detail load: two ``+=`` on the file's read slot, no call. Subclassed per
+    file (``TracedSafeOpen``) with that file's ``_self_slot`` and ``_self_scope``."""
 
-    def __init__(self, wrapped: Any, file: TracedSafeOpen):
-        super().__init__(wrapped)
-        self._self_file = file
+    _self_slot: Any = None
+    _self_scope: Any = None
 
     def __getitem__(self, index):
         tensor = self.__wrapped__[index]
         try:
-            self._self_file._self_reads.append(tensor.nbytes)
+            nbytes = tensor.nbytes  # first: nothing but the two += may run between reading and writing a count
+            counts = self._self_slot.counts
+            counts[0] += 1
+            counts[1] += nbytes
         except Exception as error:
-            fault(semconv.SPAN_SAFETENSORS_READ, error, self._self_file._self_scope)
+            fault(semconv.SPAN_SAFETENSORS_READ, error, self._self_scope)
         return tensor
 
 
-class TracedSlice(wrapt.ObjectProxy):
-    """``LOADTRACE_DETAIL=tensor``: the same, plus a span for each read."""
+class LockedCountingSlice(CountingSlice):
+    """The same without a GIL: the two ``+=`` under the file's lock."""
 
-    def __init__(self, wrapped: Any, name: str, file: TracedSafeOpen):
+    _self_lock: Any = None
+
+    def __getitem__(self, index):
+        tensor = self.__wrapped__[index]
+        try:
+            with self._self_lock:
+                self._self_slot.add(tensor.nbytes)
+        except Exception as error:
+            fault(semconv.SPAN_SAFETENSORS_READ, error, self._self_scope)
+        return tensor
+
+
+class LockedSafeOpen(TracedSafeOpen):
+    """Free-threaded Python: every count under the file's lock."""
+
+    _self_locking = True
+
+    def get_tensor(self, name):
+        tensor = self.__wrapped__.get_tensor(name)
+        self._self_count(tensor)
+        return tensor
+
+
+class PerTensorSafeOpen(TracedSafeOpen):
+    """``LOADTRACE_DETAIL=tensor``: the same counts, plus a span for each tensor read."""
+
+    _self_locking = None
+
+    def _self_read(self, name: str, tensor: Any, started: int) -> None:
+        self._self_count(tensor)
+        try:
+            self._self_tracing.point_span(
+                semconv.SPAN_SAFETENSORS_READ,
+                self._self_scope,
+                started,
+                {
+                    semconv.TENSOR_NAME: name,
+                    semconv.READ_BYTES: tensor.nbytes,
+                    semconv.TENSOR_DTYPE: str(tensor.dtype),
+                    semconv.TENSOR_SHAPE: list(tensor.shape),
+                },
+            )
+        except Exception as error:
+            fault(semconv.SPAN_SAFETENSORS_READ, error, self._self_scope)
+
+    def get_tensor(self, name):
+        started = time.time_ns()
+        tensor = self.__wrapped__.get_tensor(name)
+        self._self_read(name, tensor, started)
+        return tensor
+
+    def get_tensors(self, *args, **kwargs):
+        started = time.time_ns()
+        tensors = self.__wrapped__.get_tensors(*args, **kwargs)
+        if not self._self_counted_keys and not args and not kwargs:
+            self._self_counted_keys = True
+            self._self_tensors_in_file(len(tensors))
+        for name, tensor in tensors.items():
+            self._self_read(name, tensor, started)
+        return tensors
+
+    def get_slice(self, name):
+        return TracedSlice(self.__wrapped__.get_slice(name), name, self)
+
+
+class TracedSlice(wrapt.ObjectProxy):
+    """``LOADTRACE_DETAIL=tensor``: a slice whose reads count and get a span each."""
+
+    def __init__(self, wrapped: Any, name: str, file: PerTensorSafeOpen):
         super().__init__(wrapped)
         self._self_name = name
         self._self_file = file
@@ -128,7 +221,7 @@ class TracedSlice(wrapt.ObjectProxy):
         file = self._self_file
         started = time.time_ns()
         tensor = self.__wrapped__[index]
-        file._self_count(self._self_name, tensor, started)
+        file._self_read(self._self_name, tensor, started)
         return tensor
 
 
@@ -140,7 +233,9 @@ def open_file(instance, args, kwargs):
 
     def opened(handle: Any, scope: spans.Scope) -> Any:
         if scope.recording:
-            return TracedSafeOpen(handle, scope, tracing)
+            if tracing.settings.per_tensor:
+                return PerTensorSafeOpen(handle, scope, tracing)
+            return (TracedSafeOpen if _gil_enabled() else LockedSafeOpen)(handle, scope, tracing)
         tracing.close_file(scope)
         return handle
 
@@ -154,9 +249,10 @@ def load_bytes(instance, args, kwargs):
         return None
 
     def loaded(tensors: dict, scope: spans.Scope) -> dict:
-        for tensor in tensors.values():
-            scope.ledger.add_read(tensor_bytes(tensor))
-        tracing.close_file(scope)
+        try:
+            tracing.count_reads(scope, tensors.values())
+        finally:
+            tracing.close_file(scope)
         return tensors
 
     return FileCall(tracing, semconv.SPAN_SAFETENSORS_LOAD, {}, loaded)

@@ -103,9 +103,10 @@ def torch_load(instance, args, kwargs):
         attributes[semconv.MAP_LOCATION] = str(location)
 
     def loaded(result: Any, scope: spans.Scope) -> Any:
-        for tensor in _tensors(result):
-            scope.ledger.add_read(tensor_bytes(tensor))
-        tracing.close_file(scope)
+        try:
+            tracing.count_reads(scope, _tensors(result))
+        finally:
+            tracing.close_file(scope)
         return result
 
     return FileCall(tracing, semconv.SPAN_TORCH_LOAD, attributes, loaded)
@@ -123,6 +124,7 @@ class PublishJobId:
 
             store = dist.distributed_c10d._get_default_store()
             self.tracing.job.adopt_from_store(store, dist.get_rank())
+            self.tracing.job_changed()
         return result
 
 

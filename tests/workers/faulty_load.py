@@ -29,8 +29,14 @@ FAULTS = {
 }
 
 
-class BrokenList(list):
-    def append(self, item):
+class BrokenSlot:
+    """A read slot whose counters cannot be written."""
+
+    @property
+    def counts(self):
+        raise RuntimeError("injected fault")
+
+    def add(self, nbytes):
         raise RuntimeError("injected fault")
 
 
@@ -44,7 +50,8 @@ def inject(kind: str) -> None:
 
         def broken_counts(self, *args, **kwargs):
             init(self, *args, **kwargs)
-            self._self_reads = BrokenList()
+            self._self_slot = BrokenSlot()
+            self._self_slice._self_slot = BrokenSlot()
 
         hook.TracedSafeOpen.__init__ = broken_counts
         return

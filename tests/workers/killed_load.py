@@ -3,9 +3,9 @@
     torchrun --nproc_per_node 2 tests/workers/killed_load.py CKPT --out DIR [--kill-after N]
 
 Rank 0 loads the checkpoint, then both ranks meet at a barrier; then rank 1 loads, and at its N-th weight conversion
-waits long enough for a progress snapshot, writes its own independent count of the bytes read so far to
-``DIR/count-rank1.json`` and kills itself with SIGKILL. Run with ``HF_DEACTIVATE_ASYNC_LOAD=1`` so reads happen in the
-conversion loop, deterministically.
+writes its own independent count of the bytes read so far to ``DIR/count-rank1.json`` and at once kills itself with
+SIGKILL: no time for anything to catch up, as with the OOM killer. Run with ``HF_DEACTIVATE_ASYNC_LOAD=1`` so reads
+happen in the conversion loop, deterministically.
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ def main() -> None:
         nonlocal calls
         calls += 1
         if calls == args.kill_after:
-            time.sleep(1.5)  # a progress snapshot is written every second while loading
             load.write_json(args.out, "count-rank1.json", counter.counts.as_dict())
             os.kill(os.getpid(), signal.SIGKILL)
         return original.__get__(self, type(self))(*a, **k)
