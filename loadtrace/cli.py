@@ -19,7 +19,7 @@ from typing import Any
 
 from loadtrace import render
 from loadtrace.analysis import jaeger
-from loadtrace.analysis.compare import compare
+from loadtrace.analysis.compare import PICK_HELP, compare, pick_job
 from loadtrace.analysis.forecast import DTYPE_BYTES, ForecastError, Target
 from loadtrace.analysis.model import to_json
 from loadtrace.analysis.ranks import Job, jobs_from_spans
@@ -78,9 +78,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     report_.set_defaults(run=run_report)
 
-    compare_ = commands.add_parser("compare", help="two jobs side by side, per phase and rank")
+    compare_ = commands.add_parser(
+        "compare",
+        help="two jobs side by side, per phase and rank, and every load parameter that differs",
+        description="Two jobs side by side: per phase and rank, time, bytes and peak RSS; then every recorded load "
+        "parameter that differs (dtype, device map, strategy, world size, checkpoint, library versions, ...). A and "
+        "B may be the same folder: pick each side's job with --a-job / --b-job.",
+    )
     compare_.add_argument("a", metavar="A", help="a .jsonl file or directory, or a trace id with --jaeger")
-    compare_.add_argument("b", metavar="B", help="the same for the other job")
+    compare_.add_argument("b", metavar="B", help="the same for the other job (may be the same as A)")
+    for side in ("a", "b"):
+        compare_.add_argument(
+            f"--{side}-job",
+            metavar="ID",
+            help=f"which job of {side.upper()} when it holds several: {PICK_HELP} (ID@ATTEMPT.RUN for a rerun)",
+        )
     _add_jaeger_options(compare_)
     compare_.set_defaults(run=run_compare)
     return parser
@@ -239,13 +251,9 @@ def _report_source(args: argparse.Namespace) -> SpanSet:
     return _spans_from_jaeger(jaeger.search_url(args.jaeger, args.service, jaeger.parse_duration(args.since)))
 
 
-def _one_job(source: str, args: argparse.Namespace) -> tuple[Job, int]:
+def _compare_jobs(source: str, args: argparse.Namespace) -> tuple[list[Job], int]:
     spans = _spans_from_jaeger(jaeger.trace_url(args.jaeger, source)) if args.jaeger else _spans_from_path(source)
-    jobs = jobs_from_spans(spans.spans, spans.states)
-    if len(jobs) != 1:
-        ids = ", ".join(job.label for job in jobs)
-        raise SourceError(f"{source} holds {len(jobs)} jobs (traces {ids}); compare needs one job on each side")
-    return jobs[0], spans.skipped_lines
+    return jobs_from_spans(spans.spans, spans.states), spans.skipped_lines
 
 
 # Commands
@@ -259,8 +267,11 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    job_a, skipped_a = _one_job(args.a, args)
-    job_b, skipped_b = _one_job(args.b, args)
+    jobs_a, skipped_a = _compare_jobs(args.a, args)
+    jobs_b, skipped_b = (jobs_a, skipped_a) if args.b == args.a else _compare_jobs(args.b, args)  # read once
+    both = "--b-job" if args.b == args.a and args.a_job is None and args.b_job is None else None
+    job_a = pick_job(jobs_a, args.a_job, args.a, "--a-job", both)
+    job_b = pick_job(jobs_b, args.b_job, args.b, "--b-job")
     result = compare(job_a, job_b, args.a, args.b, skipped_a, skipped_b)
     print(json.dumps(to_json(result), indent=2) if args.format == "json" else render.compare_table(result))
     return EXIT_OK

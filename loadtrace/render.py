@@ -7,9 +7,10 @@ model, so the two say the same thing. docs/report.md shows the table's columns.
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 
-from loadtrace.analysis.model import Comparison, Exit, Finding, Forecast, RankLoad, Report
+from loadtrace.analysis.model import ComparedJob, Comparison, Exit, Finding, Forecast, RankLoad, Report
 from loadtrace.analysis.units import human_bytes
 
 RANK_COLUMNS = (
@@ -18,6 +19,7 @@ RANK_COLUMNS = (
 )
 FORECAST_COLUMNS = ("rank", "fixed B", "+ once per job B", "+ own share B", "+ duplicated B", "= peak RSS B")
 COMPARE_COLUMNS = ("phase", "rank", "metric", "A", "B", "B - A", "B / A")
+WIDTH = 120  # a line of prose (compare's "same:" names) wraps here
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -> str:
@@ -166,13 +168,17 @@ def forecast_text(forecast: Forecast) -> str:
 # loadtrace compare ------------------------------------------------------------------------------------------------
 
 
+def compared_job_text(side: ComparedJob) -> str:
+    """``spans/a  trace T  job J``, and which attempt (and rerun) of it where that is known."""
+    text = f"{side.source}  trace {side.trace_id}  job {side.job_id or '-'}"
+    if side.attempt is not None:
+        text += f"  attempt {side.attempt}"
+    return text + (f"  run {side.run + 1}" if side.run else "")
+
+
 def compare_table(comparison: Comparison) -> str:
-    a, b = comparison.a, comparison.b
-    lines = [
-        f"A: {a.source}  trace {a.trace_id}  job {a.job_id or '-'}",
-        f"B: {b.source}  trace {b.trace_id}  job {b.job_id or '-'}",
-        "",
-    ]
+    """The phase rows, then each parameter that differs with both values, then one line naming those that agree."""
+    lines = [f"A: {compared_job_text(comparison.a)}", f"B: {compared_job_text(comparison.b)}", ""]
     rows = [
         [
             row.phase,
@@ -188,10 +194,15 @@ def compare_table(comparison: Comparison) -> str:
     ]
     lines.append(table(COMPARE_COLUMNS, rows, left=3))
     differing = [[row.name, row.a or "-", row.b or "-"] for row in comparison.resources if row.differs]
+    same = [row.name for row in comparison.resources if not row.differs]
     lines.append("")
     if differing:
         lines.append("what differs:")
         lines.append(table(["", "A", "B"], differing, left=3))
     else:
-        lines.append("what differs: nothing recorded (same world size, hosts, versions, strategy, checkpoint)")
+        lines.append("what differs: nothing recorded")
+    if same:
+        lines.append(
+            textwrap.fill("same: " + ", ".join(same), width=WIDTH, subsequent_indent="  ", break_on_hyphens=False)
+        )
     return "\n".join(lines)

@@ -1,15 +1,29 @@
-"""compare: per phase and rank, A's and B's time, bytes and peak RSS with difference and ratio, and what differs."""
+"""compare: per phase and rank, A's and B's time, bytes and peak RSS with difference and ratio, and what differs:
+every load parameter the spans carry. Picking one job of a source that holds several (``pick_job``)."""
 
 from __future__ import annotations
 
-from test_analysis_otlp import MODEL_BYTES, field_fact_job, job_lines, rank_load, trace_id_of
+import pytest
+from test_analysis_otlp import (
+    MODEL_BYTES,
+    T0,
+    field_fact_job,
+    job_lines,
+    line,
+    rank_load,
+    resource,
+    span,
+    trace_id_of,
+)
 
+from loadtrace import semconv as sc
 from loadtrace.analysis import compare as comparing
 from loadtrace.analysis.model import to_json
 from loadtrace.analysis.ranks import jobs_from_spans
-from loadtrace.analysis.sources import decode_line
+from loadtrace.analysis.sources import SourceError, decode_line
 
 FSDP = "fsdp_cpu_ram_efficient"
+MINUTE = 60 * 10**9
 
 
 def compare(*args):
@@ -66,3 +80,162 @@ def test_a_zero_baseline_has_a_difference_but_no_ratio():
     b = job_of(job_lines(trace_id_of("b"), {0: rank_load(trace_id_of("b"), 0, "plain", 50)}))
     read = row(compare(a, b), "read", 0, "bytes")
     assert (read["difference"], read["ratio"]) == (50, None)
+
+
+# The load's parameters (issue 12) -------------------------------------------------------------------------------------
+
+
+def params_job(
+    job_id: str = "job-1",
+    *,
+    dtype: str | dict[int, str] = "default",
+    load: dict | None = None,
+    start: int = T0,
+    attempt: int | None = None,
+    pid: int = 1000,
+    ranks: tuple[int, ...] = (0, 1),
+) -> list[str]:
+    """A plain job under its own job id (its trace id derived from it, as every rank derives it): one JSONL line per
+    rank, each with a ``transformers.from_pretrained`` span carrying ``dtype`` (per rank when a dict) and ``load``."""
+    trace, root = (format(n, f"0{width}x") for n, width in zip(sc.job_trace_ids(job_id), (32, 16), strict=True))
+    lines = []
+    for rank in ranks:
+        value = dtype[rank] if isinstance(dtype, dict) else dtype
+        spans = rank_load(trace, rank, "plain", MODEL_BYTES, start=start, memory={sc.DTYPE: value, **(load or {})})
+        if rank == 0:
+            spans = [span(sc.SPAN_JOB, trace, start, start, sid=root, **{"loadtrace__job__id": job_id})] + spans
+        extra = {sc.JOB_ID: job_id, sc.PROCESS_PID: pid + rank, sc.SERVICE_INSTANCE_ID: f"{job_id}/rank-{rank}"}
+        if attempt is not None:
+            extra[sc.ATTEMPT] = attempt
+        lines.append(line(resource(rank, world_size=len(ranks), **extra), spans))
+    return lines
+
+
+def jobs_of(lines: list[str]):
+    return jobs_from_spans([s for text in lines for s in decode_line(text.encode()) or []])
+
+
+def differing(result) -> dict[str, tuple[str | None, str | None]]:
+    return {r["name"]: (r["a"], r["b"]) for r in result["resources"] if r["differs"]}
+
+
+def test_fp32_against_bf16_says_the_dtype_differs():
+    result = compare(job_of(params_job("fp32")), job_of(params_job("bf16", dtype="torch.bfloat16")))
+    assert differing(result) == {sc.DTYPE: ("default", "torch.bfloat16")}
+    same = {r["name"]: r["a"] for r in result["resources"] if not r["differs"]}
+    assert same[sc.MODEL_CLASS] == "Qwen3MoeForCausalLM" and same["checkpoint"] == "/ckpt/tiny-qwen3-moe"
+    assert {"world_size", "ranks", "hosts", "strategy", "loadtrace.lib.torch"} <= set(same)
+
+
+def test_every_load_parameter_the_spans_carry_is_compared():
+    a = params_job("a", load={sc.TP_PLAN: "auto", sc.CHECKPOINT_BYTES: 1_016_648, sc.MODEL_CLASS: "Qwen3MoeModel"})
+    b = params_job(
+        "b", load={sc.TP_PLAN: "auto", sc.CHECKPOINT_BYTES: 2_033_296, sc.DEVICE_MAP: "{'': 'cuda:0'}"}, attempt=1
+    )
+    result = compare(job_of(a), job_of(b))
+    assert differing(result) == {
+        "attempt": (None, "1"),
+        sc.CHECKPOINT_BYTES: ("1016648", "2033296"),  # from the load span (it is not a resource attribute)
+        sc.MODEL_CLASS: ("Qwen3MoeModel", "Qwen3MoeForCausalLM"),
+        sc.DEVICE_MAP: (None, "{'': 'cuda:0'}"),  # absent when not given
+    }
+    (tp_plan,) = [r for r in result["resources"] if r["name"] == sc.TP_PLAN]
+    assert (tp_plan["a"], tp_plan["b"], tp_plan["differs"]) == ("auto", "auto", False)
+    names = [r["name"] for r in result["resources"]]
+    assert (
+        names.index("checkpoint") < names.index(sc.DTYPE) < names.index(sc.TP_PLAN) < names.index("loadtrace.lib.torch")
+    )
+
+
+def test_ranks_that_disagree_within_a_job_show_both_values():
+    mixed = params_job("mixed", dtype={0: "torch.bfloat16", 1: "default"})
+    result = compare(job_of(params_job("fp32")), job_of(mixed))
+    assert differing(result) == {sc.DTYPE: ("default", "default, torch.bfloat16")}
+
+
+def test_a_plain_python_run_without_a_rank_is_compared_as_rank_0():
+    def rankless(job_id: str, dtype: str) -> list[str]:
+        trace = format(sc.job_trace_ids(job_id)[0], "032x")
+        spans = rank_load(trace, 0, "plain", MODEL_BYTES, memory={sc.DTYPE: dtype})
+        res = resource(0, world_size=1, local_world_size=None, **{sc.JOB_ID: job_id, sc.SERVICE_INSTANCE_ID: "vm/7"})
+        res["attributes"] = [a for a in res["attributes"] if a["key"] not in (sc.RANK, sc.LOCAL_RANK, sc.WORLD_SIZE)]
+        return [line(res, spans)]
+
+    a, b = job_of(rankless("vm-7", "default")), job_of(rankless("vm-8", "torch.bfloat16"))
+    assert a.ranks[0].rank is None
+    result = compare(a, b)
+    assert {r["rank"] for r in result["phases"]} == {0}
+    assert row(result, "read", 0, "bytes")["a"] == MODEL_BYTES
+    assert differing(result) == {sc.DTYPE: ("default", "torch.bfloat16")}
+
+
+# Picking one job of a source that holds several --------------------------------------------------------------------
+
+FOLDER = [*params_job("vm-3378-94c4", start=T0), *params_job("vm-3409-047d", dtype="torch.bfloat16", start=T0 + MINUTE)]
+
+
+def picked(lines: list[str], pick: str | None):
+    return comparing.pick_job(jobs_of(lines), pick, "traces", "--a-job")
+
+
+def refused(lines: list[str], pick: str | None) -> str:
+    with pytest.raises(SourceError) as error:
+        picked(lines, pick)
+    assert "\n" not in str(error.value)
+    return str(error.value)
+
+
+def test_one_job_needs_no_pick_and_a_pick_must_name_it():
+    (only,) = jobs_of(params_job("solo"))
+    assert picked(params_job("solo"), None) is not None and picked(params_job("solo"), "so").job_id == "solo"
+    assert "no job of traces matches --a-job other; it holds solo (trace " in refused(params_job("solo"), "other")
+    assert only.trace_id in refused(params_job("solo"), "other")
+
+
+@pytest.mark.parametrize("how", ["job id", "trace id", "job id prefix", "trace id prefix"])
+def test_two_jobs_in_one_folder_are_picked_by_job_id_trace_id_or_a_prefix(how):
+    jobs = jobs_of(FOLDER)
+    trace = {job.job_id: job.trace_id for job in jobs}["vm-3409-047d"]
+    pick = {"job id": "vm-3409-047d", "trace id": trace, "job id prefix": "vm-340", "trace id prefix": trace[:6]}[how]
+    assert picked(FOLDER, pick).job_id == "vm-3409-047d"
+    assert picked(FOLDER, pick.upper() if how.startswith("trace") else pick).job_id == "vm-3409-047d"
+
+
+def test_several_jobs_and_no_pick_list_each_id_start_time_and_how_to_pick():
+    message = refused(FOLDER, None)
+    traces = [job.trace_id for job in jobs_of(FOLDER)]
+    assert message.startswith("traces holds 2 jobs: vm-3378-94c4 (trace ")
+    assert f"vm-3378-94c4 (trace {traces[0]}, started 2025-11-30T09:00:00Z)" in message
+    assert f"vm-3409-047d (trace {traces[1]}, started 2025-11-30T09:01:00Z)" in message
+    assert message.endswith("; pick one with --a-job ID (" + comparing.PICK_HELP + ")")
+
+
+def test_an_ambiguous_prefix_lists_the_jobs_it_fits():
+    message = refused(FOLDER, "vm-3")
+    assert message.startswith("--a-job vm-3 matches 2 jobs of traces: vm-3378-94c4 (trace ")
+    assert "vm-3409-047d (trace " in message and message.endswith("give more of the id")
+
+
+def test_an_exact_id_wins_over_a_longer_one_it_begins():
+    lines = [*params_job("run"), *params_job("run-2", start=T0 + MINUTE)]
+    assert picked(lines, "run").job_id == "run" and picked(lines, "run-").job_id == "run-2"
+
+
+def test_an_attempt_is_picked_with_id_at_attempt():
+    lines = [*params_job("job-r", attempt=0), *params_job("job-r", dtype="torch.bfloat16", attempt=1, pid=2000)]
+    lines = [*lines, *params_job("other", start=T0 + 2 * MINUTE)]
+    assert (picked(lines, "job-r@1").attempt, picked(lines, "job-r@0").attempt) == (1, 0)
+    trace = jobs_of(lines)[0].trace_id
+    assert picked(lines, trace[:8] + "@1").attempt == 1
+    message = refused(lines, "job-r")
+    assert message.startswith("--a-job job-r names a trace of traces with 2 jobs: job-r@0 (trace ")
+    assert "attempt 0, started" in message and "job-r@1 (trace " in message and "ID@ATTEMPT" in message
+    assert refused(lines, "job-r@2").startswith("no job of traces matches --a-job job-r@2; that trace holds job-r@0 (")
+    assert "other (trace" in refused(lines, None) and "job-r@1 (trace" in refused(lines, None)
+
+
+def test_a_rerun_within_one_attempt_is_picked_with_its_run():
+    lines = [*params_job("again", pid=1000), *params_job("again", dtype="torch.bfloat16", pid=3000, start=T0 + MINUTE)]
+    assert [(job.attempt, job.run) for job in jobs_of(lines)] == [(None, 0), (None, 1)]
+    assert picked(lines, "again@.2").run == 1 and picked(lines, "again@.1").run == 0
+    assert "again@.1 (trace " in refused(lines, None) and "again@.2 (trace " in refused(lines, None)

@@ -5,6 +5,9 @@ The spans under ``tests/fixtures/spans/`` are real two-rank jobs (``examples/loa
 its progress snapshot, and a job whose conversion hook raised on every call). The outputs under
 ``tests/fixtures/golden/`` were written by the CLI before the report got its typed model; this test reruns the CLI in
 process, from the fixtures folder with relative paths (compare prints its sources), and wants every byte the same.
+The compare outputs were rewritten once since, on purpose (issue 12): each side's ``attempt``, ``run`` and
+``start_time``, the load parameters (``loadtrace.checkpoint.bytes``, ``loadtrace.model.class``, ``loadtrace.dtype``) in
+``resources``, and the table's ``same:`` line were added; every phase row and every earlier value stayed as it was.
 """
 
 from __future__ import annotations

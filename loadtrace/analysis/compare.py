@@ -1,5 +1,8 @@
-"""Two jobs side by side: per phase and per rank, time, bytes and peak RSS, plus the resource differences that may
-explain them (world size, hosts, library versions, strategy, checkpoint).
+"""Two jobs side by side: per phase and per rank, time, bytes and peak RSS, plus every recorded parameter of the loads
+that may explain them (world size, ranks, hosts, attempt, strategy, checkpoint, model class, dtype, device map, tensor
+parallel plan, launcher, library versions).
+
+Each side is one job (one attempt of a trace) of its source; ``pick_job`` picks it when the source holds several.
 
 Phases, each from the spans named in README.md's span reference:
 - ``open``: ``safetensors.open`` / ``torch.load`` spans (their time, the files' sizes, how many);
@@ -14,16 +17,22 @@ Phases, each from the spans named in README.md's span reference:
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from .. import semconv as sc
 from .model import ComparedJob, Comparison, PhaseRow, RankLoad, ResourceRow
-from .ranks import Job, int_attr, real_bytes
+from .ranks import Job, int_attr, outermost, real_bytes
+from .sources import SourceError, rfc3339_nanos
 
 # Spans of their own for reading: only at tensor detail, or around a state dict (at default detail reads happen inside
 # file spans, and the read phase has no time).
 READ_SPANS = frozenset({sc.SPAN_SAFETENSORS_READ, sc.SPAN_LOAD_STATE_DICT, sc.SPAN_SAFETENSORS_LOAD})
-RESOURCE_KEYS = (sc.VERSION, sc.LAUNCHER, sc.CLUSTER, sc.CHECKPOINT_BYTES)
+# The load's parameters, from its ``transformers.from_pretrained`` spans (strategy and checkpoint have rows of their
+# own, from the rank records); then the process's own, from its resource.
+LOAD_KEYS = (sc.CHECKPOINT_BYTES, sc.MODEL_CLASS, sc.DTYPE, sc.DEVICE_MAP, sc.TP_PLAN)
+RESOURCE_KEYS = (sc.VERSION, sc.LAUNCHER, sc.CLUSTER)
+PRETRAINED = frozenset({sc.SPAN_FROM_PRETRAINED})
 
 
 def _seconds(rank: RankLoad, names: frozenset[str]) -> float | None:
@@ -71,11 +80,20 @@ def _difference(a: float | int | None, b: float | int | None) -> tuple[float | i
     return difference, (round(b / a, 4) if a else None)
 
 
+def numbered(job: Job) -> dict[int, RankLoad]:
+    """The job's ranks by number; a job of one process that has no rank (a plain ``python`` run, no launcher) is rank
+    0, as torch.distributed would number it."""
+    if len(job.ranks) == 1 and job.ranks[0].rank is None:
+        return {0: job.ranks[0]}
+    return {rank.rank: rank for rank in job.ranks if rank.rank is not None}
+
+
 def phase_rows(a: Job, b: Job) -> list[PhaseRow]:
     """One row per (phase, rank, metric): A's value, B's, B − A and B / A (null where either is unknown or A is 0)."""
-    numbers = sorted({rank.rank for rank in a.ranks + b.ranks if rank.rank is not None})
-    metrics_a = {rank.rank: phase_metrics(rank) for rank in a.ranks if rank.rank is not None}
-    metrics_b = {rank.rank: phase_metrics(rank) for rank in b.ranks if rank.rank is not None}
+    ranks_a, ranks_b = numbered(a), numbered(b)
+    numbers = sorted({*ranks_a, *ranks_b})
+    metrics_a = {number: phase_metrics(rank) for number, rank in ranks_a.items()}
+    metrics_b = {number: phase_metrics(rank) for number, rank in ranks_b.items()}
     rows = []
     for phase in PHASES:
         for number in numbers:
@@ -94,17 +112,26 @@ def _distinct(values: list[Any]) -> str | None:
     return ", ".join(present) if present else None
 
 
+def load_values(rank: RankLoad, key: str) -> list[Any]:
+    """An attribute of the rank's outermost ``transformers.from_pretrained`` spans (every model it loaded)."""
+    by_id = {span.span_id: span for span in rank.spans if span.span_id}
+    return [span.attributes.get(key) for span in outermost(rank.spans, PRETRAINED, by_id)]
+
+
 def job_resources(job: Job) -> dict[str, str | None]:
     """The properties of a job that may explain a difference in its load."""
     resources: dict[str, str | None] = {
         "world_size": _distinct([job.world_size]),
         "ranks": _distinct([len(job.ranks)]),
         "hosts": _distinct([rank.host for rank in job.ranks]),
+        "attempt": _distinct([job.attempt]),
         "strategy": _distinct([rank.strategy for rank in job.ranks]),
         "checkpoint": _distinct([rank.checkpoint for rank in job.ranks]),
     }
-    keys = sorted({key for rank in job.ranks for key in rank.resource if key.startswith(sc.LIB_PREFIX)})
-    for key in [*RESOURCE_KEYS, *keys]:
+    for key in LOAD_KEYS:
+        resources[key] = _distinct([value for rank in job.ranks for value in load_values(rank, key)])
+    libraries = sorted({key for rank in job.ranks for key in rank.resource if key.startswith(sc.LIB_PREFIX)})
+    for key in [*RESOURCE_KEYS, *libraries]:
         resources[key] = _distinct([rank.resource.get(key) for rank in job.ranks])
     return resources
 
@@ -121,12 +148,99 @@ def resource_rows(a: Job, b: Job) -> list[ResourceRow]:
     ]
 
 
+def compared_job(job: Job, source: str, skipped: int) -> ComparedJob:
+    return ComparedJob(source, job.trace_id, job.job_id, job.attempt, job.run, rfc3339_nanos(job.start_ns), skipped)
+
+
 def compare(
     a: Job, b: Job, source_a: str = "A", source_b: str = "B", skipped_a: int = 0, skipped_b: int = 0
 ) -> Comparison:
     return Comparison(
-        a=ComparedJob(source_a, a.trace_id, a.job_id, skipped_a),
-        b=ComparedJob(source_b, b.trace_id, b.job_id, skipped_b),
+        a=compared_job(a, source_a, skipped_a),
+        b=compared_job(b, source_b, skipped_b),
         phases=phase_rows(a, b),
         resources=resource_rows(a, b),
     )
+
+
+# Picking one job of a source ----------------------------------------------------------------------------------------
+
+# ``ID``, ``ID@ATTEMPT`` or ``ID@ATTEMPT.RUN`` (RUN from 1, as the report's "run 2 of 2"; ATTEMPT empty where no process
+# recorded one). ID is a job id, a trace id or a unique prefix of either, and may be empty after ``@`` (the only job).
+PICK = re.compile(r"(?P<id>.*)@(?P<attempt>\d*)(?:\.(?P<run>[1-9]\d*))?")
+PICK_HELP = "a job id, a trace id or a unique prefix of either; ID@ATTEMPT for one attempt of a restarted job"
+
+
+def _named(jobs: list[Job], ident: str, exact: bool) -> list[Job]:
+    trace = ident.lower()
+    if exact:
+        return [job for job in jobs if ident == job.job_id or trace == job.trace_id]
+    return [job for job in jobs if (job.job_id or "").startswith(ident) or job.trace_id.startswith(trace)]
+
+
+def pick_text(job: Job, jobs: list[Job]) -> str:
+    """What picks ``job`` among ``jobs``: its job id (its trace id where it has none, or shares it with another trace),
+    then ``@ATTEMPT`` where its trace holds several jobs, and ``.RUN`` where its attempt ran more than once."""
+    ident = job.job_id
+    if ident is None or any(other.job_id == ident and other.trace_id != job.trace_id for other in jobs):
+        ident = job.trace_id
+    same_trace = [other for other in jobs if other.trace_id == job.trace_id]
+    if len(same_trace) == 1:
+        return ident
+    attempt = "" if job.attempt is None else str(job.attempt)
+    runs = sum(1 for other in same_trace if other.attempt == job.attempt)
+    return f"{ident}@{attempt}" + (f".{job.run + 1}" if runs > 1 else "")
+
+
+def job_list(jobs: list[Job], among: list[Job]) -> str:
+    """``ID (trace T, attempt N, started 2026-12-01T00:39:17Z), ...``: each job as picked, and what tells it apart."""
+    entries = []
+    for job in jobs:
+        text, started = pick_text(job, among), rfc3339_nanos(job.start_ns)
+        facts = [f"trace {job.trace_id}"] if not text.startswith(job.trace_id) else []
+        facts += [f"attempt {job.attempt}"] if job.attempt is not None else []
+        facts += [f"run {job.run + 1}"] if job.run else []
+        facts += [f"started {started[:19]}Z"] if started else []
+        entries.append(f"{text} ({', '.join(facts)})" if facts else text)
+    return ", ".join(entries)
+
+
+def pick_job(jobs: list[Job], pick: str | None, source: str, flag: str, both: str | None = None) -> Job:
+    """The job of ``source`` that ``pick`` (the value of ``flag``) names, or its only job when ``pick`` is None.
+
+    Raises ``SourceError``, one line listing the candidates and how to pick one, where that is not exactly one job.
+    ``both`` (``--b-job``) is the other side's flag when both sides read this source and neither picked a job."""
+    how = f"pick one with {flag} ID" if both is None else f"pick each side's with {flag} ID {both} ID"
+    how += f" ({PICK_HELP})"
+    if not jobs:
+        raise SourceError(f"{source} holds no job")
+    if pick is None:
+        if len(jobs) == 1:
+            return jobs[0]
+        raise SourceError(f"{source} holds {len(jobs)} jobs: {job_list(jobs, jobs)}; {how}")
+    attempt: str | None = None
+    run: str | None = None
+    named = _named(jobs, pick, exact=True)  # a job id may itself hold an @
+    if not named:
+        match = PICK.fullmatch(pick)
+        ident = match.group("id") if match else pick
+        if match:
+            attempt, run = match.group("attempt"), match.group("run")
+        named = _named(jobs, ident, exact=True) or _named(jobs, ident, exact=False)
+    if not named:
+        raise SourceError(f"no job of {source} matches {flag} {pick}; it holds {job_list(jobs, jobs)}")
+    if len({job.trace_id for job in named}) > 1:
+        raise SourceError(
+            f"{flag} {pick} matches {len(named)} jobs of {source}: {job_list(named, jobs)}; give more of the id"
+        )
+    if attempt is not None:
+        wanted = int(attempt) if attempt else None
+        picked = [job for job in named if job.attempt == wanted and (run is None or job.run == int(run) - 1)]
+        if not picked:
+            raise SourceError(f"no job of {source} matches {flag} {pick}; that trace holds {job_list(named, jobs)}")
+        named = picked
+    if len(named) > 1:
+        raise SourceError(
+            f"{flag} {pick} names a trace of {source} with {len(named)} jobs: {job_list(named, jobs)}; {how}"
+        )
+    return named[0]

@@ -357,9 +357,14 @@ class Report:
 
 @dataclass
 class ComparedJob:
+    """One side of a comparison: the job picked from its source (``--a-job`` / ``--b-job``, or its only one)."""
+
     source: str
     trace_id: str
     job_id: str | None
+    attempt: int | None
+    run: int
+    start_time: str | None
     skipped_lines: int
 
 
@@ -378,6 +383,9 @@ class PhaseRow:
 
 @dataclass
 class ResourceRow:
+    """A property of the two jobs (world size, a load parameter, a library version): each side's value, ``a, b`` where
+    its ranks disagree."""
+
     name: str
     a: str | None
     b: str | None
