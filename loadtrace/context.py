@@ -5,6 +5,7 @@ Independent of the hooked libraries: torch.distributed is consulted only if the 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import sys
@@ -37,7 +38,7 @@ LAUNCHERS: tuple[tuple[str, tuple[str, str, str, str | None, str | None]], ...] 
 # Job ids, most specific first. Each is shared by every rank of one launch and differs between launches.
 JOB_ID_VARIABLES = (
     "LOADTRACE_JOB_ID",
-    "TORCHELASTIC_RUN_ID",  # torchrun / accelerate launch: --rdzv-id, or a fresh uuid for single-node runs
+    "TORCHELASTIC_RUN_ID",  # torchrun: --rdzv-id, or a uuid on single-node runs without --master-port; else "none"
     "SLURM_JOB_ID",  # combined with SLURM_STEP_ID: each srun step is its own launch
     "PMIX_NAMESPACE",  # Open MPI 5 / PMIx
     "OMPI_MCA_ess_base_jobid",  # Open MPI 4
@@ -55,6 +56,9 @@ STORE_KEY = "loadtrace/job_id"
 SOURCE_EXPLICIT = "LOADTRACE_JOB_ID"
 SOURCE_STORE = "process group store (rank 0)"
 SOURCE_PROCESS = "process"  # no job id: a trace of this process's own
+# A single-node torchelastic launch (torchrun, accelerate launch) without a real run id: what its workers share.
+SOURCE_LAUNCH = "launcher (LOADTRACE_LAUNCH_ID)"  # our witnessing launcher's id for the launch
+SOURCE_LAUNCH_DIR = "launcher (TORCHELASTIC_ERROR_FILE)"  # an untraced launcher: its run's log directory
 
 
 def _int(value: str | None) -> int | None:
@@ -108,7 +112,8 @@ def current_rank(env: Mapping[str, str] | None = None) -> Rank:
 
 
 def job_id_from_env(env: Mapping[str, str]) -> tuple[str | None, str | None]:
-    """The job id and the variable it came from; (None, None) when only placeholders are set."""
+    """The job id and where it came from; (None, None) when only placeholders are set and the launch is not a
+    single-node torchelastic one (``launch_id_from_env``)."""
     for name in JOB_ID_VARIABLES:
         value = env.get(name, "").strip()
         if value.lower() in PLACEHOLDER_JOB_IDS:
@@ -116,7 +121,44 @@ def job_id_from_env(env: Mapping[str, str]) -> tuple[str | None, str | None]:
         if name == "SLURM_JOB_ID" and env.get("SLURM_STEP_ID"):
             value = f"{value}.{env['SLURM_STEP_ID']}"
         return value, name
+    return launch_id_from_env(env)
+
+
+def launch_id_from_env(env: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """For a torchelastic worker (torchrun, ``accelerate launch``) whose launcher gave no usable run id
+    (``TORCHELASTIC_RUN_ID=none``: static rendezvous, any ``--master-port``, every ``accelerate launch``): when every
+    rank of the job is on this node, one launcher started them all, and what it gave all of them is the job id.
+
+    That is ``LOADTRACE_LAUNCH_ID`` when the launcher is traced (it gives each of its workers the same one), else the
+    directory torchelastic made for this launch's logs (``TORCHELASTIC_ERROR_FILE`` minus ``attempt_<n>/<local
+    rank>/error.json``: a fresh ``mkdtemp`` per launch, the same for every worker and every restart, wrapper scripts
+    between launcher and Python included). Never on several nodes: their launchers differ, and one trace per node
+    would split the job; the process group's store joins those (``Job.adopt_from_store``)."""
+    if "TORCHELASTIC_RUN_ID" not in env:
+        return None, None
+    world, local_world = _int(env.get("WORLD_SIZE")), _int(env.get("LOCAL_WORLD_SIZE"))
+    nodes = _int(env.get("GROUP_WORLD_SIZE"))
+    if world is None or world < 1 or world != local_world or (nodes is not None and nodes != 1):
+        return None, None
+    launch = env.get("LOADTRACE_LAUNCH_ID", "").strip()
+    if launch and launch.lower() not in PLACEHOLDER_JOB_IDS:
+        return launch, SOURCE_LAUNCH
+    run_dir = _launch_log_dir(env.get("TORCHELASTIC_ERROR_FILE", ""))
+    if run_dir is not None:
+        key = f"{socket.gethostname()}\0{run_dir}".encode()
+        return hashlib.sha256(key).hexdigest()[:32], SOURCE_LAUNCH_DIR
     return None, None
+
+
+def _launch_log_dir(error_file: str) -> str | None:
+    """``<log dir>/<run id>_<random>/attempt_<n>/<local rank>/error.json`` → ``<log dir>/<run id>_<random>``."""
+    parts = error_file.strip().split(os.sep)
+    if len(parts) < 4 or parts[-1] != "error.json" or not parts[-2].isdigit():
+        return None
+    attempt = parts[-3]
+    if not (attempt.startswith("attempt_") and attempt[len("attempt_") :].isdigit()):
+        return None
+    return os.sep.join(parts[:-3])
 
 
 def library_versions() -> dict[str, str]:

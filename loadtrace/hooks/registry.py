@@ -7,6 +7,10 @@ is called before the original with ``(instance, args, kwargs)`` and returns ``No
 Hooks install when their module is imported (post-import hooks), or at once if it already is; names that other
 modules bound with ``from x import y`` before that are rebound too, and restored by ``uninstall``.
 A handler that raises is reported once and the original call goes ahead with its original arguments and result.
+
+A wrapper is a Python frame between the caller and the function it called. ``warnings.warn(..., stacklevel=2)``
+inside that function would name the wrapper's file and module instead of the caller's, and filters by module would
+stop matching: every call-through frame of ours is marked (``call_through``) so that ``warnings`` steps over it.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from types import CodeType, FunctionType
+from typing import Any, Protocol, TypeVar
 
 import wrapt
 
@@ -59,10 +64,54 @@ def fault(where: str, error: BaseException, scope: spans.Scope | None = None) ->
             pass
 
 
+# CPython's ``warnings`` (``_is_internal_filename`` in Lib/warnings.py, ``is_internal_filename`` in Python/_warnings.c,
+# 3.10 to 3.13 alike) does not count a frame whose code's file name contains both "importlib" and "_bootstrap" when
+# it walks ``stacklevel`` frames up: that is how the import machinery stays out of warnings raised during an import.
+# Our call-through frames carry that mark, appended to their real path: the caller's file, line and module are what a
+# warning names, traced or not. Tracebacks still show our frames and their source (linecache finds it through the
+# module's loader, as the name is not a file), and the real path stays its prefix (``torch.call_site``).
+# The mark costs nothing per call. A warning raised by C code with stacklevel=1 names the innermost Python frame, the
+# wrapper's when the wrapped function is a C function: CPython offers no way to step over that one.
+CALL_THROUGH_MARK = " (loadtrace call-through: skipped by warnings like importlib._bootstrap)"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _marked(code: CodeType) -> CodeType:
+    if code.co_filename.endswith(CALL_THROUGH_MARK):
+        return code
+    consts = tuple(_marked(const) if isinstance(const, CodeType) else const for const in code.co_consts)
+    return code.replace(co_filename=code.co_filename + CALL_THROUGH_MARK, co_consts=consts)
+
+
+def call_through(function: F) -> F:
+    """Mark ``function`` (and the functions defined inside it) as a call-through frame that ``warnings`` skips."""
+    if isinstance(function, FunctionType):
+        function.__code__ = _marked(function.__code__)
+    return function
+
+
+def call_through_proxies(module_name: str) -> None:
+    """Mark every method of the wrapt proxies defined in ``module_name``: a proxy's method runs between the caller and
+    the wrapped object's method (``safetensors``' ``get_tensor``, a slice's ``__getitem__``)."""
+    for value in list(vars(sys.modules[module_name]).values()):
+        if isinstance(value, type) and issubclass(value, wrapt.ObjectProxy) and value.__module__ == module_name:
+            for member in vars(value).values():
+                if isinstance(member, (staticmethod, classmethod)):
+                    member = member.__func__
+                if isinstance(member, property):
+                    for accessor in (member.fget, member.fset, member.fdel):
+                        if accessor is not None:
+                            call_through(accessor)
+                else:
+                    call_through(member)
+
+
 class HookWrapper(wrapt.FunctionWrapper):
     """Ours, told apart from anyone else's wrapper: installing again must not wrap twice."""
 
 
+@call_through
 def _wrapper(hook: Hook) -> Callable:
     handler = hook.handler
 

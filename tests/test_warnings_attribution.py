@@ -1,0 +1,251 @@
+"""Promise: a guest does not move warnings. A ``warnings.warn(..., stacklevel=N)`` raised inside a hooked call names the
+same file, line and module traced and untraced (so ``module=`` filters keep matching), through the hook wrapper, the
+while-loading wrappers and the safetensors proxies; tracebacks still show our frames with their source."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import traceback
+import types
+import warnings
+
+import pytest
+import torch
+import wrapt
+from support.torchrun import clean_env
+from support.venvs import discover
+
+import loadtrace
+from loadtrace.hooks import registry
+from loadtrace.hooks import safetensors as safetensors_hooks
+from loadtrace.hooks.registry import CALL_THROUGH_MARK, Hook, Registry
+
+MODULE = "_loadtrace_warning_target"
+
+
+class Done:
+    def done(self, result, error):
+        return result
+
+
+def make_target() -> types.ModuleType:
+    module = types.ModuleType(MODULE)
+    source = """
+import warnings
+
+def deprecated(x=1):
+    warnings.warn("deprecated", FutureWarning, stacklevel=2)
+    return x
+
+def _inner():
+    warnings.warn("deeper", FutureWarning, stacklevel=3)
+
+def outer():
+    _inner()
+
+class Model:
+    @classmethod
+    def from_pretrained(cls, name):
+        warnings.warn("tp_plan", FutureWarning, stacklevel=2)
+        return cls()
+
+def fails():
+    raise ValueError("from the job")
+"""
+    exec(compile(source, f"/site-packages/{MODULE}.py", "exec"), module.__dict__)
+    sys.modules[MODULE] = module
+    return module
+
+
+@pytest.fixture
+def target():
+    module = make_target()
+    yield module
+    sys.modules.pop(MODULE, None)
+
+
+def calls(module) -> list[tuple[str, int, str]]:
+    """Every way the job calls it, each on a line of its own; where each warning says it came from."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        module.deprecated()
+        module.deprecated(x=2)
+        module.outer()
+        module.Model.from_pretrained("ckpt")
+    return [(w.filename, w.lineno, str(w.message)) for w in caught]
+
+
+def handlers():
+    return {
+        "pass-through": lambda instance, args, kwargs: None,
+        "with-done": lambda instance, args, kwargs: Done(),
+        "faulty": lambda instance, args, kwargs: 1 / 0,
+    }
+
+
+@pytest.mark.parametrize("kind", list(handlers()))
+def test_a_hooked_call_warns_from_the_callers_line(target, kind):
+    untraced = calls(target)
+    assert {f for f, _, _ in untraced} == {__file__}
+    handler = handlers()[kind]
+    hooks = Registry(
+        [
+            Hook(MODULE, "deprecated", handler),
+            Hook(MODULE, "outer", handler),
+            Hook(MODULE, "Model.from_pretrained", handler),
+        ]
+    )
+    hooks.install()
+    try:
+        assert isinstance(target.deprecated, registry.HookWrapper)
+        assert calls(target) == untraced
+    finally:
+        hooks.uninstall()
+    assert not isinstance(target.deprecated, wrapt.FunctionWrapper)  # exact uninstrument
+    assert calls(target) == untraced
+
+
+def test_a_module_filter_still_matches_a_hooked_call(target):
+    hooks = Registry([Hook(MODULE, "deprecated", lambda instance, args, kwargs: Done())])
+    hooks.install()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            warnings.filterwarnings("error", category=FutureWarning, module=re.escape(__name__))
+            with pytest.raises(FutureWarning):
+                target.deprecated()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            warnings.filterwarnings("ignore", category=FutureWarning, module=re.escape(__name__))
+            target.deprecated()  # ignored by module, as untraced
+    finally:
+        hooks.uninstall()
+
+
+def test_tracebacks_still_show_the_wrapper_and_its_source(target):
+    hooks = Registry([Hook(MODULE, "fails", lambda instance, args, kwargs: Done())])
+    hooks.install()
+    try:
+        with pytest.raises(ValueError) as raised:
+            target.fails()
+    finally:
+        hooks.uninstall()
+    text = "".join(traceback.format_exception(raised.type, raised.value, raised.tb))
+    assert "loadtrace/hooks/registry.py" in text and CALL_THROUGH_MARK in text
+    assert "result = wrapped(*args, **kwargs)" in text  # the source line, found through the module's loader
+    assert "ValueError: from the job" in text
+
+
+def test_a_while_loading_wrapper_keeps_the_callers_line():
+    original = torch.zeros_like
+
+    def theirs(*args, **kwargs):  # a Python function where torch.zeros_like was: it warns about its caller
+        warnings.warn("theirs", UserWarning, stacklevel=2)
+        return original(*args, **kwargs)
+
+    def call():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.zeros_like(torch.ones(2))
+        return [(w.filename, w.lineno) for w in caught]
+
+    torch.zeros_like = theirs
+    try:
+        untraced = call()
+        loadtrace.instrument()
+        try:
+            with loadtrace.traced_load("x"):
+                assert torch.zeros_like is not theirs  # ours, around theirs
+                assert call() == untraced
+        finally:
+            loadtrace.uninstrument()
+    finally:
+        torch.zeros_like = original
+    assert untraced and untraced[0][0] == __file__
+
+
+def test_every_safetensors_proxy_method_is_a_call_through_frame():
+    proxies = [
+        value
+        for value in vars(safetensors_hooks).values()
+        if isinstance(value, type)
+        and issubclass(value, wrapt.ObjectProxy)
+        and value.__module__ == safetensors_hooks.__name__
+    ]
+    assert proxies
+    for proxy in proxies:
+        for name, member in vars(proxy).items():
+            if isinstance(member, types.FunctionType):
+                assert member.__code__.co_filename.endswith(CALL_THROUGH_MARK), f"{proxy.__name__}.{name}"
+
+
+def test_a_proxy_keeps_the_callers_line():
+    class Slice:
+        def __getitem__(self, index):
+            warnings.warn("slice", DeprecationWarning, stacklevel=2)
+            return torch.ones(2)
+
+    slot = types.SimpleNamespace(counts=[0, 0])
+    proxy = type("Counting", (safetensors_hooks.CountingSlice,), {"_self_slot": slot})(Slice())
+    plain = Slice()
+    seen = []
+    for handle in (plain, proxy):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            handle[0]
+        seen.append([(w.filename, w.lineno) for w in caught])
+    assert seen[0] == seen[1] and seen[0][0][0] == __file__
+    assert slot.counts == [1, 8]
+
+
+# A real load ---------------------------------------------------------------------------------------------------------
+
+TP_PLAN = """
+import json, re, sys, warnings
+from transformers import AutoModelForCausalLM
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    AutoModelForCausalLM.from_pretrained(sys.argv[1], tp_plan="auto")
+found = [(w.filename, w.lineno, w.category.__name__) for w in caught if "tp_plan" in str(w.message)]
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    warnings.filterwarnings("error", category=FutureWarning, module=re.escape("transformers.models.auto.auto_factory"))
+    try:
+        AutoModelForCausalLM.from_pretrained(sys.argv[1], tp_plan="auto")
+        matched = False
+    except FutureWarning:
+        matched = True
+print("RESULT " + json.dumps({"warnings": found, "module_filter_matched": matched}))
+"""
+
+
+@pytest.mark.integration
+def test_a_deprecation_warning_inside_from_pretrained_is_attributed_the_same_traced(checkpoint, tmp_path):
+    found = discover()
+    if not found:
+        pytest.skip("no venv with torchrun and transformers (see tests/support/venvs.py)")
+    venv = found[0]
+    script = tmp_path / "tp_plan.py"
+    script.write_text(TP_PLAN)
+    results = {}
+    for traced in (False, True):
+        env = {"LOADTRACE": "1", "LOADTRACE_DIR": str(tmp_path / "traces")} if traced else {}
+        proc = subprocess.run(
+            [str(venv.python), str(script), str(checkpoint)],
+            cwd=tmp_path,
+            env=clean_env(venv, env),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        (line,) = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+        results[traced] = json.loads(line[len("RESULT ") :])
+    assert results[True] == results[False]
+    ((filename, _, category),) = results[False]["warnings"]
+    assert filename.endswith("auto_factory.py") and category == "FutureWarning"
+    assert results[True]["module_filter_matched"]
+    assert list((tmp_path / "traces").rglob("*.jsonl"))  # it really was traced
