@@ -27,6 +27,8 @@ def load_end(scope: Scope, extra: dict[str, Any]) -> dict[str, Any]:
     attributes = dict(extra)
     attributes.update(reads(*(file.slot for file in scope.files if file.slot is not None)))
     attributes[semconv.FILES_OPENED] = len(scope.files)
+    attributes.update(partial_reads(scope.files))
+    attributes.update(checkpoint_residency(scope.files))
     attributes[semconv.HOOK_ERRORS] = len(scope.ledger.errors)
     before, after = scope.memory_before, scope.memory_after
     if before is not None and after is not None:
@@ -38,6 +40,23 @@ def load_end(scope: Scope, extra: dict[str, Any]) -> dict[str, Any]:
     if scope.ledger.conversions:
         attributes.update(conversions(scope.ledger))
     return attributes
+
+
+def checkpoint_residency(files: list[Scope]) -> dict[str, int]:
+    """The files a load opened by path, each once (its first open: a later one finds what the first read), and how
+    many of their bytes the page cache did not hold then. Nothing when a file's residency is unknown, or none was
+    opened by path: a partial sum would read as a real figure."""
+    first: dict[str, tuple[int, int | None]] = {}
+    for file in files:
+        if file.residency is not None:
+            path, size, cached = file.residency
+            first.setdefault(path, (size, cached))
+    if not first or any(cached is None for _, cached in first.values()):
+        return {}
+    return {
+        semconv.IO_CHECKPOINT_FILE_BYTES: sum(size for size, _ in first.values()),
+        semconv.IO_CHECKPOINT_COLD_BYTES: sum(max(0, size - (cached or 0)) for size, cached in first.values()),
+    }
 
 
 def phase_end(scope: Scope) -> dict[str, Any]:
@@ -53,8 +72,18 @@ def phase_end(scope: Scope) -> dict[str, Any]:
 
 
 def file_end(scope: Scope) -> dict[str, Any]:
-    """A file span: the tensors and bytes read through it."""
-    return reads(scope.slot) if scope.slot is not None else reads()
+    """A file span: the tensors and bytes read through it (and the partial reads among them, when any)."""
+    attributes = reads(scope.slot) if scope.slot is not None else reads()
+    attributes.update(partial_reads([scope]))
+    return attributes
+
+
+def partial_reads(files: list[Scope]) -> dict[str, int]:
+    """Reads through these files that returned only part of a tensor (a slice), when there were any."""
+    sizes = [nbytes for file in files for nbytes in file.ledger.partial_reads]
+    if not sizes:
+        return {}
+    return {semconv.READ_PARTIAL_TENSORS: len(sizes), semconv.READ_PARTIAL_BYTES: sum(sizes)}
 
 
 def reads(*slots: ReadSlot) -> dict[str, Any]:

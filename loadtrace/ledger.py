@@ -11,12 +11,13 @@ from __future__ import annotations
 class Ledger:
     """What happened under one span: tensors materialised, conversions, faults."""
 
-    __slots__ = ("materialized", "conversions", "errors")
+    __slots__ = ("materialized", "conversions", "errors", "partial_reads")
 
     def __init__(self) -> None:
         self.materialized: list[tuple[str, str, int]] = []  # (call site, device type, bytes)
         self.conversions: list[tuple[tuple[str, ...], int]] = []  # (operation names, bytes produced)
         self.errors: list[str] = []  # loadtrace faults swallowed
+        self.partial_reads: list[int] = []  # files: bytes of each read that returned only part of a tensor
 
     def add_materialized(self, site: str, device: str, nbytes: int) -> None:
         self.materialized.append((site, device, nbytes))

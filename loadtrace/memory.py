@@ -6,7 +6,10 @@ Every reader returns zeros rather than raising where a file is missing (another 
 from __future__ import annotations
 
 import os
+import stat
+import sys
 from dataclasses import dataclass
+from typing import Any
 
 from . import statefile
 
@@ -171,3 +174,133 @@ def oom_kill_count(cgroup_dir: str | None) -> int | None:
         if count is not None:
             return count
     return None
+
+
+# Page-cache residency of a file (issue 12) --------------------------------------------------------------------------
+#
+# ``cachestat(2)`` (Linux 6.5+) counts a file's cached pages in one call (10-90 µs for a 400 MB file here, cold to
+# warm, Python included); where it is missing or refused (an older kernel, a seccomp profile), ``mincore(2)`` on a
+# read-only shared mapping asks page by page (1-3 ms for that file). Both read the kernel's page cache exactly, and
+# neither reads the file.
+
+_CACHESTAT = 451  # the same number on every architecture that has it (the unified syscall table)
+_CACHESTAT_MACHINES = frozenset({"x86_64", "aarch64", "arm64", "riscv64", "ppc64le", "s390x"})
+_WINDOW = 1 << 30  # mincore maps and asks at most this much at a time: one vector byte per page (256 KiB here)
+_LOW_BIT = bytes(value & 1 for value in range(256))  # mincore: bit 0 of each byte says resident, the rest is reserved
+_libc: Any = None  # libc through ctypes, typed; False where there is none (not Linux)
+_use_cachestat = True  # turned off for the process at the first ENOSYS / EPERM
+
+
+def _load_libc() -> Any:
+    global _libc
+    if _libc is None:
+        _libc = False
+        if sys.platform.startswith("linux"):
+            try:
+                import ctypes
+                import ctypes.util
+
+                libc: Any = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+                libc.mmap.restype = ctypes.c_void_p
+                libc.mmap.argtypes = [
+                    ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long
+                ]  # fmt: skip
+                libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+                libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+                libc.syscall.restype = ctypes.c_long
+
+                class CachestatRange(ctypes.Structure):
+                    _fields_ = [("off", ctypes.c_uint64), ("len", ctypes.c_uint64)]
+
+                class Cachestat(ctypes.Structure):
+                    _fields_ = [
+                        (name, ctypes.c_uint64)
+                        for name in ("nr_cache", "nr_dirty", "nr_writeback", "nr_evicted", "nr_recently_evicted")
+                    ]
+
+                libc.cachestat_range, libc.cachestat_t = CachestatRange, Cachestat
+                _libc = libc
+            except (OSError, AttributeError):
+                pass
+    return _libc
+
+
+def cached_bytes(path: str | os.PathLike[str]) -> int | None:
+    """Bytes of the file at ``path`` in the page cache now: what reading it whole would not fetch from storage (the
+    last page counts only the file's bytes in it). None where it cannot be known: not Linux, not a regular file, both
+    calls refused; never a guess."""
+    libc = _load_libc()
+    if not libc:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        found = _cachestat(libc, fd, info.st_size) if _use_cachestat else None
+        return found if found is not None else _mincore(libc, fd, info.st_size)
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+
+
+def _cachestat(libc: Any, fd: int, size: int) -> int | None:
+    global _use_cachestat
+    import ctypes
+    import errno
+    import mmap
+
+    if os.uname().machine not in _CACHESTAT_MACHINES:
+        _use_cachestat = False
+        return None
+
+    def pages(offset: int, length: int) -> int | None:  # length 0: to the end of the file
+        found = libc.cachestat_t()
+        if libc.syscall(_CACHESTAT, fd, ctypes.byref(libc.cachestat_range(offset, length)), ctypes.byref(found), 0):
+            return None
+        return int(found.nr_cache)
+
+    page = mmap.PAGESIZE
+    cached = pages(0, 0)
+    if cached is None:
+        if ctypes.get_errno() in (errno.ENOSYS, errno.EPERM):
+            _use_cachestat = False
+        return None
+    resident = cached * page
+    tail = size % page
+    if tail and cached:
+        last = pages(size - tail, page)
+        if last is None:
+            return None
+        if last:
+            resident -= page - tail
+    return min(resident, size)
+
+
+def _mincore(libc: Any, fd: int, size: int) -> int | None:
+    import ctypes
+    import mmap
+
+    page = mmap.PAGESIZE
+    vector = (ctypes.c_ubyte * (min(size, _WINDOW) // page + 1))()
+    resident = 0
+    for offset in range(0, size, _WINDOW):
+        length = min(_WINDOW, size - offset)
+        address = libc.mmap(None, length, mmap.PROT_READ, mmap.MAP_SHARED, fd, offset)
+        if address is None or address == ctypes.c_void_p(-1).value:
+            return None
+        try:
+            if libc.mincore(ctypes.c_void_p(address), length, vector) != 0:
+                return None
+        finally:
+            libc.munmap(ctypes.c_void_p(address), length)
+        count = (length + page - 1) // page
+        flags = bytes(vector)[:count].translate(_LOW_BIT)
+        resident += flags.count(1) * page
+        if flags[count - 1] and length % page:  # the file ends inside its last page
+            resident -= page - length % page
+    return resident

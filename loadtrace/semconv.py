@@ -86,6 +86,7 @@ def lib_key(library: str) -> str:
 MODEL_CLASS = "loadtrace.model.class"
 CHECKPOINT = "loadtrace.checkpoint"
 CHECKPOINT_BYTES = "loadtrace.checkpoint.bytes"
+CHECKPOINT_TENSOR_BYTES = "loadtrace.checkpoint.tensor_bytes"  # the tensors' bytes, from the safetensors headers
 DTYPE = "loadtrace.dtype"
 STRATEGY = "loadtrace.strategy"
 DEVICE_MAP = "loadtrace.device_map"  # ``str()`` of from_pretrained's ``device_map``, absent when not given
@@ -105,9 +106,13 @@ def held_bytes_key(device: str) -> str:
 FILE_PATH = "loadtrace.file.path"
 FILE_SIZE = "loadtrace.file.size"
 FILE_TENSORS = "loadtrace.file.tensors"
+# Bytes of the file in the node's page cache when it was opened (memory.cached_bytes); absent where unknown.
+FILE_CACHED_BYTES_AT_OPEN = "loadtrace.file.cached_bytes_at_open"
 MAP_LOCATION = "loadtrace.map_location"
 READ_TENSORS = "loadtrace.read.tensors"
 READ_BYTES = "loadtrace.read.bytes"
+READ_PARTIAL_TENSORS = "loadtrace.read.partial_tensors"  # slice reads that returned less than the whole tensor
+READ_PARTIAL_BYTES = "loadtrace.read.partial_bytes"
 TENSOR_NAME = "loadtrace.tensor.name"
 TENSOR_DTYPE = "loadtrace.tensor.dtype"
 TENSOR_SHAPE = "loadtrace.tensor.shape"
@@ -161,6 +166,10 @@ def rss_key(kind: str | None, moment: str) -> str:
 
 IO_STORAGE_READ_BYTES = "loadtrace.io.storage_read_bytes"
 IO_CACHED_BYTES = "loadtrace.io.cached_bytes"
+# Load spans: the checkpoint files it opened (each once, at its first open), by page-cache residency then. Cold bytes
+# are what storage delivers if they are read; absent unless every file opened by path was measured.
+IO_CHECKPOINT_FILE_BYTES = "loadtrace.io.checkpoint_file_bytes"
+IO_CHECKPOINT_COLD_BYTES = "loadtrace.io.checkpoint_cold_bytes"
 NODE_MEMORY_TOTAL = "loadtrace.node.memory_total"
 NODE_MEMORY_AVAILABLE = "loadtrace.node.memory_available"
 CGROUP_MEMORY_CURRENT = "loadtrace.cgroup.memory_current"
@@ -172,7 +181,19 @@ STRATEGY_PLAIN = "plain"
 STRATEGY_FSDP = "fsdp"
 STRATEGY_FSDP_CPU_RAM_EFFICIENT = "fsdp_cpu_ram_efficient"
 STRATEGY_ZERO3 = "zero3"
-STRATEGIES = (STRATEGY_PLAIN, STRATEGY_FSDP, STRATEGY_FSDP_CPU_RAM_EFFICIENT, STRATEGY_ZERO3)
+# transformers' own tensor parallelism (``tp_plan``), alone or under FSDP: each rank reads its own slices.
+STRATEGY_TP = "tp"
+STRATEGY_FSDP_TP = "fsdp+tp"
+STRATEGY_FSDP_CPU_RAM_EFFICIENT_TP = "fsdp_cpu_ram_efficient+tp"
+STRATEGIES = (
+    STRATEGY_PLAIN,
+    STRATEGY_FSDP,
+    STRATEGY_FSDP_CPU_RAM_EFFICIENT,
+    STRATEGY_ZERO3,
+    STRATEGY_TP,
+    STRATEGY_FSDP_TP,
+    STRATEGY_FSDP_CPU_RAM_EFFICIENT_TP,
+)
 # Under these only the loading rank should read the checkpoint; the other ranks hold empty weights.
 SHARDED_STRATEGIES = frozenset({STRATEGY_ZERO3, STRATEGY_FSDP_CPU_RAM_EFFICIENT})
 
@@ -183,6 +204,7 @@ FINDING_DUPLICATE_CHECKPOINT_READ = "duplicate_checkpoint_read"
 FINDING_NONZERO_RANK_MATERIALIZATION = "nonzero_rank_materialization"
 FINDING_DUPLICATE_CONVERSION = "duplicate_conversion"
 FINDING_REPLICATED_LOAD = "replicated_load"
+FINDING_SHARDED_READ = "sharded_read"  # ranks read slices that together make up the model (tensor parallel)
 FINDING_FAILED_LOAD = "failed_load"  # a load that raised
 FINDING_KINDS = (
     FINDING_INCOMPLETE_RANK,
@@ -190,6 +212,7 @@ FINDING_KINDS = (
     FINDING_NONZERO_RANK_MATERIALIZATION,
     FINDING_DUPLICATE_CONVERSION,
     FINDING_REPLICATED_LOAD,
+    FINDING_SHARDED_READ,
     FINDING_FAILED_LOAD,
 )
 

@@ -59,6 +59,7 @@ class Scope:
         "memory_before",
         "memory_after",
         "peak",
+        "residency",
     )
 
     def __init__(self, kind: ScopeKind, name: str, span: trace.Span, load: Scope | None = None):
@@ -77,6 +78,8 @@ class Scope:
         self.memory_before: Memory | None = None  # loads and phases only: memory when first entered,
         self.memory_after: Memory | None = None  # when last left,
         self.peak: Peak | None = None  # and the highest seen in between
+        # Files only: (path, size, bytes in the page cache at open); the cached bytes None where unknown.
+        self.residency: tuple[str, int, int | None] | None = None
 
 
 class LoadListener(Protocol):
@@ -417,6 +420,9 @@ class Tracing:
         stack = _active.get()
         scope = Scope(ScopeKind.FILE, name, self._start(name, start, stack[-1] if stack else None, start_time), load)
         scope.slot = self._new_slot(scope)
+        path, size = start.get(semconv.FILE_PATH), start.get(semconv.FILE_SIZE)
+        if path is not None and size is not None:
+            scope.residency = (path, size, start.get(semconv.FILE_CACHED_BYTES_AT_OPEN))
         if load is not None:
             load.files.append(scope)
         self._open_files.add(scope)

@@ -81,7 +81,7 @@ TRACE_KEYS = {
     "nodes",
 }
 NODE_KEYS = {"host", "ranks", "readers", "read_bytes", "storage_read_bytes", "cached_bytes", "times_asked"}
-NODE_KEYS |= {"times_read_from_storage", "outcome", "note"}
+NODE_KEYS |= {"times_read_from_storage", "checkpoint_file_bytes", "checkpoint_cold_bytes", "outcome", "note"}
 
 
 def job_dir(tmp_path: Path, version: str, strategy: str) -> Path:

@@ -39,7 +39,10 @@ def test_from_pretrained_totals_equal_the_checkpoint(checkpoint):
     assert all(f.parent.span_id == load.context.span_id for f in files)
 
 
-def test_conversion_counts_every_parameter_once(checkpoint):
+def test_conversion_counts_only_parameters_that_were_converted(checkpoint):
+    """A parameter loaded under its checkpoint name was not converted (transformers still makes a ``WeightRenaming``
+    for it); one that no checkpoint key names (merged experts) was, once, with its bytes."""
+    from safetensors import safe_open
     from transformers import AutoModelForCausalLM
 
     path, summary = checkpoint
@@ -47,11 +50,16 @@ def test_conversion_counts_every_parameter_once(checkpoint):
         model = AutoModelForCausalLM.from_pretrained(path)
     convert = t.one("transformers.convert")
     assert convert.attributes["loadtrace.calls"] == 1
-    loaded = dict(model.named_parameters())
-    assert convert.attributes["loadtrace.convert.count"] == len(loaded)
-    assert convert.attributes["loadtrace.convert.bytes"] == sum(p.nbytes for p in loaded.values())
+    keys = set()
+    for file in path.glob("*.safetensors"):
+        with safe_open(str(file), "pt") as handle:
+            keys |= set(handle.keys())
+    converted = {name: p for name, p in model.named_parameters() if name not in keys}
+    assert converted, "the tiny MoE merges its experts on load"
+    assert convert.attributes["loadtrace.convert.count"] == len(converted)
+    assert convert.attributes["loadtrace.convert.bytes"] == sum(p.nbytes for p in converted.values())
     ops = {k.split(".")[3] for k in convert.attributes if k.startswith("loadtrace.convert.op.")}
-    assert "Rename" in ops and "MergeModulelist" in ops  # experts are merged on load in transformers 5
+    assert "MergeModulelist" in ops and "Rename" not in ops  # experts are merged on load in transformers 5
 
 
 def test_span_count_is_bounded_by_files_not_tensors(checkpoint):
@@ -73,3 +81,48 @@ def test_weights_are_identical_with_and_without_tracing(checkpoint):
         traced_state = AutoModelForCausalLM.from_pretrained(path).state_dict()
     assert plain.keys() == traced_state.keys()
     assert all(torch.equal(plain[k], traced_state[k]) for k in plain)
+
+
+def test_the_load_span_carries_the_checkpoints_exact_tensor_bytes(checkpoint):
+    from transformers import AutoModelForCausalLM
+
+    path, summary = checkpoint
+    with traced() as t:
+        AutoModelForCausalLM.from_pretrained(path, device_map="cpu")
+    load = t.one("transformers.from_pretrained")
+    assert load.attributes["loadtrace.checkpoint.tensor_bytes"] == summary["bytes"]
+    assert load.attributes["loadtrace.device_map"] == "cpu" and "loadtrace.tp_plan" not in load.attributes
+
+
+@pytest.mark.parametrize(
+    ("environment", "kwargs", "expected"),
+    [
+        ({}, {}, "plain"),
+        ({}, {"tp_plan": "auto"}, "tp"),
+        ({"ACCELERATE_USE_FSDP": "true"}, {}, "fsdp"),
+        ({"ACCELERATE_USE_FSDP": "true"}, {"tp_plan": "auto"}, "fsdp+tp"),
+        ({"ACCELERATE_USE_FSDP": "true", "FSDP_CPU_RAM_EFFICIENT_LOADING": "true"}, {}, "fsdp_cpu_ram_efficient"),
+        (
+            {"ACCELERATE_USE_FSDP": "true", "FSDP_CPU_RAM_EFFICIENT_LOADING": "true"},
+            {"tp_plan": "auto"},
+            "fsdp_cpu_ram_efficient+tp",
+        ),
+    ],
+)
+def test_strategy_names_tensor_parallelism_and_its_combinations(monkeypatch, environment, kwargs, expected):
+    from loadtrace.hooks.transformers import strategy
+
+    for name in ("ACCELERATE_USE_FSDP", "FSDP_CPU_RAM_EFFICIENT_LOADING"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    assert strategy(kwargs) == expected
+
+
+def test_a_rename_counts_only_when_the_key_changes():
+    from transformers.core_model_loading import WeightRenaming
+
+    from loadtrace.hooks.transformers import renames
+
+    assert not renames(WeightRenaming("model.norm.weight", "model.norm.weight"))
+    assert renames(WeightRenaming("transformer.norm.weight", "model.norm.weight"))

@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import semconv as sc
 from .model import INFO, WARNING, Finding, LastState, RankLoad, to_json
-from .ranks import LOADING_RANK, META, STATUS_ERROR, Job, int_attr, real_bytes, sharded
+from .ranks import LOADING_RANK, META, STATUS_ERROR, Job, converted_bytes, int_attr, real_bytes, sharded
 from .units import human_bytes, percent
 
 # Bytes a non-loading rank may read or convert before it counts: 1% of the loading rank's (a config, a buffer).
@@ -112,9 +112,10 @@ def nonzero_rank_materialization(job: Job, model: int) -> Finding | None:
 
 
 def duplicate_conversion(job: Job, model: int) -> Finding | None:
+    """Judged on bytes real conversion operations produced: a key that was only renamed was converted by nobody."""
     loading = job.loading_rank
-    allowance = TOLERANCE * loading.conversion_bytes if loading is not None else 0
-    offenders = {r: r.conversion_bytes for r in _non_loading(job, sharded) if r.conversion_bytes > allowance}
+    allowance = TOLERANCE * converted_bytes(loading) if loading is not None else 0
+    offenders = {r: converted_bytes(r) for r in _non_loading(job, sharded) if converted_bytes(r) > allowance}
     if not offenders:
         return None
     return _finding(
@@ -125,14 +126,24 @@ def duplicate_conversion(job: Job, model: int) -> Finding | None:
         model,
         what="converted {bytes} of weights ({share} of the model)",
         why="the loading rank's conversion is the only one the strategy needs",
-        extra=lambda r: {"conversion_bytes": r.conversion_bytes, "conversions": r.conversions},
+        extra=lambda r: {
+            "conversion_bytes": r.conversion_bytes,
+            "rename_bytes": r.rename_bytes,
+            "conversions": r.conversions,
+        },
     )
 
 
+def _whole(rank: RankLoad) -> int:
+    """Bytes the rank read as whole tensors."""
+    return max(0, rank.read_bytes - rank.partial_bytes)
+
+
 def replicated_load(job: Job, model: int) -> Finding | None:
+    """Ranks that read the same bytes as the loading rank: the whole model, as whole tensors."""
     if model <= 0:
         return None
-    readers = {r: r.read_bytes for r in _non_loading(job, _replicated) if r.read_bytes >= REPLICATED_SHARE * model}
+    readers = {r: r.read_bytes for r in _non_loading(job, _replicated) if _whole(r) >= REPLICATED_SHARE * model}
     if not readers:
         return None
     return _finding(
@@ -141,9 +152,39 @@ def replicated_load(job: Job, model: int) -> Finding | None:
         INFO,
         readers,
         model,
-        what="read {bytes} ({share} of the model)",
+        what="read {bytes} ({share} of the model) as whole tensors",
         why="expected without a sharding strategy: every rank loads its own replica",
-        extra=lambda r: {"read_bytes": r.read_bytes},
+        extra=lambda r: {"read_bytes": r.read_bytes, "partial_bytes": r.partial_bytes},
+    )
+
+
+def sharded_read(job: Job, model: int) -> Finding | None:
+    """Ranks that each read slices of the model's tensors (tensor parallel), together the whole model at least once,
+    none of them all of it as whole tensors."""
+    if model <= 0:
+        return None
+    ranks = [r for r in job.ranks if r.rank is not None and _replicated(r)]
+    readers = {r: r.read_bytes for r in ranks if r.partial_bytes > 0}
+    if len(readers) < 2 or any(_whole(r) >= REPLICATED_SHARE * model for r in ranks):
+        return None
+    together = sum(r.read_bytes for r in ranks)
+    if together < REPLICATED_SHARE * model:
+        return None
+    times = f"{together / model:.2f}".rstrip("0").rstrip(".")
+    return _finding(
+        job,
+        sc.FINDING_SHARDED_READ,
+        INFO,
+        readers,
+        model,
+        what="read {bytes} ({share} of the model), partly as tensor slices; all ranks together read "
+        + f"{human_bytes(together)} ({times}x the model)",
+        why="a sharded read: each rank reads only its own part of the tensors",
+        extra=lambda r: {
+            "read_bytes": r.read_bytes,
+            "partial_tensors": r.partial_tensors,
+            "partial_bytes": r.partial_bytes,
+        },
     )
 
 
@@ -278,6 +319,7 @@ RULES: list[Callable[[Job, int], Finding | None]] = [
     nonzero_rank_materialization,
     duplicate_conversion,
     replicated_load,
+    sharded_read,
 ]
 
 

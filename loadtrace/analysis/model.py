@@ -150,6 +150,13 @@ class RankLoad:
     exit: Exit = field(default_factory=Exit)
     last_state: LastState | UnfinishedSpans | None = None
     evidence: bool = field(default=False, repr=False, metadata=NOT_IN_JSON)  # a state file or a witness told of it
+    # Working data of the findings, shown in their evidence (docs/report.md, Findings): the checkpoint's tensor bytes
+    # (``loadtrace.checkpoint.tensor_bytes``), bytes of conversions that only renamed a key (``Rename`` alone), and
+    # reads that returned only part of a tensor (``loadtrace.read.partial_*``).
+    checkpoint_tensor_bytes: int | None = field(default=None, repr=False, metadata=NOT_IN_JSON)
+    rename_bytes: int = field(default=0, repr=False, metadata=NOT_IN_JSON)
+    partial_tensors: int = field(default=0, repr=False, metadata=NOT_IN_JSON)
+    partial_bytes: int = field(default=0, repr=False, metadata=NOT_IN_JSON)
 
     @property
     def label(self) -> str:
@@ -171,7 +178,11 @@ class NodeReads:
     cached_bytes: int | None
     times_asked: float | None
     times_read_from_storage: float | None
-    outcome: str | None = None  # page_cache | read_once | repeated | partly_repeated
+    # The checkpoint files the node's ranks opened, each at its first open: their bytes, and those the page cache did
+    # not hold then (what storage delivers as they are read); None where a file's residency is unknown.
+    checkpoint_file_bytes: int | None = None
+    checkpoint_cold_bytes: int | None = None
+    outcome: str | None = None  # cold | partly_cold | warm; None without residency
     note: str | None = None
 
 

@@ -1,42 +1,65 @@
-"""Per node: the tensor bytes its ranks asked for against the bytes its storage delivered.
+"""Per node: the tensor bytes its ranks asked for, and whether the checkpoint was in the node's page cache.
 
-Ranks of one node share the node's page cache. Eight ranks reading the same checkpoint ask for 8x its bytes, but
-storage is read once when the page cache keeps it, and every time when it does not (too little memory, ``O_DIRECT``,
-a different file per rank). Ranks on different nodes never share: a shared file system serves each node.
+Ranks of one node share the node's page cache; ranks on different nodes never do (a shared file system serves each
+node). Whether storage had to deliver the checkpoint is read from the checkpoint files themselves: every file span
+carries ``loadtrace.file.cached_bytes_at_open``, the bytes of that file the page cache held just before the library
+opened it (``cachestat`` / ``mincore``, memory.py). Per node, each file counts once, at its first open by any of the
+node's ranks (a later open finds what the first one read): its bytes not held then are *cold*, what storage delivers
+as they are read; the rest was warm.
 
-Every number is a sum of span attributes (README.md's span reference): ``loadtrace.read.bytes`` (asked for, via
-``RankLoad``), ``loadtrace.io.storage_read_bytes`` (the load's delta of ``/proc/self/io`` ``read_bytes``: fetched from
-storage by the process) and ``loadtrace.io.cached_bytes`` (asked for but not fetched: served from the page cache or an
-mmap).
+``loadtrace.io.storage_read_bytes`` (the load's delta of ``/proc/self/io`` ``read_bytes``) stays a raw figure,
+summed here: it counts every storage read of the process during the load, libraries imported on the way included, so
+no verdict is drawn from it.
 """
 
 from __future__ import annotations
 
+from .. import semconv as sc
 from .model import NodeReads, RankLoad
 from .ranks import Job
 from .units import human_bytes
 
-# Storage read by a node, compared with what its ranks asked for. At most this share of the model (or of the largest
-# request) came from storage: the page cache already held the checkpoint.
-WARM_CACHE_SHARE = 0.05
-# At most this multiple of the largest single rank's request: storage was read once (slack for readahead, config
-# files and Python modules imported during the load).
-READ_ONCE_SLACK = 1.5
-# At least this share of everything the ranks asked for: storage served every rank's copy again.
-REPEATED_SHARE = 0.9
+COLD = "cold"  # none of the checkpoint's bytes were in the page cache when first opened
+PARTLY_COLD = "partly_cold"
+WARM = "warm"  # the page cache held all of it
+
+
+def checkpoint_residency(ranks: list[RankLoad]) -> tuple[int, int, int] | None:
+    """The node's checkpoint files, each at its first open by any of ``ranks``: (files, their bytes, bytes not in the
+    page cache then). None when a file span opened by path lacks its residency (an older loadtrace, not Linux, the
+    calls refused) or no file was opened by path."""
+    first: dict[str, tuple[int, int, int | None]] = {}  # path → (start, size, cached at open)
+    for rank in ranks:
+        for span in rank.spans:
+            if span.name not in sc.FILE_SPANS:
+                continue
+            path, size = span.attributes.get(sc.FILE_PATH), span.attributes.get(sc.FILE_SIZE)
+            if not isinstance(path, str) or not isinstance(size, int):
+                continue
+            cached = span.attributes.get(sc.FILE_CACHED_BYTES_AT_OPEN)
+            entry = (span.start_ns, size, cached if isinstance(cached, int) else None)
+            if path not in first or entry[0] < first[path][0]:
+                first[path] = entry
+    if not first or any(cached is None for _, _, cached in first.values()):
+        return None
+    total = sum(size for _, size, _ in first.values())
+    cold = sum(max(0, size - (cached or 0)) for _, size, cached in first.values())
+    return len(first), total, cold
 
 
 def node_reads(host: str | None, ranks: list[RankLoad], model: int) -> NodeReads:
-    """One node's I/O: asked, read from storage, served from cache, how many checkpoints each is, and one sentence.
+    """One node's I/O: asked, read from storage (raw), the checkpoint's residency, and one sentence.
 
-    ``storage_read_bytes`` and ``cached_bytes`` are null unless every rank of the node carries them (spans of an
-    older loadtrace do not); ``outcome`` and ``note`` are then null too, as they are when no rank read anything.
+    ``storage_read_bytes`` and ``cached_bytes`` are null unless every rank of the node carries them;
+    ``checkpoint_file_bytes`` and ``checkpoint_cold_bytes`` unless every checkpoint file span does. ``outcome`` is
+    null without residency, and with ``note`` when no rank read anything.
     """
     asked = sum(rank.read_bytes for rank in ranks)
     known = all(rank.storage_read_bytes is not None for rank in ranks)
     storage = sum(rank.storage_read_bytes or 0 for rank in ranks) if known else None
     cached = sum(rank.cached_bytes or 0 for rank in ranks) if known else None
     readers = [rank for rank in ranks if rank.read_bytes > 0]
+    residency = checkpoint_residency(ranks)
     node = NodeReads(
         host=host,
         ranks=[rank.rank for rank in ranks],
@@ -46,47 +69,40 @@ def node_reads(host: str | None, ranks: list[RankLoad], model: int) -> NodeReads
         cached_bytes=cached,
         times_asked=round(asked / model, 2) if model > 0 else None,
         times_read_from_storage=round(storage / model, 2) if model > 0 and storage is not None else None,
+        checkpoint_file_bytes=residency[1] if residency is not None else None,
+        checkpoint_cold_bytes=residency[2] if residency is not None else None,
     )
-    if storage is None or not readers:
-        return node
-    largest = max(rank.read_bytes for rank in readers)
-    if storage <= WARM_CACHE_SHARE * max(model, largest):
-        node.outcome = "page_cache"
-    elif storage <= READ_ONCE_SLACK * largest:
-        node.outcome = "read_once"
-    elif storage >= REPEATED_SHARE * asked:
-        node.outcome = "repeated"
-    else:
-        node.outcome = "partly_repeated"
-    node.note = _sentence(node, storage)
+    if residency is not None:
+        _, total, cold = residency
+        node.outcome = WARM if cold == 0 else COLD if cold >= total else PARTLY_COLD
+    if readers:
+        node.note = _sentence(node, residency)
     return node
 
 
-def _sentence(node: NodeReads, storage_bytes: int) -> str:
+def _sentence(node: NodeReads, residency: tuple[int, int, int] | None) -> str:
     readers, host = node.readers, node.host or "an unnamed host"
     asked = human_bytes(node.read_bytes)
     if node.times_asked is not None:
         asked = f"{node.times_asked:g}x the checkpoint, {asked}"
     who = f"{readers} rank{'s' if readers > 1 else ''} on {host} asked for {asked}"
-    storage = human_bytes(storage_bytes)
-    if node.outcome == "page_cache":
+    if residency is None:
+        return f"{who}; whether the page cache held the checkpoint was not measured"
+    files, total, cold = residency
+    of_files = f"{files} checkpoint file{'s' if files > 1 else ''}"
+    if node.outcome == WARM:
         return (
-            f"{who}; storage delivered only {storage}: the page cache already held it"
-            " (a cold node reads it at least once)"
+            f"{who}; the checkpoint was warm on {host}: the page cache held all of its {of_files}, {human_bytes(total)}"
         )
-    if node.outcome == "read_once":
-        if readers == 1:
-            return f"{who}; storage was read once ({storage})"
-        return f"{who}, but storage was read once ({storage}): the page cache served the other {readers - 1}"
-    if node.outcome == "repeated":
-        if readers == 1:
-            return f"{who}; storage delivered all of it ({storage})"
+    if node.outcome == COLD:
         return (
-            f"{who}, and storage was read for every one of them ({storage}): the page cache did not keep the checkpoint"
+            f"{who}; the checkpoint was cold on {host}: {human_bytes(cold)} came from storage"
+            f" (none of its {of_files} was in the page cache when first opened)"
         )
-    times_read = node.times_read_from_storage
-    read = f"{times_read:g}x the checkpoint, " if times_read is not None else ""
-    return f"{who}; storage delivered {read}{storage}: some of it was read again"
+    return (
+        f"{who}; the checkpoint was partly cold on {host}: {human_bytes(cold)} of its {of_files}, {human_bytes(total)},"
+        " came from storage, the page cache held the rest"
+    )
 
 
 def job_nodes(job: Job, model: int) -> list[NodeReads]:

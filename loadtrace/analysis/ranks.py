@@ -128,11 +128,29 @@ class Job:
         return self.rank(LOADING_RANK)
 
     def model_bytes(self) -> int:
-        """The model's size: what the loading rank read, else the most real bytes any rank holds after loading."""
+        """The model's size: the checkpoint's tensor bytes (its safetensors headers, recorded by ``from_pretrained``);
+        else, when ranks read slices, the sizes of the distinct files they opened; else what the loading rank read;
+        else the most real bytes any rank holds after loading."""
+        known = [rank.checkpoint_tensor_bytes for rank in self.ranks if rank.checkpoint_tensor_bytes]
+        if known:
+            return max(known)
+        if any(rank.partial_bytes for rank in self.ranks) and (files := self.file_bytes()):
+            return files
         loading = self.loading_rank
         if loading is not None and loading.read_bytes > 0:
             return loading.read_bytes
         return max((real_bytes(rank.held_bytes) for rank in self.ranks), default=0)
+
+    def file_bytes(self) -> int:
+        """The sizes of the distinct files (``loadtrace.file.path``) the ranks' file spans opened: the checkpoint,
+        headers included, as far as the job read it."""
+        sizes: dict[str, int] = {}
+        for rank in self.ranks:
+            for span in rank.spans:
+                path = str_attr(span.attributes, sc.FILE_PATH) if span.name in sc.FILE_SPANS else None
+                if path is not None:
+                    sizes[path] = max(sizes.get(path, 0), int_attr(span.attributes, sc.FILE_SIZE))
+        return sum(sizes.values())
 
     def ranks_per_node(self, rank: RankLoad) -> int:
         """``loadtrace.local_world_size``, else the ranks seen on the same host, else 1."""
@@ -146,6 +164,11 @@ class Job:
 def sharded(rank: RankLoad) -> bool:
     """Whether the rank's strategy says only the loading rank should read the checkpoint."""
     return rank.strategy in sc.SHARDED_STRATEGIES
+
+
+def converted_bytes(rank: RankLoad) -> int:
+    """Bytes real conversion operations produced: ``conversion_bytes`` less those of plain renames."""
+    return max(0, rank.conversion_bytes - rank.rename_bytes)
 
 
 def rank_key(resource: dict[str, Any]) -> tuple[int | None, str | None]:
@@ -440,6 +463,7 @@ def summarize_rank(
     read_bytes = sum(int_attr(s.attributes, sc.READ_BYTES) for s in loads + stray_files)
 
     converts = [s for s in spans if s.name == sc.SPAN_CONVERT]
+    renamed = sc.convert_op_key(sc.RENAME_OP, "bytes")
     materialized: dict[str, int] = {}
     held: dict[str, int] = {}
     for load in loads:
@@ -509,6 +533,10 @@ def summarize_rank(
         cgroup_memory_current_bytes=_max_known(loads, sc.CGROUP_MEMORY_CURRENT),
         cgroup_memory_max_bytes=_min_known(loads, sc.CGROUP_MEMORY_MAX),
         failed=failed,
+        checkpoint_tensor_bytes=_max_known(pretrained, sc.CHECKPOINT_TENSOR_BYTES),
+        rename_bytes=sum(int_attr(s.attributes, renamed) for s in converts),
+        partial_tensors=sum(int_attr(s.attributes, sc.READ_PARTIAL_TENSORS) for s in loads + stray_files),
+        partial_bytes=sum(int_attr(s.attributes, sc.READ_PARTIAL_BYTES) for s in loads + stray_files),
     )
 
 

@@ -8,20 +8,27 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import semconv, spans
+from ..memory import cached_bytes
 
 
 def tensor_bytes(tensor: Any) -> int:
-    return int(tensor.nbytes)
+    """The bytes a tensor occupies in this process: a DTensor's local shard (its ``nbytes`` is the global size)."""
+    local = getattr(tensor, "_local_tensor", None)
+    return int((tensor if local is None else local).nbytes)
 
 
 def file_attributes(tracing: spans.Tracing, path: Any) -> dict[str, Any]:
+    """A file's path, size and, before the library opens it, how much of it the page cache holds (Linux)."""
     attributes: dict[str, Any] = {}
     if isinstance(path, (str, os.PathLike)):
         attributes[semconv.FILE_PATH] = tracing.path(path)
         try:
             attributes[semconv.FILE_SIZE] = os.stat(path).st_size
         except OSError:
-            pass
+            return attributes
+        cached = cached_bytes(path)
+        if cached is not None:
+            attributes[semconv.FILE_CACHED_BYTES_AT_OPEN] = cached
     return attributes
 
 

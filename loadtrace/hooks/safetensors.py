@@ -17,7 +17,7 @@ import wrapt
 
 from .. import semconv, spans
 from ._common import FileCall, file_attributes
-from .registry import Hook, fault
+from .registry import Hook, call_through_proxies, fault
 
 # Free-threaded Python (3.13t, the GIL off): the ``+=`` on a read slot is no longer indivisible, so reads count under a
 # lock there. Checked per file: a GIL turned back on later (an extension that needs it) leaves the lock merely unneeded.
@@ -41,7 +41,11 @@ class TracedSafeOpen(wrapt.ObjectProxy):
         self._self_counted_keys = False
         # The class of this file's slices: the slot is a class attribute, so creating one per tensor runs wrapt's
         # own (C) initialiser and nothing else.
-        members: dict[str, Any] = {"_self_slot": slot, "_self_scope": scope}
+        members: dict[str, Any] = {
+            "_self_slot": slot,
+            "_self_scope": scope,
+            "_self_partial": scope.ledger.partial_reads,
+        }
         base: type[CountingSlice] = CountingSlice
         if lock is not None:
             base, members["_self_lock"] = LockedCountingSlice, lock
@@ -121,13 +125,26 @@ class TracedSafeOpen(wrapt.ObjectProxy):
         return self._self_slice(self.__wrapped__.get_slice(name))
 
 
+def partial_read(piece: Any, tensor: Any, nbytes: int, partial: list[int]) -> None:
+    """An index other than ``...``: if it returned less than the whole tensor (a tensor-parallel rank reading its
+    slice), its bytes go to the file's ``partial`` list (one ``append``, atomic). Not the hot path: transformers reads
+    whole tensors with ``[...]``."""
+    whole = tensor.element_size()
+    for size in piece.get_shape():
+        whole *= size
+    if nbytes < whole:
+        partial.append(nbytes)
+
+
 class CountingSlice(wrapt.ObjectProxy):
     """Bytes are read when a slice is indexed, possibly in another thread: they go to the file it came from. This
-    is the per-tensor hot path of a default-detail load: two ``+=`` on the file's read slot, no call. Subclassed per
-    file (``TracedSafeOpen``) with that file's ``_self_slot`` and ``_self_scope``."""
+    is the per-tensor hot path of a default-detail load: two ``+=`` on the file's read slot, no call (an index other
+    than ``...`` also checks for a partial read). Subclassed per file (``TracedSafeOpen``) with that file's
+    ``_self_slot``, ``_self_scope`` and ``_self_partial``."""
 
     _self_slot: Any = None
     _self_scope: Any = None
+    _self_partial: Any = None
 
     def __getitem__(self, index):
         tensor = self.__wrapped__[index]
@@ -136,6 +153,8 @@ class CountingSlice(wrapt.ObjectProxy):
             counts = self._self_slot.counts
             counts[0] += 1
             counts[1] += nbytes
+            if index is not Ellipsis:
+                partial_read(self.__wrapped__, tensor, nbytes, self._self_partial)
         except Exception as error:
             fault(semconv.SPAN_SAFETENSORS_READ, error, self._self_scope)
         return tensor
@@ -149,8 +168,11 @@ class LockedCountingSlice(CountingSlice):
     def __getitem__(self, index):
         tensor = self.__wrapped__[index]
         try:
+            nbytes = tensor.nbytes
             with self._self_lock:
-                self._self_slot.add(tensor.nbytes)
+                self._self_slot.add(nbytes)
+            if index is not Ellipsis:
+                partial_read(self.__wrapped__, tensor, nbytes, self._self_partial)
         except Exception as error:
             fault(semconv.SPAN_SAFETENSORS_READ, error, self._self_scope)
         return tensor
@@ -222,6 +244,11 @@ class TracedSlice(wrapt.ObjectProxy):
         started = time.time_ns()
         tensor = self.__wrapped__[index]
         file._self_read(self._self_name, tensor, started)
+        if index is not Ellipsis:
+            try:
+                partial_read(self.__wrapped__, tensor, tensor.nbytes, file._self_scope.ledger.partial_reads)
+            except Exception as error:
+                fault(semconv.SPAN_SAFETENSORS_READ, error, file._self_scope)
         return tensor
 
 
@@ -262,3 +289,6 @@ HOOKS = [
     Hook("safetensors", "safe_open", open_file),
     Hook("safetensors.torch", "load", load_bytes),
 ]
+
+# The proxies' methods stand between the job and safetensors: warnings raised below them name the job's line.
+call_through_proxies(__name__)

@@ -6,6 +6,7 @@ with a note and the others still run.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -16,8 +17,27 @@ from .registry import Hook
 TRUE = ("1", "true", "yes", "on")
 
 
-def strategy() -> str:
-    """How this rank was told to load: ZeRO-3, FSDP (with or without cpu_ram_efficient_loading), or plain."""
+def tp_plan(kwargs: dict) -> Any:
+    """The tensor-parallel plan asked for: ``tp_plan=`` (5.12 on; deprecated in 5.24), or the one of
+    ``distributed_config=DistributedConfig(tp_plan=...)`` (5.24); None without tensor parallelism."""
+    plan = kwargs.get("tp_plan")
+    if plan is None:
+        plan = getattr(kwargs.get("distributed_config"), "tp_plan", None)
+    return plan
+
+
+def _size(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def strategy(kwargs: dict | None = None) -> str:
+    """How this rank was told to load: ZeRO-3, FSDP (with or without cpu_ram_efficient_loading), transformers' own
+    tensor parallelism (alone or with FSDP), or plain."""
+    kwargs = kwargs or {}
+    config = kwargs.get("distributed_config")
+    tensor_parallel = (
+        tp_plan(kwargs) is not None or _size(kwargs.get("tp_size")) > 1 or _size(getattr(config, "tp_size", None)) > 1
+    )
     try:
         from transformers.integrations import is_deepspeed_zero3_enabled
 
@@ -26,9 +46,16 @@ def strategy() -> str:
     except ImportError:
         pass
     if os.environ.get("ACCELERATE_USE_FSDP", "").lower() in TRUE:
-        efficient = os.environ.get("FSDP_CPU_RAM_EFFICIENT_LOADING", "").lower() in TRUE
-        return semconv.STRATEGY_FSDP_CPU_RAM_EFFICIENT if efficient else semconv.STRATEGY_FSDP
-    return semconv.STRATEGY_PLAIN
+        if os.environ.get("FSDP_CPU_RAM_EFFICIENT_LOADING", "").lower() in TRUE:
+            return (
+                semconv.STRATEGY_FSDP_CPU_RAM_EFFICIENT_TP
+                if tensor_parallel
+                else semconv.STRATEGY_FSDP_CPU_RAM_EFFICIENT
+            )
+        return semconv.STRATEGY_FSDP_TP if tensor_parallel else semconv.STRATEGY_FSDP
+    if _size(getattr(config, "fsdp_size", None)) > 1:  # transformers' own FSDP (DistributedConfig, 5.24)
+        return semconv.STRATEGY_FSDP_TP if tensor_parallel else semconv.STRATEGY_FSDP
+    return semconv.STRATEGY_TP if tensor_parallel else semconv.STRATEGY_PLAIN
 
 
 def held_bytes(model: Any, partitioned: bool) -> dict[str, int]:
@@ -60,19 +87,100 @@ def checkpoint_bytes(checkpoint: Any) -> int | None:
     )
 
 
+MAX_HEADER = 100 * 2**20  # safetensors' own limit on a header
+
+
+def safetensors_tensor_bytes(path: str) -> int | None:
+    """The bytes of the tensors in one safetensors file, from its header alone (8-byte length + JSON)."""
+    try:
+        with open(path, "rb") as file:
+            length = int.from_bytes(file.read(8), "little")
+            if not 0 < length <= MAX_HEADER:
+                return None
+            header = json.loads(file.read(length))
+        return sum(
+            end - begin
+            for name, entry in header.items()
+            if name != "__metadata__"
+            for begin, end in [entry["data_offsets"]]
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _variant(name: str, variant: Any) -> str:
+    """transformers' own naming: ``model.safetensors`` → ``model.fp16.safetensors``."""
+    if not variant:
+        return name
+    parts = name.split(".")
+    return ".".join([*parts[:-1], str(variant), parts[-1]])
+
+
+def _locate(checkpoint: Any, name: str, kwargs: dict) -> str | None:
+    """A file of the checkpoint on this machine: in a local directory, else in the Hugging Face cache (no network)."""
+    if isinstance(checkpoint, (str, os.PathLike)) and os.path.isdir(checkpoint):
+        path = os.path.join(os.fspath(checkpoint), kwargs.get("subfolder") or "", name)
+        return path if os.path.isfile(path) else None
+    if not isinstance(checkpoint, str):
+        return None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        subfolder = kwargs.get("subfolder") or ""
+        found = try_to_load_from_cache(
+            checkpoint,
+            f"{subfolder}/{name}" if subfolder else name,
+            cache_dir=kwargs.get("cache_dir"),
+            revision=kwargs.get("revision"),
+        )
+    except Exception:
+        return None
+    return found if isinstance(found, str) else None
+
+
+def checkpoint_tensor_bytes(checkpoint: Any, kwargs: dict) -> int | None:
+    """The exact bytes of the checkpoint's tensors: the headers of the files its ``model.safetensors.index.json``
+    lists (its ``metadata.total_size`` when a file is missing), or of ``model.safetensors``; None when neither is on
+    this machine (a ``.bin`` checkpoint, a hub id not in the cache)."""
+    variant = kwargs.get("variant")
+    index = _locate(checkpoint, _variant("model.safetensors.index.json", variant), kwargs)
+    if index is not None:
+        try:
+            with open(index) as file:
+                content = json.load(file)
+        except (OSError, ValueError):
+            return None
+        folder = os.path.dirname(index)
+        files = sorted(set(content.get("weight_map", {}).values())) if isinstance(content, dict) else []
+        sizes = [safetensors_tensor_bytes(os.path.join(folder, name)) for name in files]
+        if files and None not in sizes:
+            return sum(sizes)  # type: ignore[arg-type]
+        total = content.get("metadata", {}).get("total_size") if isinstance(content, dict) else None
+        return _size(total) or None
+    single = _locate(checkpoint, _variant("model.safetensors", variant), kwargs)
+    return safetensors_tensor_bytes(single) if single is not None else None
+
+
+MAX_ARGUMENT = 4096  # characters of a ``str()``-ed argument kept on the span (a per-module device map can be long)
+
+
 class Load:
     def __init__(self, tracing: spans.Tracing, cls: Any, args: tuple, kwargs: dict):
         self.tracing = tracing
         checkpoint = args[0] if args else kwargs.get("pretrained_model_name_or_path")
         dtype = kwargs.get("dtype", kwargs.get("torch_dtype"))
-        how = strategy()
+        how = strategy(kwargs)
         attributes: dict[str, Any] = {
             semconv.MODEL_CLASS: getattr(cls, "__name__", str(cls)),
             semconv.CHECKPOINT: tracing.path(checkpoint),
             semconv.DTYPE: str(dtype) if dtype is not None else "default",
             semconv.STRATEGY: how,
         }
+        for key, value in ((semconv.DEVICE_MAP, kwargs.get("device_map")), (semconv.TP_PLAN, tp_plan(kwargs))):
+            if value is not None:
+                attributes[key] = str(value)[:MAX_ARGUMENT]
         self.partitioned = how == semconv.STRATEGY_ZERO3
+        self.checkpoint, self.kwargs = checkpoint, kwargs
         size = checkpoint_bytes(checkpoint)
         if size is not None:
             attributes[semconv.CHECKPOINT_BYTES] = size
@@ -85,6 +193,10 @@ class Load:
             if model is not None and hasattr(model, "parameters"):
                 for device, nbytes in held_bytes(model, self.partitioned).items():
                     attributes[semconv.held_bytes_key(device)] = nbytes
+            # At the end: a hub checkpoint is in the cache by now. One header read per weight file.
+            tensors = checkpoint_tensor_bytes(self.checkpoint, self.kwargs)
+            if tensors is not None:
+                attributes[semconv.CHECKPOINT_TENSOR_BYTES] = tensors
         finally:
             self.tracing.end_load(self.scope, self.token, attributes, error)
         return result
@@ -132,16 +244,34 @@ class Conversion:
         return produced
 
 
+def renames(transform: Any) -> bool:
+    """Whether a ``WeightRenaming`` changes the key. transformers (5.12, 5.24) makes one ``WeightRenaming(original,
+    renamed)`` per checkpoint key that no ``WeightConverter`` takes, renamed or not; its patterns are those two keys
+    (``_original_*``: as given, before the patterns are processed for reverse mapping)."""
+    sources = getattr(transform, "_original_source_patterns", None) or getattr(transform, "source_patterns", None)
+    targets = getattr(transform, "_original_target_patterns", None) or getattr(transform, "target_patterns", None)
+    if sources is None or targets is None:
+        return True  # a release that no longer says: count it, as before
+    return list(sources) != list(targets)
+
+
 def weight_conversion(transform, args, kwargs):
-    """One checkpoint entry turned into model parameters: a rename, or a chain of ``ConversionOps``."""
+    """One checkpoint entry turned into model parameters: a chain of ``ConversionOps``, a rename that changes the key,
+    and a quantization op if any. A key kept as it is (most of them) is no conversion and is not counted."""
     if not spans.active():
         return None
     tracing = spans.tracing()
     if tracing is None:
         return None
     operations = getattr(transform, "operations", None)
-    names = tuple(type(op).__name__ for op in operations) if operations else (semconv.RENAME_OP,)
-    return Conversion(tracing, names)
+    if operations:
+        names = tuple(type(op).__name__ for op in operations)
+    else:
+        names = (semconv.RENAME_OP,) if renames(transform) else ()
+    quantize = getattr(transform, "quantization_operation", None)
+    if quantize is not None:
+        names += (type(quantize).__name__,)
+    return Conversion(tracing, names) if names else None
 
 
 HOOKS = [
