@@ -68,7 +68,8 @@ def report_table(report: Report) -> str:
             header += f"  launch {trace.launch_id}"
         if runs > 1:
             header += f"  run {trace.run + 1} of {runs} (the same ranks again, new pids)"
-        header += f"  world size {number(trace.world_size)}  model {human_bytes(trace.model_bytes)}"
+        model = human_bytes(trace.model_bytes) if trace.model_bytes > 0 else "unknown"
+        header += f"  world size {number(trace.world_size)}  model {model}"
         io = "".join(f"\nI/O: {node.note}." for node in trace.nodes if node.note)
         rows = [rank_row(rank) for rank in ranks]
         blocks.append(header + "\n" + table(RANK_COLUMNS, rows, left=3) + io + "\n\n" + findings_text(findings))

@@ -248,6 +248,7 @@ class Tracing:
         state.set_text("load", scope.name)
         state.set_text("phase", scope.name)
         state.set_text("strategy", str(start.get(semconv.STRATEGY, "")))
+        state["checkpoint_tensor_bytes"] = int(start.get(semconv.CHECKPOINT_TENSOR_BYTES) or 0)
         state.set_text("failure", "")
         state["memory_limit"], state["memory_limit_source"] = found.limit
         state["rss_peak"] = 0  # this load's: raised from its first reading on

@@ -78,6 +78,7 @@ HEADER_FIELDS = (
     "slots_used",  # read slots handed out so far
     "load_first_slot",  # the first slot of the current outermost load
     "oom_kill_before",  # the cgroup's oom_kill counter when the first load began (-1: unreadable)
+    "checkpoint_tensor_bytes",  # the open load's checkpoint, from its headers (0: unknown): the model's size
     *COUNTERS,
     *(f"load_{name}" for name in COUNTERS),
 )

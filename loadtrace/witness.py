@@ -193,6 +193,7 @@ def span_attributes(state: statefile.State, exitcode: int | None, oom: bool | No
         (semconv.MEMORY_LIMIT, "memory_limit"),
         (semconv.CGROUP_MEMORY_MAX, "cgroup_memory_max"),
         (semconv.NODE_MEMORY_TOTAL, "node_memory_total"),
+        (semconv.CHECKPOINT_TENSOR_BYTES, "checkpoint_tensor_bytes"),
     ):
         if state[field] > 0:
             attributes[key] = state[field]

@@ -129,16 +129,21 @@ class Job:
 
     def model_bytes(self) -> int:
         """The model's size: the checkpoint's tensor bytes (its safetensors headers, recorded by ``from_pretrained``);
-        else, when ranks read slices, the sizes of the distinct files they opened; else what the loading rank read;
-        else the most real bytes any rank holds after loading."""
+        else, when ranks read slices, the sizes of the distinct files they opened; else what the loading rank read, if
+        it finished, else the most any finished rank read; else the most
+        real bytes any rank holds after loading; 0 when nothing tells (shown as unknown)."""
         known = [rank.checkpoint_tensor_bytes for rank in self.ranks if rank.checkpoint_tensor_bytes]
         if known:
             return max(known)
         if any(rank.partial_bytes for rank in self.ranks) and (files := self.file_bytes()):
             return files
+        # A rank that was killed or raised read only part of the model: its bytes are no measure of it.
+        finished = [rank for rank in self.ranks if not rank.incomplete and rank.failed is None]
         loading = self.loading_rank
-        if loading is not None and loading.read_bytes > 0:
+        if loading in finished and loading.read_bytes > 0:
             return loading.read_bytes
+        if read := max((rank.read_bytes for rank in finished), default=0):
+            return read
         return max((real_bytes(rank.held_bytes) for rank in self.ranks), default=0)
 
     def file_bytes(self) -> int:
@@ -372,6 +377,11 @@ def apply_processes(rank: RankLoad, members: list[Process]) -> None:
     idle or exited (it finished) never makes the rank look dead."""
     for process in members:
         status, last = status_of(process), last_state(process)
+        if not rank.checkpoint_tensor_bytes:  # a rank that died mid-load: what its load knew of the checkpoint
+            if process.state is not None:
+                rank.checkpoint_tensor_bytes = process.state["checkpoint_tensor_bytes"] or None
+            elif process.witness is not None:
+                rank.checkpoint_tensor_bytes = opt_int_attr(process.witness.attributes, sc.CHECKPOINT_TENSOR_BYTES)
         ended = exit_of(process)
         died_loading = status in STATUS_OPEN
         if ended != Exit() and rank.exit == Exit():

@@ -184,6 +184,10 @@ class Load:
         size = checkpoint_bytes(checkpoint)
         if size is not None:
             attributes[semconv.CHECKPOINT_BYTES] = size
+        # At the start, so a rank that dies mid-load still tells the model's size (its state file keeps it).
+        self.tensor_bytes = checkpoint_tensor_bytes(checkpoint, kwargs)
+        if self.tensor_bytes is not None:
+            attributes[semconv.CHECKPOINT_TENSOR_BYTES] = self.tensor_bytes
         self.scope, self.token = tracing.start_load(semconv.SPAN_FROM_PRETRAINED, attributes)
 
     def done(self, result: Any, error: BaseException | None) -> Any:
@@ -193,8 +197,8 @@ class Load:
             if model is not None and hasattr(model, "parameters"):
                 for device, nbytes in held_bytes(model, self.partitioned).items():
                     attributes[semconv.held_bytes_key(device)] = nbytes
-            # At the end: a hub checkpoint is in the cache by now. One header read per weight file.
-            tensors = checkpoint_tensor_bytes(self.checkpoint, self.kwargs)
+            # A hub checkpoint that was not in the cache at the start is by now. One header read per weight file.
+            tensors = checkpoint_tensor_bytes(self.checkpoint, self.kwargs) if self.tensor_bytes is None else None
             if tensors is not None:
                 attributes[semconv.CHECKPOINT_TENSOR_BYTES] = tensors
         finally:
