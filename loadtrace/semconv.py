@@ -106,6 +106,7 @@ def held_bytes_key(device: str) -> str:
 FILE_PATH = "loadtrace.file.path"
 FILE_SIZE = "loadtrace.file.size"
 FILE_TENSORS = "loadtrace.file.tensors"
+FILE_TENSOR_BYTES = "loadtrace.file.tensor_bytes"  # a safetensors file's data: its size less header and length
 # Bytes of the file in the node's page cache when it was opened (memory.cached_bytes); absent where unknown.
 FILE_CACHED_BYTES_AT_OPEN = "loadtrace.file.cached_bytes_at_open"
 MAP_LOCATION = "loadtrace.map_location"

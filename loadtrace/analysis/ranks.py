@@ -129,9 +129,9 @@ class Job:
 
     def model_bytes(self) -> int:
         """The model's size: the checkpoint's tensor bytes (its safetensors headers, recorded by ``from_pretrained``);
-        else, when ranks read slices, the sizes of the distinct files they opened; else what the loading rank read, if
-        it finished, else the most any finished rank read; else the most
-        real bytes any rank holds after loading; 0 when nothing tells (shown as unknown)."""
+        else, when ranks read slices, the tensor bytes of the distinct files they opened; else what the loading rank
+        read, if it finished, else the most any finished rank read; else the most real bytes any rank holds after
+        loading; 0 when nothing tells (shown as unknown)."""
         known = [rank.checkpoint_tensor_bytes for rank in self.ranks if rank.checkpoint_tensor_bytes]
         if known:
             return max(known)
@@ -147,14 +147,16 @@ class Job:
         return max((real_bytes(rank.held_bytes) for rank in self.ranks), default=0)
 
     def file_bytes(self) -> int:
-        """The sizes of the distinct files (``loadtrace.file.path``) the ranks' file spans opened: the checkpoint,
-        headers included, as far as the job read it."""
+        """The tensor bytes of the distinct files (``loadtrace.file.path``) the ranks' file spans opened (a file's
+        size where its tensor bytes are unknown, a ``torch.load`` file): the checkpoint, as far as the job read it."""
         sizes: dict[str, int] = {}
         for rank in self.ranks:
             for span in rank.spans:
                 path = str_attr(span.attributes, sc.FILE_PATH) if span.name in sc.FILE_SPANS else None
                 if path is not None:
-                    sizes[path] = max(sizes.get(path, 0), int_attr(span.attributes, sc.FILE_SIZE))
+                    known = opt_int_attr(span.attributes, sc.FILE_TENSOR_BYTES)
+                    size = known if known is not None else int_attr(span.attributes, sc.FILE_SIZE)
+                    sizes[path] = max(sizes.get(path, 0), size)
         return sum(sizes.values())
 
     def ranks_per_node(self, rank: RankLoad) -> int:

@@ -266,7 +266,24 @@ def open_file(instance, args, kwargs):
         tracing.close_file(scope)
         return handle
 
-    return FileCall(tracing, semconv.SPAN_SAFETENSORS_OPEN, file_attributes(tracing, path), opened)
+    attributes = file_attributes(tracing, path)
+    size = attributes.get(semconv.FILE_SIZE)
+    if size is not None and (data := data_bytes(path, size)) is not None:
+        attributes[semconv.FILE_TENSOR_BYTES] = data
+    return FileCall(tracing, semconv.SPAN_SAFETENSORS_OPEN, attributes, opened)
+
+
+def data_bytes(path: Any, size: int) -> int | None:
+    """The bytes of a safetensors file's tensors: what follows its 8-byte header length and its JSON header. Exact
+    (the format pads inside the header), and one 8-byte read: a tensor-parallel job that reads slices still tells
+    the model's size. None for a file that is not safetensors-shaped."""
+    try:
+        with open(path, "rb") as file:
+            length = int.from_bytes(file.read(8), "little")
+    except (OSError, TypeError, ValueError):
+        return None
+    data = size - 8 - length
+    return data if length > 0 and data >= 0 else None
 
 
 def load_bytes(instance, args, kwargs):
