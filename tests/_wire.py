@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from _otlp_reference import _hex_ids
 from google.protobuf.json_format import MessageToDict
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
@@ -194,22 +195,6 @@ def wire_spans(arrivals: Iterable[Arrival]) -> list[WireSpan]:
                         )
                     )
     return spans
-
-
-_ID_FIELDS = ("traceId", "spanId", "parentSpanId")
-
-
-def _hex_ids(node: Any) -> None:
-    """protobuf's JSON mapping writes bytes as base64; OTLP JSON (and Jaeger's /api/v3) writes ids as hex."""
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key in _ID_FIELDS and isinstance(value, str):
-                node[key] = base64.b64decode(value).hex()
-            else:
-                _hex_ids(value)
-    elif isinstance(node, list):
-        for item in node:
-            _hex_ids(item)
 
 
 def traces_data_json(arrivals: Iterable[Arrival], keep: Callable[[trace_pb2.Span], bool] = lambda span: True) -> dict:

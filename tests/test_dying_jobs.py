@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 from support import field_facts
 from support.multirank import COUNT_WORKER, MODE_ENV, TRACE_ROOT
-from support.torchrun import DEFAULT_TIMEOUT_S, TorchrunResult, clean_env, free_port
+from support.torchrun import DEFAULT_TIMEOUT_S, TorchrunResult, clean_env, torchrun
 from support.venvs import REPO, Venv, discover, installed_problems, stale_files
 
 from loadtrace import semconv as sc
@@ -83,36 +83,11 @@ def launch(
     static_port: bool = True,
     timeout_s: float = RUN_TIMEOUT_S,
 ) -> TorchrunResult:
-    """``support.torchrun.torchrun`` with launcher options. ``static_port=False`` leaves out ``--master_port``: torchrun
-    then uses its single-node c10d rendezvous with a fresh run id, kept across restarts, as a user's plain
-    ``torchrun --nproc_per_node 2 train.py`` does."""
-    cwd.mkdir(parents=True, exist_ok=True)
-    cmd = [str(venv.torchrun), "--nproc_per_node", "2", *launcher_args]
-    if static_port:
-        cmd += ["--master_port", str(free_port())]
-    cmd += [str(script), *args]
-    log = cwd / "torchrun.log"
-    start = time.monotonic()
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            cmd,
-            cwd=cwd,
-            env=clean_env(venv, env),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        try:
-            returncode = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            returncode = -9
-            with open(log, "ab") as tail:
-                tail.write(f"\n[tests] killed after {timeout_s:.0f}s timeout\n".encode())
-    result = TorchrunResult(cmd, cwd, dict(env), returncode, time.monotonic() - start, log)
-    print(f"[dying] {venv.name} {cwd.name}: rc {returncode} in {result.seconds:.1f}s")
+    """``support.torchrun.torchrun`` with launcher options, saying how each run ended (these runs are meant to fail)."""
+    result = torchrun(
+        venv, script, args, cwd, env, timeout_s=timeout_s, launcher_args=launcher_args, static_port=static_port
+    )
+    print(f"[dying] {venv.name} {cwd.name}: rc {result.returncode} in {result.seconds:.1f}s")
     return result
 
 

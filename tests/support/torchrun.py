@@ -95,12 +95,19 @@ def torchrun(
     env: dict[str, str] | None = None,
     nproc: int = 2,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    launcher_args: tuple[str, ...] = (),
+    static_port: bool = True,
 ) -> TorchrunResult:
-    """Run ``torchrun --nproc_per_node nproc script args`` with ``venv``'s torchrun; never raises on failure (see
-    ``TorchrunResult.check``). On timeout the whole process group is killed and the result has returncode -9."""
+    """Run ``torchrun --nproc_per_node nproc [launcher_args] script args`` with ``venv``'s torchrun; never raises on
+    failure (see ``TorchrunResult.check``). On timeout the whole process group is killed and the result has returncode
+    -9. ``static_port=False`` leaves out ``--master_port``: torchrun then uses its single-node c10d rendezvous with a
+    fresh run id, kept across restarts, as a user's plain ``torchrun --nproc_per_node 2 train.py`` does."""
     cwd.mkdir(parents=True, exist_ok=True)
     extra = dict(env or {})
-    cmd = [str(venv.torchrun), "--nproc_per_node", str(nproc), "--master_port", str(free_port()), str(script), *args]
+    cmd = [str(venv.torchrun), "--nproc_per_node", str(nproc), *launcher_args]
+    if static_port:
+        cmd += ["--master_port", str(free_port())]
+    cmd += [str(script), *args]
     log = cwd / "torchrun.log"
     start = time.monotonic()
     with open(log, "wb") as out:
