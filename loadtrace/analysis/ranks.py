@@ -213,7 +213,10 @@ def job_of(trace_id: str, run: Run) -> Job:
         ranks.append(record)
     mark_unfinished(ranks)
     ranks.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.instance or ""))
-    start = min((process.start_ns for process in run.members), default=0)
+    # When the job started, as its spans say (the same read from files or from Jaeger, which has no state files); a
+    # state file's or the witness's times only where no span tells.
+    span_starts = [span.start_ns for process in run.members for span in process.spans]
+    start = min(span_starts) if span_starts else min((process.start_ns for process in run.members), default=0)
     return Job(trace_id, ranks, start, attempt=run.attempt, launch_ids=run.launch_ids, run=run.run)
 
 

@@ -138,10 +138,12 @@ def _locate(checkpoint: Any, name: str, kwargs: dict) -> str | None:
     return found if isinstance(found, str) else None
 
 
-def checkpoint_tensor_bytes(checkpoint: Any, kwargs: dict) -> int | None:
+def checkpoint_tensor_bytes(checkpoint: Any, kwargs: dict, headers: bool = True) -> int | None:
     """The exact bytes of the checkpoint's tensors: the headers of the files its ``model.safetensors.index.json``
     lists (its ``metadata.total_size`` when a file is missing), or of ``model.safetensors``; None when neither is on
-    this machine (a ``.bin`` checkpoint, a hub id not in the cache)."""
+    this machine (a ``.bin`` checkpoint, a hub id not in the cache). ``headers=False`` reads the index alone: before
+    the load, reading the weight files' headers would put their first pages in the page cache, and the load's
+    cold/warm measure (``loadtrace.file.cached_bytes_at_open``) would then see what loadtrace itself read."""
     variant = kwargs.get("variant")
     index = _locate(checkpoint, _variant("model.safetensors.index.json", variant), kwargs)
     if index is not None:
@@ -151,13 +153,13 @@ def checkpoint_tensor_bytes(checkpoint: Any, kwargs: dict) -> int | None:
         except (OSError, ValueError):
             return None
         folder = os.path.dirname(index)
-        files = sorted(set(content.get("weight_map", {}).values())) if isinstance(content, dict) else []
+        files = sorted(set(content.get("weight_map", {}).values())) if isinstance(content, dict) and headers else []
         sizes = [safetensors_tensor_bytes(os.path.join(folder, name)) for name in files]
         if files and None not in sizes:
             return sum(sizes)  # type: ignore[arg-type]
         total = content.get("metadata", {}).get("total_size") if isinstance(content, dict) else None
         return _size(total) or None
-    single = _locate(checkpoint, _variant("model.safetensors", variant), kwargs)
+    single = _locate(checkpoint, _variant("model.safetensors", variant), kwargs) if headers else None
     return safetensors_tensor_bytes(single) if single is not None else None
 
 
@@ -184,8 +186,9 @@ class Load:
         size = checkpoint_bytes(checkpoint)
         if size is not None:
             attributes[semconv.CHECKPOINT_BYTES] = size
-        # At the start, so a rank that dies mid-load still tells the model's size (its state file keeps it).
-        self.tensor_bytes = checkpoint_tensor_bytes(checkpoint, kwargs)
+        # At the start, so a rank that dies mid-load still tells the model's size (its state file keeps it): from the
+        # index alone, leaving the weight files' pages as the job found them.
+        self.tensor_bytes = checkpoint_tensor_bytes(checkpoint, kwargs, headers=False)
         if self.tensor_bytes is not None:
             attributes[semconv.CHECKPOINT_TENSOR_BYTES] = self.tensor_bytes
         self.scope, self.token = tracing.start_load(semconv.SPAN_FROM_PRETRAINED, attributes)
@@ -197,7 +200,7 @@ class Load:
             if model is not None and hasattr(model, "parameters"):
                 for device, nbytes in held_bytes(model, self.partitioned).items():
                     attributes[semconv.held_bytes_key(device)] = nbytes
-            # A hub checkpoint that was not in the cache at the start is by now. One header read per weight file.
+            # Without an index (one file), or a hub checkpoint not yet cached at the start: one header read per file.
             tensors = checkpoint_tensor_bytes(self.checkpoint, self.kwargs) if self.tensor_bytes is None else None
             if tensors is not None:
                 attributes[semconv.CHECKPOINT_TENSOR_BYTES] = tensors
