@@ -2,7 +2,7 @@
 
 The spans under ``tests/fixtures/spans/`` are real two-rank jobs (``examples/load.py`` under torchrun: transformers
 5.12 and 5.24 with FSDP ``cpu_ram_efficient_loading``, 5.24 ZeRO-3 and plain, a rank SIGKILLed mid-load that left only
-its progress snapshot, and a job whose conversion hook raised on every call). The outputs under
+its state file, and a job whose conversion hook raised on every call). The outputs under
 ``tests/fixtures/golden/`` were written by the CLI before the report got its typed model; this test reruns the CLI in
 process, from the fixtures folder with relative paths (compare prints its sources), and wants every byte the same.
 The compare outputs were rewritten once since, on purpose (issue 12): each side's ``attempt``, ``run`` and
