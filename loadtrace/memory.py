@@ -5,6 +5,7 @@ Every reader returns zeros rather than raising where a file is missing (another 
 
 from __future__ import annotations
 
+import ctypes
 import os
 import stat
 import sys
@@ -197,10 +198,10 @@ def _load_libc() -> Any:
         _libc = False
         if sys.platform.startswith("linux"):
             try:
-                import ctypes
-                import ctypes.util
-
-                libc: Any = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+                # The symbols already in this process: no ``find_library`` (it runs ldconfig in a subprocess) and no
+                # import here. A first file open may come from any thread; an import or a subprocess in flight while
+                # the job forks (a DataLoader worker) leaves the child waiting forever on a lock it inherited held.
+                libc: Any = ctypes.CDLL(None, use_errno=True)
                 libc.mmap.restype = ctypes.c_void_p
                 libc.mmap.argtypes = [
                     ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long
