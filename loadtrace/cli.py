@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from loadtrace import render
+from loadtrace import render, render_timeline
 from loadtrace.analysis import jaeger
 from loadtrace.analysis.compare import PICK_HELP, compare, pick_job
 from loadtrace.analysis.forecast import DTYPE_BYTES, ForecastError, Target
@@ -25,6 +25,7 @@ from loadtrace.analysis.model import to_json
 from loadtrace.analysis.ranks import Job, jobs_from_spans
 from loadtrace.analysis.report import report
 from loadtrace.analysis.sources import SourceError, SpanSet, read_files
+from loadtrace.analysis.timeline import timeline
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -95,6 +96,27 @@ def build_parser() -> argparse.ArgumentParser:
         )
     _add_jaeger_options(compare_)
     compare_.set_defaults(run=run_compare)
+
+    timeline_ = commands.add_parser(
+        "timeline",
+        help="one job as a picture: a lane per rank, its phases as bars (an HTML page, or Chrome trace JSON)",
+        description="One job as a timeline: a lane per rank, grouped by node, every span a bar with its bytes; killed, "
+        "failed and slow ranks and the report's findings marked; hover a bar for its attributes. The HTML page is one "
+        "self-contained file (it loads nothing from the network); --format chrome writes trace-event JSON for "
+        "Perfetto (ui.perfetto.dev) or chrome://tracing.",
+    )
+    timeline_.add_argument("source", help="a .jsonl or .state file, or a directory of them")
+    timeline_.add_argument("--job", metavar="ID", help=f"which job when SOURCE holds several: {PICK_HELP}")
+    timeline_.add_argument(
+        "-o", "--output", metavar="FILE", help="where to write it (default: <job id>.html or .trace.json; - for stdout)"
+    )
+    timeline_.add_argument(
+        "--format",
+        choices=("html", "chrome"),
+        default="html",
+        help="html: a page for any browser (default); chrome: Chrome trace-event JSON",
+    )
+    timeline_.set_defaults(run=run_timeline)
     return parser
 
 
@@ -274,6 +296,28 @@ def run_compare(args: argparse.Namespace) -> int:
     job_b = pick_job(jobs_b, args.b_job, args.b, "--b-job")
     result = compare(job_a, job_b, args.a, args.b, skipped_a, skipped_b)
     print(json.dumps(to_json(result), indent=2) if args.format == "json" else render.compare_table(result))
+    return EXIT_OK
+
+
+def run_timeline(args: argparse.Namespace) -> int:
+    spans = _spans_from_path(args.source)
+    job = pick_job(jobs_from_spans(spans.spans, spans.states), args.job, args.source, "--job")
+    picture = timeline(job)
+    if args.format == "chrome":
+        text, suffix = json.dumps(render_timeline.chrome_trace(picture), separators=(",", ":")), ".trace.json"
+    else:
+        text, suffix = render_timeline.html_page(picture), ".html"
+    if args.output == "-":
+        print(text)
+        return EXIT_OK
+    path = args.output or (job.job_id or job.trace_id).replace(os.sep, "_") + suffix
+    try:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as error:
+        raise SourceError(f"{path}: {error.strerror or error}") from None
+    lanes, nodes = len(picture.lanes), len(picture.nodes)
+    print(f"wrote {path}: {lanes} rank{'s' * (lanes != 1)} on {nodes} node{'s' * (nodes != 1)}")
     return EXIT_OK
 
 

@@ -2,10 +2,11 @@
 
 - ruff (lint and format) and mypy are clean, run here so README's test command covers them;
 - every span name and ``loadtrace.*`` attribute key is spelled once, in ``loadtrace/semconv.py``;
-- data flows one way: the analysis half (``loadtrace/analysis/``, ``cli.py``, ``render.py``) imports nothing of
-  loadtrace but the shared formats and itself, the instrumentation half imports nothing of the analysis half, and
-  the shared formats import only the standard library. The shared formats are the contracts of the files between
-  the halves: ``semconv`` (span names and keys) and ``statefile`` (the state a dead rank leaves).
+- data flows one way: the analysis half (``loadtrace/analysis/``, ``cli.py``, ``render.py``,
+  ``render_timeline.py``) imports nothing of loadtrace but the shared formats and itself, the instrumentation half
+  imports nothing of the analysis half, and the shared formats import only the standard library. The shared formats
+  are the contracts of the files between the halves: ``semconv`` (span names and keys) and ``statefile`` (the state a
+  dead rank leaves).
 
 These read the source tree (``ast``), not the installed wheel.
 """
@@ -66,7 +67,9 @@ MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
 
 
 def is_analysis(module: str) -> bool:
-    return module in ("loadtrace.cli", "loadtrace.render") or module.startswith("loadtrace.analysis")
+    return module in ("loadtrace.cli", "loadtrace.render", "loadtrace.render_timeline") or module.startswith(
+        "loadtrace.analysis"
+    )
 
 
 ANALYSIS = sorted(m for m in MODULES if is_analysis(m))

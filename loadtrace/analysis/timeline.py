@@ -1,0 +1,222 @@
+"""One job's spans → a timeline: a lane per rank, grouped by node, each span a bar (``loadtrace timeline``).
+
+Generic over span names: every span a rank emitted becomes a bar, whatever its name (phases added later, such as
+startup spans, appear without a change here), except the job's root span (the axis' zero) and the launcher's witness
+span (the mark of a rank's death). A bar's bytes are the first of ``BYTES_KEYS`` its span carries. A rank killed with a
+load open, whose load span never ended, gets a bar for that load from its state file or the witness: from the load's
+start to its last sign of life, with the totals it had then. Times are nanoseconds from the job's start.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import semconv as sc
+from .findings import find
+from .model import Exit, Finding, LastState, RankLoad, to_json
+from .ranks import META, STATUS_ERROR, Job, by_device, opt_int_attr
+from .sources import rfc3339_nanos
+
+# The bytes a bar stands for: the first of these its span carries (a load's or file's reads, a conversion's output,
+# a materialisation's tensors), else the real bytes it materialised per device.
+BYTES_KEYS = (sc.READ_BYTES, sc.CONVERT_BYTES, sc.MATERIALIZE_BYTES)
+# A rank is slow when its load took this many times the median load of the job's ranks that finished.
+SLOW_FACTOR = 1.5
+
+REBUILT = "rebuilt"  # the id of a rebuilt load among span ids (hex, never this)
+OK, ERROR, UNFINISHED = "ok", "error", "unfinished"  # a bar's status; unfinished: rebuilt from a dead rank's state
+KILLED, FAILED, INCOMPLETE, SLOW = "killed", "failed", "incomplete", "slow"  # a lane's state, besides OK
+
+
+@dataclass
+class Bar:
+    """One span of a rank: its name, times from the job's start, the row it sits in, its bytes and attributes."""
+
+    name: str
+    start_ns: int
+    end_ns: int
+    row: int  # 0 is the lane's top row; a span sits below its parent, overlapping spans side by side in rows
+    bytes: int | None
+    status: str  # ok | error | unfinished
+    attributes: dict[str, Any]
+
+
+@dataclass
+class Lane:
+    """One rank: its state (``ok``, ``slow``, ``incomplete``, ``failed``, ``killed``), what ended it, its bars."""
+
+    rank: int | None
+    label: str
+    host: str | None
+    state: str
+    exit: Exit
+    during: str | None  # the span a rank that died had open
+    failed: str | None  # the exception its load raised
+    load_seconds: float | None
+    slow_factor: float | None  # its load time over the median of the job's finished ranks
+    death_ns: int | None  # when a rank that died was last seen alive
+    findings: list[str]  # kinds of the findings that name this rank
+    rows: int
+    bars: list[Bar]
+
+
+@dataclass
+class Node:
+    host: str | None
+    lanes: list[Lane]
+
+
+@dataclass
+class Timeline:
+    trace_id: str
+    job_id: str | None
+    attempt: int | None
+    run: int
+    start_time: str | None
+    start_unix_nano: int
+    duration_ns: int
+    world_size: int | None
+    missing_ranks: list[int]
+    nodes: list[Node]
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def lanes(self) -> list[Lane]:
+        return [lane for node in self.nodes for lane in node.lanes]
+
+
+def bar_bytes(attributes: dict[str, Any]) -> int | None:
+    for key in BYTES_KEYS:
+        if (value := opt_int_attr(attributes, key)) is not None:
+            return value
+    made = {device: size for device, size in by_device(attributes, sc.MATERIALIZED_BYTES_PREFIX).items()}
+    real = sum(size for device, size in made.items() if device != META)
+    return real if made else None
+
+
+def pack(bars: list[Bar], parents: dict[int, int | None]) -> int:
+    """Give each bar (in start order) the first row below its parent's where it overlaps nothing; the rows used."""
+    row_ends: list[int] = []
+    for index, bar in enumerate(bars):
+        parent = parents[index]
+        row = bars[parent].row + 1 if parent is not None else 0
+        while row < len(row_ends) and row_ends[row] > bar.start_ns:
+            row += 1
+        if row == len(row_ends):
+            row_ends.append(0)
+        row_ends[row] = max(row_ends[row], bar.end_ns)
+        bar.row = row
+    return len(row_ends)
+
+
+def rebuilt_load(rank: RankLoad, zero: int) -> Bar | None:
+    """The load a rank died in, from its last state, when no span of its own covers it."""
+    last = rank.last_state
+    if not rank.incomplete or not isinstance(last, LastState) or not last.load_start_unix_nano:
+        return None
+    start = last.load_start_unix_nano
+    if any(s.name in sc.LOAD_SPANS and s.start_ns <= start <= s.end_ns for s in rank.spans):
+        return None
+    attributes = {key: value for key, value in to_json(last).items() if value not in (None, {}, "")}
+    name = last.load or sc.SPAN_LOAD
+    return Bar(name, start - zero, max(start, last.time_unix_nano) - zero, 0, last.read_bytes, UNFINISHED, attributes)
+
+
+def lane_of(rank: RankLoad, zero: int, findings: list[Finding], median: float | None) -> Lane:
+    spans = [s for s in rank.spans if s.name not in (sc.SPAN_JOB, sc.SPAN_RANK_EXIT)]
+    # (bar, its span id, its parent's): a rebuilt load has no id of its own, "" never names a span.
+    entries = [
+        (
+            Bar(
+                s.name,
+                s.start_ns - zero,
+                max(s.start_ns, s.end_ns) - zero,
+                0,
+                bar_bytes(s.attributes),
+                ERROR if s.status_code == STATUS_ERROR else OK,
+                s.attributes,
+            ),
+            s.span_id,
+            s.parent_span_id,
+        )
+        for s in spans
+    ]
+    if (rebuilt := rebuilt_load(rank, zero)) is not None:
+        ids = {span_id for _, span_id, _ in entries}
+        # Its spans that began inside it and hang from nothing in the lane hang from it.
+        entries = [
+            (
+                bar,
+                span_id,
+                REBUILT if parent not in ids and rebuilt.start_ns <= bar.start_ns <= rebuilt.end_ns else parent,
+            )
+            for bar, span_id, parent in entries
+        ]
+        entries.append((rebuilt, REBUILT, ""))
+    entries.sort(key=lambda entry: (entry[0].start_ns, -entry[0].end_ns, entry[1]))
+    index = {span_id: i for i, (_, span_id, _) in enumerate(entries) if span_id}
+    bars = [bar for bar, _, _ in entries]
+    parents = {i: index.get(parent) for i, (_, _, parent) in enumerate(entries)}
+    rows = pack(bars, parents)
+    last = rank.last_state
+    death = None
+    if rank.incomplete or rank.exit.signal is not None or rank.exit.code not in (None, 0):
+        if isinstance(last, LastState):
+            death = last.time_unix_nano - zero
+        elif bars:
+            death = max(bar.end_ns for bar in bars)
+    slow = round(rank.load_seconds / median, 2) if median and rank.load_seconds and not rank.incomplete else None
+    if rank.incomplete or rank.exit.signal is not None:
+        state = KILLED if rank.exit.signal is not None else INCOMPLETE  # incomplete: died, how is unknown
+    elif rank.failed is not None or rank.exit.code not in (None, 0):
+        state = FAILED
+    elif slow is not None and slow >= SLOW_FACTOR:
+        state = SLOW
+    else:
+        state = OK
+    return Lane(
+        rank=rank.rank,
+        label=rank.label,
+        host=rank.host,
+        state=state,
+        exit=rank.exit,
+        during=last.during if isinstance(last, LastState) else None,
+        failed=rank.failed,
+        load_seconds=rank.load_seconds,
+        slow_factor=slow,
+        death_ns=death,
+        findings=[f.kind for f in findings if rank.rank is not None and rank.rank in f.ranks],
+        rows=rows,
+        bars=bars,
+    )
+
+
+def timeline(job: Job) -> Timeline:
+    """The job's timeline: nodes in host order, lanes in rank order, the job's findings."""
+    findings = find([job])
+    finished = [r.load_seconds for r in job.ranks if r.load_seconds and not r.incomplete and r.failed is None]
+    median = statistics.median(finished) if len(finished) >= 2 else None
+    zero = job.start_ns
+    hosts: dict[str | None, list[Lane]] = {}
+    for rank in job.ranks:
+        hosts.setdefault(rank.host, []).append(lane_of(rank, zero, findings, median))
+    nodes = [Node(host, lanes) for host, lanes in sorted(hosts.items(), key=lambda item: item[0] or "")]
+    ends = [bar.end_ns for node in nodes for lane in node.lanes for bar in lane.bars]
+    ends += [lane.death_ns for node in nodes for lane in node.lanes if lane.death_ns is not None]
+    present = {rank.rank for rank in job.ranks}
+    world = job.world_size
+    return Timeline(
+        trace_id=job.trace_id,
+        job_id=job.job_id,
+        attempt=job.attempt,
+        run=job.run,
+        start_time=rfc3339_nanos(zero),
+        start_unix_nano=zero,
+        duration_ns=max(ends, default=0),
+        world_size=world,
+        missing_ranks=[r for r in range(world) if r not in present] if world else [],
+        nodes=nodes,
+        findings=findings,
+    )
