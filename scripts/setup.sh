@@ -30,4 +30,8 @@ wait $legacy
 if ! command -v docker-compose >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
   (apt-get update -qq && apt-get install -y -qq docker-compose) >/dev/null 2>&1 || echo "setup: docker-compose not installed; its check will be skipped"
 fi
+# Debian's Chromium opens the timeline page in tests/test_timeline_browser.py; the same where we may, else skipped.
+if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+  (apt-get update -qq && apt-get install -y -qq chromium) >/dev/null 2>&1 || echo "setup: chromium not installed; the browser tests will be skipped"
+fi
 echo "setup: done (.venv: $(.venv/bin/python -c 'import transformers; print("transformers", transformers.__version__)'); .venv512: $(.venv512/bin/python -c 'import transformers; print("transformers", transformers.__version__)'))"
