@@ -20,9 +20,9 @@ from support.big_job import write_big_job
 
 from loadtrace import semconv as sc
 from loadtrace.analysis.ranks import jobs_from_spans
-from loadtrace.analysis.sources import read_files
-from loadtrace.analysis.timeline import INCOMPLETE, OK, SLOW, UNFINISHED, timeline
-from loadtrace.render_timeline import chrome_trace, html_page, nested_tracks
+from loadtrace.analysis.sources import Span, read_files
+from loadtrace.analysis.timeline import INCOMPLETE, KILLED, OK, SLOW, UNFINISHED, timeline
+from loadtrace.render_timeline import chrome_trace, html_page, lane_detail, nested_tracks
 
 SPANS = Path(__file__).parent / "fixtures" / "spans"
 LOADTRACE = [sys.executable, "-m", "loadtrace.cli"]
@@ -90,6 +90,37 @@ def test_a_killed_rank_is_marked_and_its_open_load_rebuilt_from_its_state_file()
     assert bar.start_ns == state["load_start_ns"] - job.start_ns
     assert bar.end_ns == dead.death_ns == state["updated_ns"] - job.start_ns
     assert sc.FINDING_INCOMPLETE_RANK in dead.findings
+
+
+def test_a_rank_the_launcher_saw_killed_says_how():
+    """The launcher's witness span (what a traced launcher writes when a worker dies) in place of the state file."""
+    spans = read_files(SPANS / "killed524")
+    (state,) = [s for s in spans.states if s.state.rank == 1]
+    zero = min(span.start_ns for span in spans.spans)
+    resource = {sc.RANK: 1, sc.HOST_NAME: "vm", sc.PROCESS_PID: state.state["pid"], sc.WORLD_SIZE: 2}
+    witness = Span(
+        trace_id=spans.spans[0].trace_id,
+        span_id="c3" * 8,
+        parent_span_id="",
+        name=sc.SPAN_RANK_EXIT,
+        start_ns=zero + 50_000_000,
+        end_ns=zero + 90_000_000,
+        attributes={
+            sc.EXIT_SIGNAL: "SIGKILL",
+            sc.EXIT_OOM_KILLED: True,
+            sc.EXIT_STATUS: "loading",
+            sc.EXIT_DURING: sc.SPAN_CONVERT,
+            sc.EXIT_LOAD: sc.SPAN_FROM_PRETRAINED,
+            sc.READ_BYTES: 4096,
+        },
+        resource=resource,
+    )
+    (job,) = jobs_from_spans([*spans.spans, witness], [])
+    dead = timeline(job).lanes[1]
+    assert dead.state == KILLED and lane_detail(dead) == "killed: SIGKILL (OOM) during transformers.convert"
+    (bar,) = dead.bars
+    assert (bar.status, bar.bytes) == (UNFINISHED, 4096)
+    assert (bar.start_ns, bar.end_ns, dead.death_ns) == (50_000_000, 90_000_000, 90_000_000)
 
 
 def test_span_names_it_has_never_seen_are_drawn_like_any_other():

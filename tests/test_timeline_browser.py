@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 from support.big_job import write_big_job
+from support.multirank import WORLD_SIZE
+from support.venvs import discover
 
 from loadtrace import semconv as sc
 from loadtrace.analysis.ranks import jobs_from_spans
@@ -131,4 +133,21 @@ def test_a_512_rank_page_loads_quickly_and_shows_every_rank(browser, tmp_path):
     page.mouse.move(spot["x"], spot["y"])
     assert "rank 511 on node063" in page.locator("#tip").inner_text()
     assert visit.messages == []
+    page.close()
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not discover(), reason="no venv with torchrun and transformers (see tests/support/venvs.py)")
+def test_a_real_torchrun_job_in_the_browser(browser, jobs, tmp_path):
+    """A 2-rank FSDP job run here: each rank's load bar carries the bytes the worker itself counted."""
+    job = jobs.get(discover()[0], "fsdp", traced=True)
+    visit = Visit(browser, write_page(job.trace_root, tmp_path / "job.html"))
+    page = visit.page
+    assert visit.messages == [] and visit.requests == [visit.url]
+    assert page.locator(".lane").count() == WORLD_SIZE
+    lanes = page.evaluate("window.loadtrace.data.nodes.flatMap((node) => node.lanes)")
+    names = page.evaluate("window.loadtrace.data.names")
+    for lane in lanes:
+        loads = [bar for bar in lane["bars"] if names[bar[0]] == sc.SPAN_FROM_PRETRAINED]
+        assert [bar[4] for bar in loads] == [job.counts[lane["rank"]]["read_bytes"]], lane["label"]
     page.close()
