@@ -304,7 +304,8 @@ def run_timeline(args: argparse.Namespace) -> int:
     job = pick_job(jobs_from_spans(spans.spans, spans.states), args.job, args.source, "--job")
     picture = timeline(job)
     if args.format == "chrome":
-        text, suffix = json.dumps(render_timeline.chrome_trace(picture), separators=(",", ":")), ".trace.json"
+        trace = render_timeline.chrome_trace(picture)
+        text, suffix = json.dumps(trace, separators=(",", ":"), allow_nan=False), ".trace.json"
     else:
         text, suffix = render_timeline.html_page(picture), ".html"
     if args.output == "-":

@@ -13,6 +13,7 @@ to extra threads of that rank, since the format needs the events of one thread t
 from __future__ import annotations
 
 import json
+import math
 from importlib import resources
 from typing import Any
 
@@ -46,8 +47,20 @@ def job_title(timeline: Timeline) -> str:
     return title + (f" run {timeline.run + 1}" if timeline.run else "")
 
 
+def finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float as text: JSON has no such numbers (a span may carry one)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [finite(item) for item in value]
+    return value
+
+
 def _bar(bar: Bar, names: dict[str, int]) -> list[Any]:
-    return [names.setdefault(bar.name, len(names)), bar.start_ns, bar.end_ns, bar.row, bar.bytes, bar.attributes]
+    attributes = finite(bar.attributes)
+    return [names.setdefault(bar.name, len(names)), bar.start_ns, bar.end_ns, bar.row, bar.bytes, attributes]
 
 
 def page_data(timeline: Timeline) -> dict[str, Any]:
@@ -102,7 +115,7 @@ def page_data(timeline: Timeline) -> dict[str, Any]:
 def html_page(timeline: Timeline) -> str:
     """The page: the template with the data inlined (``<`` escaped, so no text in it can end the script)."""
     template = resources.files("loadtrace").joinpath(PAGE).read_text(encoding="utf-8")
-    data = json.dumps(page_data(timeline), separators=(",", ":"), ensure_ascii=False)
+    data = json.dumps(page_data(timeline), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     data = data.replace("<", "\\u003c").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
     return template.replace(DATA_MARK, data, 1)
 
@@ -156,7 +169,7 @@ def chrome_trace(timeline: Timeline) -> dict[str, Any]:
                     {"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": base}}
                 )
             for bar, track in zip(lane.bars, tracks, strict=True):
-                args: dict[str, Any] = dict(bar.attributes)
+                args: dict[str, Any] = finite(bar.attributes)
                 if bar.bytes is not None:
                     args["bytes"] = bar.bytes
                 args["status"] = bar.status

@@ -235,6 +235,21 @@ def test_no_text_in_the_spans_can_end_the_pages_script():
     assert page.count("</script>") == 2  # the data's and the code's, nothing from the span
 
 
+def test_numbers_json_has_no_words_for_stay_valid_json():
+    job, _ = job_of(SPANS / "plain524")
+    job.ranks[0].spans[1].attributes.update({"x.nan": float("nan"), "x.inf": [float("-inf")]})
+    picture = timeline(job)
+    data = re.search(r'<script id="timeline-data" type="application/json">(.*?)</script>', html_page(picture), re.S)
+    json.loads(data.group(1), parse_constant=lambda word: pytest.fail(f"{word} in the page's data"))
+    check_trace_events(chrome_trace(picture))
+
+
+def test_ranks_missing_from_the_source_are_named():
+    job, _ = job_of(next((SPANS / "fsdp524").glob("rank00000-*.jsonl")))
+    picture = timeline(job)
+    assert [lane.rank for lane in picture.lanes] == [0] and picture.world_size == 2 and picture.missing_ranks == [1]
+
+
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([*LOADTRACE, *args], capture_output=True, text=True, timeout=120, cwd=cwd)
 

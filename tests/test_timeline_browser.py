@@ -99,6 +99,14 @@ def test_the_page_loads_offline_without_errors_and_shows_every_rank(browser, tmp
     page.close()
 
 
+def test_a_rank_missing_from_the_source_is_named(browser, tmp_path):
+    one = next((SPANS / "fsdp524").glob("rank00000-*.jsonl"))
+    visit = Visit(browser, write_page(one, tmp_path / "job.html"))
+    assert visit.messages == [] and visit.page.locator(".lane").count() == 1
+    assert "1 of 2 ranks present (missing: 1)" in visit.page.locator("#meta").inner_text()
+    visit.page.close()
+
+
 def test_hovering_a_bar_shows_its_attributes(browser, tmp_path):
     visit = Visit(browser, write_page(SPANS / "fsdp524", tmp_path / "job.html"))
     page = visit.page
