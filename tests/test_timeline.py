@@ -21,7 +21,7 @@ from support.big_job import write_big_job
 from loadtrace import semconv as sc
 from loadtrace.analysis.ranks import jobs_from_spans
 from loadtrace.analysis.sources import Span, read_files
-from loadtrace.analysis.timeline import INCOMPLETE, KILLED, OK, SLOW, UNFINISHED, timeline
+from loadtrace.analysis.timeline import ERROR, FAILED, INCOMPLETE, KILLED, OK, SLOW, UNFINISHED, timeline
 from loadtrace.render_timeline import chrome_trace, html_page, lane_detail, nested_tracks
 
 SPANS = Path(__file__).parent / "fixtures" / "spans"
@@ -121,6 +121,21 @@ def test_a_rank_the_launcher_saw_killed_says_how():
     (bar,) = dead.bars
     assert (bar.status, bar.bytes) == (UNFINISHED, 4096)
     assert (bar.start_ns, bar.end_ns, dead.death_ns) == (50_000_000, 90_000_000, 90_000_000)
+
+
+def test_a_rank_whose_load_raised_is_marked_failed_and_its_span_an_error():
+    spans = read_files(SPANS / "plain524")
+    failing = [
+        replace(s, status_code=2, attributes={**s.attributes, sc.ERROR_TYPE: "OSError"})
+        if s.name == sc.SPAN_FROM_PRETRAINED and s.resource.get(sc.RANK) == 1
+        else s
+        for s in spans.spans
+    ]
+    (job,) = jobs_from_spans(failing, [])
+    lane = timeline(job).lanes[1]
+    assert lane.state == FAILED and lane_detail(lane) == "failed: OSError" and lane.death_ns is None
+    assert [bar.status for bar in lane.bars if bar.name == sc.SPAN_FROM_PRETRAINED] == [ERROR]
+    assert {f.kind for f in timeline(job).findings} >= {sc.FINDING_FAILED_LOAD}
 
 
 def test_span_names_it_has_never_seen_are_drawn_like_any_other():

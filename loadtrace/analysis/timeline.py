@@ -91,9 +91,8 @@ def bar_bytes(attributes: dict[str, Any]) -> int | None:
     for key in BYTES_KEYS:
         if (value := opt_int_attr(attributes, key)) is not None:
             return value
-    made = {device: size for device, size in by_device(attributes, sc.MATERIALIZED_BYTES_PREFIX).items()}
-    real = sum(size for device, size in made.items() if device != META)
-    return real if made else None
+    made = by_device(attributes, sc.MATERIALIZED_BYTES_PREFIX)
+    return sum(size for device, size in made.items() if device != META) if made else None
 
 
 def pack(bars: list[Bar], parents: dict[int, int | None]) -> int:
