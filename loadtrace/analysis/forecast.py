@@ -58,7 +58,7 @@ from .model import (
     ScaledCategory,
     TargetJob,
 )
-from .ranks import LOADING_RANK, Job, opt_int_attr, real_bytes, sharded, str_attr
+from .ranks import LOADING_RANK, Job, by_device, opt_int_attr, real_bytes, sharded, str_attr
 from .units import human_bytes
 
 DTYPE_BYTES = {"fp8": 1, "bf16": 2, "fp16": 2, "fp32": 4}
@@ -276,21 +276,13 @@ def windows(rank: RankLoad, total: int) -> list[Window]:
         else:
             read = sum(opt_int_attr(f.attributes, sc.READ_BYTES) or 0 for f in files if f.start_ns < span.end_ns)
             created = sum(
-                real_bytes(_by_prefix(p.attributes, sc.MATERIALIZED_BYTES_PREFIX))
+                real_bytes(by_device(p.attributes, sc.MATERIALIZED_BYTES_PREFIX))
                 for p in phases
                 if p.start_ns <= span.start_ns or p is span
             )
             share = min(1.0, (read + created) / total)
         found.append(Window(span.name, max(0, peak - fixed), anon_growth, share))
     return found
-
-
-def _by_prefix(attributes: dict[str, Any], prefix: str) -> dict[str, int]:
-    return {
-        key[len(prefix) :]: value
-        for key, value in attributes.items()
-        if key.startswith(prefix) and isinstance(value, int)
-    }
 
 
 def profile(
