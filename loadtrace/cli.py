@@ -274,7 +274,8 @@ def run_report(args: argparse.Namespace) -> int:
     print(json.dumps(to_json(result), indent=2) if args.format == "json" else render.report_table(result))
     if result.forecast is not None and _fails(result.forecast.verdict, args):
         verdict = result.forecast.verdict or "unknown"
-        why = render.verdict_text(result.forecast) if result.forecast.verdict else "the node's memory is unknown"
+        unknown = "the node's memory is unknown; give --node-memory-bytes"
+        why = render.verdict_text(result.forecast) if result.forecast.verdict else unknown
         flag = "--fail-on-oom" if verdict == "oom" and args.fail_on_oom else "--fail-on-uncertain"
         print(f"loadtrace: forecast verdict {verdict} ({flag}): {why}", file=sys.stderr)
         return EXIT_FINDINGS

@@ -160,6 +160,21 @@ def test_fail_on_uncertain_also_fails_when_the_nodes_memory_lies_inside_the_rang
     assert code == 1 and err.startswith("loadtrace: forecast verdict oom (--fail-on-uncertain): ")
 
 
+def test_fail_on_uncertain_fails_when_the_nodes_memory_is_unknown_and_fail_on_oom_does_not(tmp_path, capsys):
+    trace = trace_id_of("no-memory")
+    for rank in (0, 1):
+        spans = rank_spans(trace, rank, FSDP, M, 2 * M, node_total=None)
+        write_lines(tmp_path / "job" / f"rank{rank}.jsonl", [line(resource(rank), spans)])
+    argv = ["report", str(tmp_path / "job"), "--forecast-model-bytes", "1e9"]
+    code, out, err = run(capsys, *argv, "--fail-on-oom")
+    assert code == 0 and "verdict: UNKNOWN" in out and err == ""
+    code, out, err = run(capsys, *argv, "--fail-on-uncertain")
+    assert code == 1 and err == (
+        "loadtrace: forecast verdict unknown (--fail-on-uncertain): the node's memory is unknown;"
+        " give --node-memory-bytes\n"
+    )
+
+
 @pytest.mark.parametrize(
     "flags, message",
     [
