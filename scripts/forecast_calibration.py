@@ -205,7 +205,34 @@ def validate(all_runs: list[dict[str, Any]]) -> str:
                 for rank, peak in result.per_rank_peak_bytes.items()
             )
             replica.append(f"- {name} → a 54 GB replica (per rank): {peaks}")
-    return "\n".join(lines + [""] + replica)
+    return "\n".join(lines + [""] + replica + [""] + per_rank(by_name, full_cal, held_cal))
+
+
+def per_rank(by_name: dict[str, dict[str, Any]], calibration: dict[str, Any], held: dict[str, Any]) -> list[str]:
+    """Each rank's forecast peak from the 1 MB run against its own VmHWM in the 418 MB run: with the calibration (which
+    the 418 MB runs are part of: in sample) and without them (held out)."""
+    lines = [
+        "| 1 MB → 418 MB, per rank | rank | VmHWM, MB | forecast peak RSS, MB [range] (error) | calibrated without the"
+        " full runs (error) |",
+        "|---|---|---|---|---|",
+    ]
+    for release in ("512", "524"):
+        for mode in ("fsdp", "plain", "zero3"):
+            small, full = by_name.get(f"{release}-{mode}-tiny"), by_name.get(f"{release}-{mode}-full")
+            if small is None or full is None:
+                continue
+            model = full["truth"]["checkpoint"]["bytes"]
+            result, held_out = forecast_of(small, model, 2, calibration), forecast_of(small, model, 2, held)
+            for rank, peak in result.per_rank_peak_bytes.items():
+                low, high = result.per_rank_peak_range_bytes[rank]
+                measured = full["truth"]["ranks"][str(rank)]["vm_hwm"]
+                other = held_out.per_rank_peak_bytes[rank]
+                lines.append(
+                    f"| {full['truth']['versions']['transformers']} {mode} | {rank} | {measured / 1e6:,.0f}"
+                    f" | {peak / 1e6:,.0f} [{low / 1e6:,.0f}, {high / 1e6:,.0f}] ({100 * (peak / measured - 1):+.0f}%)"
+                    f" | {other / 1e6:,.0f} ({100 * (other / measured - 1):+.0f}%) |"
+                )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
