@@ -2,8 +2,9 @@
 
 Arguments → a source (files or Jaeger) → the analysis' typed report → ``loadtrace.render``'s table or the model's
 JSON on stdout. Exit status: 0, 1
-when ``--fail-on-findings`` meets a warning, 2 for bad input (one ``loadtrace: error: ...`` line on stderr, never a
-traceback). Imports nothing of loadtrace's instrumentation, so it runs where torch and OTel are not installed.
+when ``--fail-on-findings`` meets a warning or ``--fail-on-oom`` / ``--fail-on-uncertain`` a forecast verdict (one
+line on stderr says why), 2 for bad input (one ``loadtrace: error: ...`` line on stderr, never a traceback). Imports
+nothing of loadtrace's instrumentation, so it runs where torch and OTel are not installed.
 """
 
 from __future__ import annotations
@@ -77,12 +78,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="BYTES",
         help="the target node's memory (default: the measured node's MemTotal, or its cgroup limit when lower)",
     )
+    forecast.add_argument("--fail-on-oom", action="store_true", help="exit 1 when the forecast's verdict is oom")
+    forecast.add_argument(
+        "--fail-on-uncertain",
+        action="store_true",
+        help="exit 1 when the verdict is oom or uncertain (the node's memory inside the range) or unknown",
+    )
     report_.set_defaults(run=run_report)
 
     compare_ = commands.add_parser(
         "compare",
         help="two jobs side by side, per phase and rank, and every load parameter that differs",
-        description="Two jobs side by side: per phase and rank, time, bytes and peak RSS; then every recorded load "
+        description="Two jobs side by side: per phase and rank, time, bytes, memory and I/O; then every recorded load "
         "parameter that differs (dtype, device map, strategy, world size, checkpoint, library versions, ...). A and "
         "B may be the same folder: pick each side's job with --a-job / --b-job.",
     )
@@ -191,6 +198,8 @@ def forecast_target(args: argparse.Namespace) -> Target | None:
                 ("--ranks-per-node", args.ranks_per_node),
                 ("--forecast-world-size", args.forecast_world_size),
                 ("--node-memory-bytes", args.node_memory_bytes),
+                ("--fail-on-oom", args.fail_on_oom or None),
+                ("--fail-on-uncertain", args.fail_on_uncertain or None),
             )
             if value is not None
         ]
@@ -285,7 +294,21 @@ def run_report(args: argparse.Namespace) -> int:
     target = forecast_target(args)  # flags first: a contradiction needs no source read
     result = report(_report_source(args), target)
     print(json.dumps(to_json(result), indent=2) if args.format == "json" else render.report_table(result))
+    if result.forecast is not None and _fails(result.forecast.verdict, args):
+        verdict = result.forecast.verdict or "unknown"
+        unknown = "the node's memory is unknown; give --node-memory-bytes"
+        why = render.verdict_text(result.forecast) if result.forecast.verdict else unknown
+        flag = "--fail-on-oom" if verdict == "oom" and args.fail_on_oom else "--fail-on-uncertain"
+        print(f"loadtrace: forecast verdict {verdict} ({flag}): {why}", file=sys.stderr)
+        return EXIT_FINDINGS
     return EXIT_FINDINGS if args.fail_on_findings and result.has_warnings else EXIT_OK
+
+
+def _fails(verdict: str | None, args: argparse.Namespace) -> bool:
+    """Whether ``--fail-on-oom`` / ``--fail-on-uncertain`` make this verdict a failure."""
+    if verdict == "oom":
+        return bool(args.fail_on_oom or args.fail_on_uncertain)
+    return verdict != "ok" and bool(args.fail_on_uncertain)
 
 
 def run_compare(args: argparse.Namespace) -> int:

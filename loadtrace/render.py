@@ -17,7 +17,10 @@ RANK_COLUMNS = (
     *("rank", "host", "strategy", "load s", "files", "tensors", "read B", "from storage B", "conversions"),
     *("zeros/empty_like B", "held at return B", "peak RSS B"),
 )
-FORECAST_COLUMNS = ("rank", "fixed B", "+ once per job B", "+ own share B", "+ duplicated B", "= peak RSS B")
+FORECAST_COLUMNS = (
+    *("rank", "fixed B", "+ once per job B", "+ own share B", "+ duplicated B", "+ not model B", "= peak RSS B"),
+    "range B",
+)
 COMPARE_COLUMNS = ("phase", "rank", "metric", "A", "B", "B - A", "B / A")
 WIDTH = 120  # a line of prose (compare's "same:" names) wraps here
 
@@ -122,7 +125,7 @@ def findings_text(findings: list[Finding]) -> str:
 
 
 def forecast_text(forecast: Forecast) -> str:
-    """The forecast block: per rank, per node, the node's memory and a verdict nobody can miss."""
+    """The forecast block: per rank, per node with its range, the node's memory and a verdict nobody can miss."""
     basis, node = forecast.basis, forecast.basis.node
     given = basis.target.given_as
     lines = [
@@ -138,13 +141,18 @@ def forecast_text(forecast: Forecast) -> str:
         for category in categories.scaled:
             entry = category.ranks.get(rank)
             cells.append(number(entry.to_growth_bytes) if entry else "-")
-        rows.append([*cells, number(peak)])
+        low, high = forecast.per_rank_peak_range_bytes[rank]
+        cells += [number(basis.ranks[rank].not_model_bytes), number(peak), f"{number(low)} - {number(high)}"]
+        rows.append(cells)
     lines.append("  " + table(FORECAST_COLUMNS, rows).replace("\n", "\n  "))
     profiles = " + ".join(f"{profile.count} x rank {profile.rank}" for profile in node.profiles)
+    low, high = forecast.per_node_peak_range_bytes
     lines.append(
-        f"  per node: {profiles} = {human_bytes(forecast.per_node_peak_bytes)}"
-        f" (file-backed pages counted once; sum of rank peaks {human_bytes(node.sum_of_rank_peaks_bytes)})"
+        f"  per node: {profiles} = {human_bytes(forecast.per_node_peak_bytes)}, range {human_bytes(low)} -"
+        f" {human_bytes(high)} (file-backed pages counted once; sum of rank peaks"
+        f" {human_bytes(node.sum_of_rank_peaks_bytes)})"
     )
+    lines.append(f"  confidence: {forecast.confidence.level}: {forecast.confidence.reason}")
     memory = forecast.node_memory_bytes
     if memory is None:
         lines.append("  node memory: unknown; give --node-memory-bytes")
@@ -153,17 +161,31 @@ def forecast_text(forecast: Forecast) -> str:
         limit = node.memory_limit_source
         what = "node memory" if limit in (None, "node") else f"memory limit ({limit})"
         lines.append(f"  {what}: {human_bytes(memory)} ({node.node_memory_source})")
-        ratio = forecast.per_node_peak_bytes / memory if memory else math.inf
-        if forecast.verdict == "oom":
-            lines.append(
-                f"  verdict: WILL OOM: a node needs {human_bytes(forecast.per_node_peak_bytes)},"
-                f" {ratio:.2f}x its memory"
-            )
-        else:
-            headroom = human_bytes(node.headroom_bytes or 0)
-            lines.append(f"  verdict: OK: a node needs {100 * ratio:.0f}% of its memory ({headroom} to spare)")
+        lines.append("  verdict: " + verdict_text(forecast))
     lines.append("  basis: " + basis.text)
     return "\n".join(lines)
+
+
+def verdict_text(forecast: Forecast) -> str:
+    """``WILL OOM: ...``, ``UNCERTAIN: ...`` or ``OK: ...``: the verdict in one line (also ``--fail-on-oom``'s)."""
+    memory = forecast.node_memory_bytes or 0
+    low, high = forecast.per_node_peak_range_bytes
+    ratio = forecast.per_node_peak_bytes / memory if memory else math.inf
+    if forecast.verdict == "oom":
+        return (
+            f"WILL OOM: a node needs {human_bytes(forecast.per_node_peak_bytes)}, {ratio:.2f}x its memory"
+            f" (even the low end, {human_bytes(low)}, exceeds {human_bytes(memory)})"
+        )
+    if forecast.verdict == "uncertain":
+        return (
+            f"UNCERTAIN: the node's {human_bytes(memory)} lies inside the range {human_bytes(low)} -"
+            f" {human_bytes(high)} (point {human_bytes(forecast.per_node_peak_bytes)}, {100 * ratio:.0f}%)"
+        )
+    headroom = human_bytes(forecast.basis.node.headroom_bytes or 0)
+    return (
+        f"OK: a node needs {100 * ratio:.0f}% of its memory ({headroom} to spare; the high end,"
+        f" {human_bytes(high)}, fits)"
+    )
 
 
 # loadtrace compare ------------------------------------------------------------------------------------------------

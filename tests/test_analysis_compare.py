@@ -1,5 +1,5 @@
-"""compare: per phase and rank, A's and B's time, bytes and peak RSS with difference and ratio, and what differs:
-every load parameter the spans carry. Picking one job of a source that holds several (``pick_job``)."""
+"""compare: per phase and rank, A's and B's time, bytes, peak RSS, memory and I/O with difference and ratio, and what
+differs: every load parameter the spans carry. Picking one job of a source that holds several (``pick_job``)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from test_analysis_otlp import (
     field_fact_job,
     job_lines,
     line,
+    memory_attributes,
     rank_load,
     resource,
     span,
@@ -59,9 +60,36 @@ def test_5_12_against_5_24_fsdp_shows_what_changed_for_rank_1():
 def test_every_phase_has_rows_for_every_rank_in_order():
     result = compare(job_of(field_fact_job("5.12.0", "plain")), job_of(field_fact_job("5.12.0", "plain")))
     phases = list(dict.fromkeys(r["phase"] for r in result["phases"]))
-    assert phases == ["open", "read", "convert", "materialize", "load"]
+    assert phases == ["open", "read", "convert", "materialize", "load", "memory", "io"]
     assert {r["rank"] for r in result["phases"]} == {0, 1}
     assert all(r["difference"] in (0, 0.0) for r in result["phases"] if r["a"] is not None)
+
+
+def test_memory_and_io_per_rank_are_compared():
+    """Per rank: RSS before the load, its growth (all, anonymous, file-backed), RSS after; storage reads and cached
+    bytes. Exact numbers from the load spans' ``loadtrace.rss*`` and ``loadtrace.io.*`` attributes."""
+
+    def one(name: str, growth: int, storage: int):
+        trace = trace_id_of(name)
+        memory = memory_attributes(
+            300_000_000, 300_000_000 + growth, anon=(200_000_000, 200_000_000 + growth // 4),
+            file=(100_000_000, 100_000_000 + 3 * growth // 4), after=300_000_000 + growth // 2,
+            storage_read=storage, cached=MODEL_BYTES - storage,
+        )  # fmt: skip
+        return job_of(job_lines(trace, {0: rank_load(trace, 0, "plain", MODEL_BYTES, memory=memory)}, world_size=1))
+
+    result = compare(one("a", 40_000_000, MODEL_BYTES), one("b", 8_000_000, 0))
+    values = {(r["phase"], r["metric"]): (r["a"], r["b"]) for r in result["phases"] if r["phase"] in ("memory", "io")}
+    assert values == {
+        ("memory", "rss_before"): (300_000_000, 300_000_000),
+        ("memory", "rss_growth"): (40_000_000, 8_000_000),
+        ("memory", "anon_growth"): (10_000_000, 2_000_000),
+        ("memory", "file_growth"): (30_000_000, 6_000_000),
+        ("memory", "rss_after"): (320_000_000, 304_000_000),
+        ("io", "storage_bytes"): (MODEL_BYTES, 0),
+        ("io", "cached_bytes"): (0, MODEL_BYTES),
+    }
+    assert row(result, "memory", 0, "rss_growth")["ratio"] == 0.2
 
 
 def test_a_rank_present_on_one_side_only_has_null_differences():

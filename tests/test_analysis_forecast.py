@@ -1,11 +1,15 @@
 """Promise: from one small job, loadtrace forecasts each rank's and each node's peak host memory for a bigger model
-(and more ranks), scaling what the strategy says scales and nothing else, and says OK or WILL OOM.
+(and more ranks), scaling what the strategy says scales and nothing else, with a range and a confidence, and says
+OK, WILL OOM or UNCERTAIN.
 
 The hand-built jobs below use round numbers (docs/report.md has the formulas): a 1,000,000-byte model, RSS before the
-load 100 MB on every rank, and a target 1000x larger.
+load 100 MB on every rank, a target 1000x larger, and a calibration (``CALIBRATION``) of 2 B of RSS per load byte, of
+which anonymous 1 B on the loading rank and 1.5 B on the others, for transformers 5.24.0 (what the spans say they ran).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 from test_analysis_otlp import line, memory_attributes, rank_load, resource, trace_id_of
@@ -22,8 +26,32 @@ FILE_BEFORE = 20_000_000
 FSDP = "fsdp_cpu_ram_efficient"
 
 
-def forecast(measured, target):
-    """The ``forecast`` object as the report's JSON has it."""
+def entry(anon: float, rss: tuple[float, float, float] = (2.0, 2.0, 2.0), not_model: int = 0) -> dict:
+    return {
+        "rss_per_load_byte": list(rss),
+        "anon_per_load_byte": [anon, anon, anon],
+        "not_model_bytes": {"rss": not_model, "anon": 0},
+    }
+
+
+CALIBRATION = {
+    "about": "test",
+    "explained_threshold": 0.5,
+    "widen": 0.25,
+    "releases": {
+        "5.24.0": {
+            f"{strategy}/{role}": entry(1.0 if role == "loading" else 1.5)
+            for strategy in ("plain", FSDP, "zero3")
+            for role in ("loading", "other")
+        }
+    },
+}
+
+
+def forecast(measured, target, calibration=CALIBRATION):
+    """The ``forecast`` object as the report's JSON has it (with ``CALIBRATION`` unless the target has one)."""
+    if target.calibration is None:
+        target = dataclasses.replace(target, calibration=calibration)
     return to_json(forecasting.forecast(measured, target))
 
 
@@ -81,13 +109,14 @@ def test_load_growth_scales_with_the_model_and_the_fixed_part_does_not():
     assert categories["duplicated"]["ranks"]["1"] == {
         "from_bytes": 3 * M // 2, "to_bytes": 1500 * M, "from_growth_bytes": 3 * M, "to_growth_bytes": 3000 * M,
     }  # fmt: skip
-    assert result["basis"]["ranks"]["1"]["growth_per_load_byte"] == 2.0
+    assert result["basis"]["ranks"]["1"]["rss_per_load_byte"] == [2.0, 2.0, 2.0]
+    assert result["basis"]["ranks"]["1"]["calibration"] == "5.24.0 fsdp_cpu_ram_efficient/other"
 
 
 def test_the_node_sums_its_ranks_and_counts_shared_file_pages_once():
     result = forecast(fsdp_512(), Target(model_bytes=1000 * M, ranks_per_node=2))
     node = result["basis"]["node"]
-    # File-backed: 20 MB before + growth x file share (rank 0: 1/2 of 2e9, rank 1: 1/4 of 4e9) = 1.02e9 each.
+    # File-backed: RSS less anonymous: 20 MB before + (2 - 1) x 1e9 (rank 0), + (2 - 1.5) x 2e9 (rank 1) = 1.02e9.
     assert result["basis"]["ranks"]["0"]["target_file_backed_bytes"] == 1_020_000_000
     assert result["basis"]["ranks"]["1"]["target_file_backed_bytes"] == 1_020_000_000
     assert node["sum_of_rank_peaks_bytes"] == 2_100_000_000 + 4_100_000_000
@@ -107,8 +136,16 @@ def test_sixteen_ranks_per_node_use_rank_0_once_and_the_worst_other_rank_for_the
     result = forecast(job("four", ranks), Target(model_bytes=1000 * M, ranks_per_node=16))
     assert result["basis"]["node"]["profiles"] == [{"rank": 0, "count": 1}, {"rank": 2, "count": 15}]
     assert result["basis"]["target"]["world_size"] == 16  # no fewer ranks than one node holds
-    # Every rank's 20 MB of file-backed pages (libraries) is the same pages: counted once for the node.
-    assert result["per_node_peak_bytes"] == (BEFORE + 2000 * M) + 15 * (BEFORE + 5000 * M) - 15 * FILE_BEFORE
+    # Each read the model (2 B per byte at the target); rank 2's 3 MB of growth beyond that does not scale.
+    ranks_ = result["basis"]["ranks"]
+    assert (ranks_["0"]["target_peak_bytes"], ranks_["2"]["target_peak_bytes"]) == (
+        BEFORE + 2000 * M,
+        BEFORE + 3 * M + 2000 * M,
+    )
+    # File-backed pages (the checkpoint, the libraries) are the same pages on every rank: counted once for the node.
+    files = [ranks_["0"]["target_file_backed_bytes"]] + 15 * [ranks_["2"]["target_file_backed_bytes"]]
+    peaks = [ranks_["0"]["target_peak_bytes"]] + 15 * [ranks_["2"]["target_peak_bytes"]]
+    assert result["per_node_peak_bytes"] == sum(peaks) - sum(files) + max(files)
     assert "rank 2's (the worst other rank) 15 times" in result["basis"]["text"]
 
 
@@ -161,6 +198,19 @@ def test_more_nodes_than_one_forecast_the_other_nodes_too():
     assert "Other nodes: the worst other rank's profile on every rank." in result["basis"]["text"]
 
 
+EXACT = {**CALIBRATION, "widen": 0.0}  # a range as wide as the point: the verdict depends on the point alone
+
+
+def test_the_verdict_is_uncertain_when_the_nodes_memory_lies_inside_the_range():
+    ranged = {"5.24.0": {key: entry(1.0, (1.8, 2.0, 2.2)) for key in CALIBRATION["releases"]["5.24.0"]}}
+    calibration = {**CALIBRATION, "releases": ranged}
+    result = forecast(fsdp_512(), Target(1000 * M, 2, node_memory_bytes=5_000_000_000), calibration)
+    low, high = result["per_node_peak_range_bytes"]
+    assert low < 5_000_000_000 < high and result["verdict"] == "uncertain"
+    assert forecast(fsdp_512(), Target(1000 * M, 2, node_memory_bytes=low - 1), calibration)["verdict"] == "oom"
+    assert forecast(fsdp_512(), Target(1000 * M, 2, node_memory_bytes=high), calibration)["verdict"] == "ok"
+
+
 @pytest.mark.parametrize(
     "target, rank1, verdict, memory, source",
     [
@@ -174,7 +224,7 @@ def test_more_nodes_than_one_forecast_the_other_nodes_too():
     ],
 )  # fmt: skip
 def test_the_verdict_weighs_the_node_peak_against_the_nodes_memory(target, rank1, verdict, memory, source):
-    result = forecast(fsdp_512(**rank1), target)
+    result = forecast(fsdp_512(**rank1), target, EXACT)
     assert result["per_node_peak_bytes"] == 5_180_000_000
     assert (result["verdict"], result["node_memory_bytes"], result["basis"]["node"]["node_memory_source"]) == (
         verdict,
@@ -196,16 +246,94 @@ def test_the_basis_says_what_was_scaled_from_and_to():
         "world_size_given": False, "ranks_per_node": 2,
     }  # fmt: skip
     assert basis["model_scale"] == 1000.0
-    assert "RSS before the load (fixed" in basis["text"] and "x1000" in basis["text"]
+    assert "RSS before the load (not scaled)" in basis["text"] and "x1000" in basis["text"]
     assert set(basis["categories"]) == {"fixed", "once_per_job", "per_rank", "duplicated"}
 
 
-def test_growth_without_load_bytes_scales_with_the_model():
+def test_growth_without_load_bytes_does_not_scale():
+    """Growth the load bytes do not explain (lazily imported code, allocator pools) stays what it was."""
     trace = trace_id_of("no-bytes")
     ranks = {0: rank_spans(trace, 0, "plain", M, 2 * M), 1: rank_spans(trace, 1, "plain", 0, M, held=0)}
     result = forecast(job("no-bytes", ranks), Target(model_bytes=1000 * M))
-    assert result["per_rank_peak_bytes"]["1"] == BEFORE + 1000 * M
-    assert "no load bytes has its growth scaled with the model" in result["basis"]["text"]
+    assert result["per_rank_peak_bytes"]["1"] == BEFORE + M
+    assert result["basis"]["ranks"]["1"]["not_model_bytes"] == M
+
+
+def test_only_the_growth_model_bytes_do_not_explain_is_kept_fixed():
+    """A tiny run: 1 MB of model, 11 MB of growth. At 2 B per load byte, 2 MB is model; 9 MB is not, and stays."""
+    trace = trace_id_of("tiny")
+    ranks = {0: rank_spans(trace, 0, "plain", M, 11 * M), 1: rank_spans(trace, 1, "plain", M, 11 * M)}
+    result = forecast(job("tiny", ranks), Target(model_bytes=1000 * M, node_memory_bytes=10**12))
+    assert result["per_rank_peak_bytes"]["0"] == BEFORE + 9 * M + 2000 * M  # not BEFORE + 11,000 M
+    assert result["basis"]["ranks"]["0"]["load_bytes_explain"] == pytest.approx(2 / 11, abs=1e-4)
+    # Too small for its growth to be mostly model bytes: low confidence, said in one line, and a wider range.
+    confidence = result["confidence"]
+    assert confidence["level"] == "low"
+    assert "the measured run is too small for its growth to be mostly model bytes" in confidence["reason"]
+    assert "\n" not in confidence["reason"]
+    # Each end keeps what its own rate leaves unexplained, so each gives back the measured peak at the measured size.
+    low, high = result["per_rank_peak_range_bytes"]["0"]
+    assert low == BEFORE + (11 * M - 1.5 * M) + 1.5 * 1000 * M
+    assert high == BEFORE + (11 * M - 2.5 * M) + 2.5 * 1000 * M
+
+
+def test_a_run_whose_growth_is_mostly_model_bytes_has_high_confidence_and_the_calibrated_range():
+    wide = {"5.24.0": {key: entry(1.0, (1.8, 2.0, 2.2), not_model=5 * M) for key in CALIBRATION["releases"]["5.24.0"]}}
+    calibration = {**CALIBRATION, "releases": wide}
+    result = forecast(fsdp_512(), Target(model_bytes=1000 * M, ranks_per_node=2), calibration)
+    assert result["confidence"]["level"] == "high", result["confidence"]
+    assert result["confidence"]["reason"].startswith("calibrated (5.24.0 fsdp_cpu_ram_efficient/loading, ")
+    # Low end: the low rate; high end: the high rate plus the calibration's largest not-model growth.
+    low, high = result["per_rank_peak_range_bytes"]["0"]
+    assert low == BEFORE + round(1.8 * 1000 * M) + round(2 * M - 1.8 * M)
+    assert high == BEFORE + 5 * M + round(2.2 * 1000 * M)
+    node_low, node_high = result["per_node_peak_range_bytes"]
+    assert node_low < result["per_node_peak_bytes"] < node_high
+
+
+def test_the_worst_phase_is_the_ranks_peak_not_the_sum_of_phases():
+    """The convert phase peaked as high as the load (2 MB of growth) when only the first of 5 files had been read:
+    1.6 MB of its growth is not model bytes. At the target each window keeps its own not-model part and scales its
+    own share of the bytes; the rank's peak is the worst window (here the whole load), never a sum of phases."""
+    trace = trace_id_of("phases")
+    spans = rank_spans(trace, 0, "plain", M, 2 * M)
+    convert = next(s for s in spans if s["name"] == "transformers.convert")
+    first_file = next(s for s in spans if s["name"] == "safetensors.open")
+    convert["endTimeUnixNano"] = str(int(first_file["startTimeUnixNano"]) + 1)
+    convert["attributes"] += [{"key": "loadtrace.rss.peak", "value": {"intValue": str(BEFORE + 2 * M)}}]
+    same = forecast(job("phases", {0: spans}), Target(model_bytes=M, ranks_per_node=1))
+    assert same["per_rank_peak_bytes"]["0"] == BEFORE + 2 * M  # both windows give back the measured peak
+    result = forecast(job("phases", {0: spans}), Target(model_bytes=1000 * M, ranks_per_node=1))
+    assert result["per_rank_peak_bytes"]["0"] == BEFORE + 2000 * M  # not + 1.6 MB + 400 MB more
+    assert result["basis"]["ranks"]["0"]["worst_window"] == "transformers.from_pretrained"
+
+
+def test_a_release_or_strategy_the_calibration_lacks_is_medium_confidence_and_says_which_it_used():
+    older = {"5.12.0": CALIBRATION["releases"]["5.24.0"]}
+    result = forecast(fsdp_512(), Target(model_bytes=1000 * M, ranks_per_node=2), {**CALIBRATION, "releases": older})
+    assert result["confidence"]["level"] == "medium"
+    assert "transformers 5.24.0 is not calibrated (used 5.12.0's)" in result["confidence"]["reason"]
+    only_plain = {"5.24.0": {"plain/loading": entry(1.0), "plain/other": entry(1.5, (3.0, 3.0, 3.0))}}
+    result = forecast(
+        fsdp_512(), Target(model_bytes=1000 * M, ranks_per_node=2), {**CALIBRATION, "releases": only_plain}
+    )
+    assert (
+        "strategy fsdp_cpu_ram_efficient is not calibrated (used the costliest, plain/other)"
+        in (result["confidence"]["reason"])
+    )
+
+
+def test_the_packaged_calibration_covers_both_releases_and_their_strategies():
+    calibration = forecasting.packaged_calibration()
+    assert {"5.12.0", "5.24.0"} <= set(calibration["releases"])
+    assert {"fsdp_cpu_ram_efficient/loading", "fsdp_cpu_ram_efficient/other", "plain/loading", "plain/other"} <= set(
+        calibration["releases"]["5.12.0"]
+    )
+    assert "zero3/other" in calibration["releases"]["5.24.0"]
+    for entries in calibration["releases"].values():
+        for values in entries.values():
+            low, mid, high = values["rss_per_load_byte"]
+            assert 0 <= low <= mid <= high
 
 
 def test_a_job_without_memory_figures_cannot_be_forecast():

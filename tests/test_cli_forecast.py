@@ -1,6 +1,8 @@
 """Promise: ``loadtrace report SOURCE --forecast-model-bytes 54e9 --ranks-per-node 16`` (or ``--forecast-params N
---forecast-dtype bf16``) prints a forecast block ending in OK or WILL OOM, adds a documented ``forecast`` object to
-``--format json``, and turns every bad flag value into one error line and exit 2."""
+--forecast-dtype bf16``) prints a forecast block with a range, a confidence and a verdict (OK, WILL OOM or UNCERTAIN),
+adds a documented ``forecast`` object to ``--format json``, exits 1 on ``oom`` with ``--fail-on-oom`` (and on
+``uncertain`` too with ``--fail-on-uncertain``), one line on stderr saying why, and turns every bad flag value into one
+error line and exit 2."""
 
 from __future__ import annotations
 
@@ -8,22 +10,29 @@ import json
 from pathlib import Path
 
 import pytest
-from test_analysis_forecast import BEFORE, FSDP, M, rank_spans
+from test_analysis_forecast import FSDP, M, rank_spans
 from test_analysis_otlp import line, rank_load, resource, trace_id_of, write_lines
 
+from loadtrace.analysis import forecast as forecasting
+from loadtrace.analysis.model import to_json
+from loadtrace.analysis.ranks import jobs_from_spans
+from loadtrace.analysis.sources import read_files
 from loadtrace.cli import main
 
 FORECAST_KEYS = {
     "model_bytes",
     "ranks_per_node",
     "per_rank_peak_bytes",
+    "per_rank_peak_range_bytes",
     "per_node_peak_bytes",
+    "per_node_peak_range_bytes",
     "node_memory_bytes",
     "verdict",
+    "confidence",
     "basis",
 }
 BASIS_KEYS = {"text", "trace_id", "job_id", "measured", "target", "model_scale", "categories", "ranks", "node"}
-BASIS_KEYS |= {"left_out_ranks"}
+BASIS_KEYS |= {"left_out_ranks", "calibration"}
 
 
 def small_job(folder: Path, name: str = "small") -> Path:
@@ -57,8 +66,15 @@ def test_json_gets_a_forecast_object_only_when_asked(tmp_path, capsys):
     forecast = json.loads(out)["forecast"]
     assert code == 0 and set(forecast) == FORECAST_KEYS and set(forecast["basis"]) == BASIS_KEYS
     assert (forecast["model_bytes"], forecast["ranks_per_node"], forecast["verdict"]) == (1_000_000_000, 2, "ok")
-    assert forecast["per_rank_peak_bytes"] == {"0": BEFORE + 2_000_000_000, "1": BEFORE + 4_000_000_000}
-    assert forecast["per_node_peak_bytes"] == 5_180_000_000 and forecast["node_memory_bytes"] == 64_000_000_000
+    # The analysis' own forecast with the packaged calibration (test_analysis_forecast tests the method).
+    (job,) = jobs_from_spans(read_files(source).spans)
+    expected = to_json(forecasting.forecast(job, forecasting.Target(1_000_000_000, 2, given_as=None)))
+    assert forecast["per_rank_peak_bytes"] == expected["per_rank_peak_bytes"]
+    low, high = forecast["per_node_peak_range_bytes"]
+    assert low <= forecast["per_node_peak_bytes"] <= high
+    assert forecast["confidence"]["level"] in ("high", "medium", "low") and forecast["confidence"]["reason"]
+    assert forecast["per_node_peak_bytes"] == expected["per_node_peak_bytes"]
+    assert forecast["node_memory_bytes"] == 64_000_000_000
     assert forecast["basis"]["target"]["given_as"] == "--forecast-model-bytes 1e9"
 
 
@@ -98,7 +114,9 @@ def test_the_table_ends_in_will_oom_when_a_node_cannot_hold_it(tmp_path, capsys)
     assert "verdict: WILL OOM: a node needs " in block and "basis: Scaled from job job-1" in block
     rows = block.splitlines()[1:4]
     assert rows[0].split() == ["rank", "fixed", "B", "+", "once", "per", "job", "B", "+", "own", "share", "B", "+",
-                               "duplicated", "B", "=", "peak", "RSS", "B"]  # fmt: skip
+                               "duplicated", "B", "+", "not", "model", "B", "=", "peak", "RSS", "B", "range",
+                               "B"]  # fmt: skip
+    assert ", range " in block and "\n  confidence: " in block
     assert rows[1].split()[0] == "0" and rows[2].split()[0] == "1"
 
 
@@ -106,15 +124,55 @@ def test_the_table_says_ok_with_room_to_spare(tmp_path, capsys):
     argv = ["report", str(small_job(tmp_path)), "--forecast-model-bytes", "1e9", "--node-memory-bytes", "8GB"]
     code, out, _ = run(capsys, *argv)
     assert code == 0
-    assert "verdict: OK: a node needs 65% of its memory (2,820,000,000 B (2.8 GB) to spare)" in out
+    assert "verdict: OK: a node needs " in out and "to spare; the high end, " in out
     assert "node memory: 8,000,000,000 B (8.0 GB) (--node-memory-bytes)" in out
 
 
 def test_an_oom_forecast_is_not_a_finding(tmp_path, capsys):
-    """--fail-on-findings gates on findings only; the verdict is in the output for a script to read."""
+    """--fail-on-findings gates on findings only; --fail-on-oom (below) on the verdict."""
     argv = ["report", str(small_job(tmp_path)), "--forecast-model-bytes", "54e9", "--ranks-per-node", "16"]
     code, out, _ = run(capsys, *argv, "--format", "json")
     assert code == 0 and json.loads(out)["forecast"]["verdict"] == "oom"
+
+
+def test_fail_on_oom_exits_1_with_one_line_saying_why(tmp_path, capsys):
+    argv = ["report", str(small_job(tmp_path)), "--forecast-model-bytes", "54e9", "--ranks-per-node", "16"]
+    code, out, err = run(capsys, *argv, "--fail-on-oom")
+    assert code == 1 and "verdict: WILL OOM" in out
+    assert err.startswith("loadtrace: forecast verdict oom (--fail-on-oom): WILL OOM: a node needs ")
+    assert err.count("\n") == 1
+    code, out, err = run(capsys, *argv[:3], "1e6", "--fail-on-oom")  # the measured size: fits
+    assert code == 0 and err == "" and "verdict: OK" in out
+
+
+def test_fail_on_uncertain_also_fails_when_the_nodes_memory_lies_inside_the_range(tmp_path, capsys):
+    source = str(small_job(tmp_path))
+    code, out, _ = run(capsys, "report", source, "--forecast-model-bytes", "1e9", "--format", "json")
+    low, high = json.loads(out)["forecast"]["per_node_peak_range_bytes"]
+    inside = ["report", source, "--forecast-model-bytes", "1e9", "--node-memory-bytes", str((low + high) // 2)]
+    code, out, err = run(capsys, *inside, "--fail-on-oom")
+    assert code == 0 and "verdict: UNCERTAIN: the node's " in out and err == ""
+    code, out, err = run(capsys, *inside, "--fail-on-uncertain")
+    assert code == 1 and err.startswith("loadtrace: forecast verdict uncertain (--fail-on-uncertain): UNCERTAIN: ")
+    assert err.count("\n") == 1
+    code, out, err = run(capsys, "report", source, "--forecast-model-bytes", "54e9", "--ranks-per-node", "16",
+                         "--fail-on-uncertain")  # fmt: skip
+    assert code == 1 and err.startswith("loadtrace: forecast verdict oom (--fail-on-uncertain): ")
+
+
+def test_fail_on_uncertain_fails_when_the_nodes_memory_is_unknown_and_fail_on_oom_does_not(tmp_path, capsys):
+    trace = trace_id_of("no-memory")
+    for rank in (0, 1):
+        spans = rank_spans(trace, rank, FSDP, M, 2 * M, node_total=None)
+        write_lines(tmp_path / "job" / f"rank{rank}.jsonl", [line(resource(rank), spans)])
+    argv = ["report", str(tmp_path / "job"), "--forecast-model-bytes", "1e9"]
+    code, out, err = run(capsys, *argv, "--fail-on-oom")
+    assert code == 0 and "verdict: UNKNOWN" in out and err == ""
+    code, out, err = run(capsys, *argv, "--fail-on-uncertain")
+    assert code == 1 and err == (
+        "loadtrace: forecast verdict unknown (--fail-on-uncertain): the node's memory is unknown;"
+        " give --node-memory-bytes\n"
+    )
 
 
 @pytest.mark.parametrize(
@@ -140,6 +198,8 @@ def test_an_oom_forecast_is_not_a_finding(tmp_path, capsys):
         (["--forecast-model-bytes", "1e9", "--node-memory-bytes", "0"], "'0' is not a positive size"),
         (["--ranks-per-node", "16"], "--ranks-per-node goes with --forecast-model-bytes or --forecast-params"),
         (["--node-memory-bytes", "1TB"], "--node-memory-bytes goes with --forecast-model-bytes"),
+        (["--fail-on-oom"], "--fail-on-oom goes with --forecast-model-bytes or --forecast-params"),
+        (["--fail-on-uncertain"], "--fail-on-uncertain goes with --forecast-model-bytes or --forecast-params"),
         (["--forecast-model-bytes", "1e9", "--ranks-per-node", "16", "--forecast-world-size", "8"],
          "--forecast-world-size 8 is smaller than --ranks-per-node 16"),
     ],

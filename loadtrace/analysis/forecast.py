@@ -1,40 +1,49 @@
 """Capacity forecast: one small job's measured memory per rank, scaled to a target model, against a node's memory.
 
-For each rank of the measured job (model ``M_s`` bytes, world size ``W_s``), from its outermost load spans:
+What scales is told apart from what does not (docs/report.md, Forecast, has the method in a page):
 
 - ``fixed`` = RSS before the load (``loadtrace.rss.before``): interpreter, libraries, CUDA context. Does not scale.
-- ``growth`` = peak RSS during the load (``loadtrace.rss.peak``) − ``fixed``.
-- ``load bytes`` ``T_s`` = max(read + real created, real held): the bytes of model the rank brought into memory, split
-  into categories by what the job's strategy expects of this rank (its *share* ``P`` is ``M / W`` under a sharded
-  strategy, ``zero3`` or ``fsdp_cpu_ram_efficient``, and the whole model ``M`` otherwise, a replica):
+- ``load bytes`` ``T`` = max(read + real created, real held): the model bytes the rank brought into memory, split into
+  categories by what the job's strategy expects of this rank (its *share* ``P`` is ``M / W`` under a sharded strategy,
+  ``zero3`` or ``fsdp_cpu_ram_efficient``, and the whole model ``M`` otherwise, a replica):
 
   ``once_per_job``  the loading rank's (rank 0's) copy under a sharded strategy: ``min(T_s, M_s)``
   ``per_rank``      its own share: ``min(rest, P_s)``, where ``rest`` is ``T_s`` less ``once_per_job``
   ``duplicated``    beyond its share: ``rest − per_rank``
 
-- Target bytes: ``once_per_job × k`` with ``k = M_t / M_s``; when nothing was duplicated, ``per_rank × P_t / P_s``;
+  At the target: ``once_per_job × k`` with ``k = M_t / M_s``; when nothing was duplicated, ``per_rank × P_t / P_s``;
   when something was, the rank did whole-model work, which scales with the model: ``rest_t = rest × k``, of which
-  ``per_rank_t = min(rest_t, P_t)`` and ``duplicated_t = rest_t − per_rank_t`` (at the same world size this is just
-  ``× k`` for both; with more ranks the share shrinks and the duplicate grows by as much).
-- Growth scales with the load bytes: ``growth_t = growth × T_t / T_s`` (each category's part is ``growth × bytes_c /
-  T_s``); a rank with growth but no load bytes has its growth scaled by ``k`` (the conservative choice).
-- ``peak_t = fixed + growth_t`` per rank.
+  ``per_rank_t = min(rest_t, P_t)`` and ``duplicated_t = rest_t − per_rank_t``.
+- What those bytes cost in RSS is *calibrated*, not taken from the small run: RSS (and anonymous RSS) per load byte,
+  measured on real runs at three sizes per transformers release, strategy and role (loading rank or not), kept in
+  ``forecast_calibration.json`` (made by ``scripts/forecast_calibration.py``) as a low, mid and high value.
+- ``not model`` = the measured growth those bytes do not explain (allocator pools, lazily imported code, threads,
+  the conversion machinery): ``growth − per_byte × T_s``, kept as it is at the target (the high end allows for the
+  calibration runs' largest such remainder: it grows with the tensor count, which the target's size does not tell).
+- Per window (the load span and each phase span of the rank, a phase counting the load bytes brought in by its end):
+  ``fixed + not_model_w + per_byte × T_t,w``; the rank's peak is its worst window, not a sum.
 
 Per node: ``ranks_per_node`` ranks, node 0 holding rank 0's profile once and the worst other rank's profile for the
 rest (other nodes, when the world is larger than a node, the worst other rank's for all). Ranks of a node share
 file-backed pages (the mmap'd checkpoint, the libraries) through the page cache, so the node peak is the sum of the
-ranks' anonymous parts plus the largest file-backed part once: ``Σ (peak_t − file_t) + max file_t``, with ``file_t =
-RssFile before + growth_t × (RssFile growth / RSS growth by kind)``. The verdict compares it with the node's memory
-limit: the lower of its MemTotal and its cgroup's limit.
+ranks' anonymous parts plus the largest file-backed part once. Low and high ends come from the calibration's low and
+high per-byte values, widened when the measured run is too small for its growth to be mostly model bytes or when
+the calibration does not cover its release or strategy. Verdict: ``oom`` when even the low end exceeds the node's
+memory limit (the lower of its MemTotal and its cgroup's limit), ``ok`` when the high end fits, else ``uncertain``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
 
 from .. import semconv as sc
 from .model import (
     Categories,
+    Confidence,
     FixedBytes,
     FixedCategory,
     Forecast,
@@ -49,11 +58,14 @@ from .model import (
     ScaledCategory,
     TargetJob,
 )
-from .ranks import LOADING_RANK, Job, opt_int_attr, real_bytes, sharded, str_attr
+from .ranks import LOADING_RANK, Job, by_device, opt_int_attr, real_bytes, sharded, str_attr
 from .units import human_bytes
 
 DTYPE_BYTES = {"fp8": 1, "bf16": 2, "fp16": 2, "fp32": 4}
 CATEGORIES = ("once_per_job", "per_rank", "duplicated")
+ENDS = ("low", "mid", "high")
+CALIBRATION_FILE = "forecast_calibration.json"
+DUPLICATE_FLOOR = 0.01  # bytes beyond a rank's share count as whole-model work from 1% of the model up
 
 
 class ForecastError(ValueError):
@@ -67,6 +79,89 @@ class Target:
     world_size: int | None = None  # None: the measured world size, or ranks_per_node when that is larger
     node_memory_bytes: int | None = None  # None: the measured node's MemTotal, or its cgroup limit when lower
     given_as: str | None = None  # how the user gave the model size, for the basis
+    calibration: Mapping[str, Any] | None = field(default=None, compare=False)  # None: the packaged one
+
+
+def packaged_calibration() -> dict[str, Any]:
+    """``forecast_calibration.json``, beside this module (scripts/forecast_calibration.py writes it)."""
+    data: dict[str, Any] = json.loads(resources.files(__package__).joinpath(CALIBRATION_FILE).read_text())
+    return data
+
+
+# The calibration: RSS per load byte, by release, strategy and role ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """What the calibration says one byte of load costs, for one release, strategy and role."""
+
+    key: str  # "5.12.0 fsdp_cpu_ram_efficient/other"
+    rss: tuple[float, float, float]  # RSS per load byte: low, mid, high
+    anon: tuple[float, float, float]  # anonymous RSS per load byte
+    not_model_rss: int  # the largest growth the load bytes did not explain in the calibration runs
+    not_model_anon: int
+    exact: bool  # the calibration has this release, strategy and role
+    note: str | None  # why not, when not
+
+
+def _version(text: str) -> tuple[int, ...]:
+    parts = []
+    for part in text.split("."):
+        digits = "".join(ch for ch in part if ch.isdigit()) if part[:1].isdigit() else ""
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def _rates(values: list[float]) -> tuple[float, float, float]:
+    low, mid, high = (float(value) for value in values)
+    return low, mid, high
+
+
+def behaviour(calibration: Mapping[str, Any], release: str | None, strategy: str | None, loading: bool) -> Behaviour:
+    """The calibration entry for a rank: its release's (else the newest calibrated one not newer than it, else the
+    oldest), its strategy's and role's (else the costliest of its role in that release)."""
+    releases: Mapping[str, Any] = calibration["releases"]
+    names = sorted(releases, key=_version)
+    notes = []
+    if release is not None and release in releases:
+        chosen = release
+    else:
+        older = [name for name in names if release and _version(name) <= _version(release)]
+        chosen = older[-1] if older else names[0]
+        notes.append(f"transformers {release or 'unknown'} is not calibrated (used {chosen}'s)")
+    role = "loading" if loading else "other"
+    entries: Mapping[str, Any] = releases[chosen]
+    key = f"{strategy or sc.STRATEGY_PLAIN}/{role}"
+    if key not in entries:
+        same_role = [name for name in entries if name.endswith("/" + role)] or list(entries)
+        fallback = max(same_role, key=lambda name: entries[name]["rss_per_load_byte"][2])
+        notes.append(f"strategy {strategy or 'unknown'} is not calibrated (used the costliest, {fallback})")
+        key = fallback
+    entry = entries[key]
+    return Behaviour(
+        key=f"{chosen} {key}",
+        rss=_rates(entry["rss_per_load_byte"]),
+        anon=_rates(entry["anon_per_load_byte"]),
+        not_model_rss=int(entry["not_model_bytes"]["rss"]),
+        not_model_anon=int(entry["not_model_bytes"]["anon"]),
+        exact=not notes,
+        note="; ".join(notes) or None,
+    )
+
+
+# One rank -------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Window:
+    """A span of the rank's load with its own peak: the load itself, or one of its phases."""
+
+    name: str
+    rss_growth: int  # its peak RSS less the RSS before the load
+    anon_growth: int
+    share: float  # the part of the rank's load bytes brought in by its end
 
 
 @dataclass
@@ -75,11 +170,13 @@ class Profile:
 
     rank: RankLoad
     fixed: int
+    fixed_anon: int
     peak: int
-    file_before: int
-    file_share: float  # share of the load's RSS growth that was file-backed (RssFile)
     measured: dict[str, int]  # bytes per category in the measured job
     target: dict[str, int]  # bytes per category at the target
+    windows: list[Window]
+    behaviour: Behaviour
+    widen: float = 0.0  # set once the confidence is known
 
     @property
     def growth(self) -> int:
@@ -93,18 +190,45 @@ class Profile:
     def target_load_bytes(self) -> int:
         return sum(self.target.values())
 
-    def growth_scale(self, scale: float) -> float:
-        """growth_t / growth: load bytes at the target over measured ones; ``scale`` (k) without load bytes."""
-        return self.target_load_bytes / self.load_bytes if self.load_bytes > 0 else scale
+    def per_byte(self, end: str) -> tuple[float, float]:
+        """(RSS, anonymous RSS) per load byte at one end of the range, widened by the confidence."""
+        index, stretch = ENDS.index(end), {"low": 1 - self.widen, "mid": 1.0, "high": 1 + self.widen}[end]
+        return self.behaviour.rss[index] * stretch, self.behaviour.anon[index] * stretch
 
-    def target_growth(self, scale: float) -> int:
-        return round(self.growth * self.growth_scale(scale))
+    @property
+    def explained(self) -> float:
+        """The share of the measured load growth that its load bytes explain at the calibrated rate (at most 1)."""
+        if self.growth <= 0:
+            return 1.0
+        return min(1.0, self.behaviour.rss[1] * self.load_bytes / self.growth)
 
-    def target_peak(self, scale: float) -> int:
-        return self.fixed + self.target_growth(scale)
+    def not_model(self, window: Window, end: str = "mid") -> tuple[int, int]:
+        """(RSS, anonymous RSS) of the window's growth that its load bytes do not explain: kept at the target."""
+        rss_rate, anon_rate = self.per_byte(end)
+        rss = max(0, round(window.rss_growth - rss_rate * self.load_bytes * window.share))
+        anon = max(0, round(window.anon_growth - anon_rate * self.load_bytes * window.share))
+        if end == "high":  # allow for the largest remainder the calibration runs saw
+            rss, anon = max(rss, self.behaviour.not_model_rss), max(anon, self.behaviour.not_model_anon)
+        return rss, min(anon, rss)
 
-    def target_file_backed(self, scale: float) -> int:
-        return self.file_before + round(self.file_share * self.target_growth(scale))
+    def at_target(self, end: str) -> tuple[int, int]:
+        """(peak RSS, its anonymous part) at the target: the worst window."""
+        rss_rate, anon_rate = self.per_byte(end)
+        best = (self.fixed, self.fixed_anon)
+        for window in self.windows:
+            not_rss, not_anon = self.not_model(window, end)
+            scaled = self.target_load_bytes * window.share
+            rss = self.fixed + not_rss + round(rss_rate * scaled)
+            anon = self.fixed_anon + not_anon + round(min(anon_rate, rss_rate) * scaled)
+            best = max(best, (rss, min(anon, rss)))
+        return best
+
+    def worst_window(self) -> str:
+        rss_rate, _ = self.per_byte("mid")
+        return max(
+            self.windows,
+            key=lambda w: self.not_model(w)[0] + rss_rate * self.target_load_bytes * w.share,
+        ).name
 
 
 def split(rank: RankLoad, model: int, world: int) -> dict[str, int]:
@@ -117,51 +241,84 @@ def split(rank: RankLoad, model: int, world: int) -> dict[str, int]:
     return {"once_per_job": once, "per_rank": own, "duplicated": rest - own}
 
 
-def scale_split(rank: RankLoad, measured: dict[str, int], scale: float, world_s: int, world_t: int) -> dict[str, int]:
+def scale_split(
+    rank: RankLoad, measured: dict[str, int], scale: float, world_s: int, world_t: int, model: int
+) -> dict[str, int]:
     """The same categories at the target (see the module docstring)."""
     partition_scale = scale * world_s / world_t if sharded(rank) else scale
     once = round(measured["once_per_job"] * scale)
-    own = round(measured["per_rank"] * partition_scale)
-    if measured["duplicated"] == 0:
+    if measured["duplicated"] < DUPLICATE_FLOOR * model:
+        # A few bytes over the share (a rank's non-persistent buffers, rounding) are not whole-model work.
+        own = round((measured["per_rank"] + measured["duplicated"]) * partition_scale)
         return {"once_per_job": once, "per_rank": own, "duplicated": 0}
+    own = round(measured["per_rank"] * partition_scale)
     # Beyond its share: the rank did whole-model work, which scales with the model whatever the world size.
     rest = round((measured["per_rank"] + measured["duplicated"]) * scale)
     own = min(rest, own)
     return {"once_per_job": once, "per_rank": own, "duplicated": rest - own}
 
 
-def profile(rank: RankLoad, model: int, scale: float, world_s: int, world_t: int) -> Profile | None:
+def windows(rank: RankLoad, total: int) -> list[Window]:
+    """The rank's load spans and phase spans that carry a peak: each with its growth over the RSS before the load and
+    the part of the load bytes brought in by its end (bytes of the files opened and of the tensors created by then)."""
+    fixed, fixed_anon = rank.rss_before_bytes or 0, rank.rss_anon_before_bytes or 0
+    files = [s for s in rank.spans if s.name in sc.FILE_SPANS | sc.BYTES_SPANS]
+    phases = [s for s in rank.spans if s.name in sc.PHASE_SPANS]
+    found = []
+    for span in rank.spans:
+        peak = opt_int_attr(span.attributes, sc.RSS_PEAK)
+        if span.name not in sc.LOAD_SPANS | sc.PHASE_SPANS or peak is None:
+            continue
+        anon = opt_int_attr(span.attributes, sc.rss_key("anon", "peak"))
+        anon_growth = max(0, anon - fixed_anon) if anon is not None and rank.rss_anon_before_bytes is not None else 0
+        if span.name in sc.LOAD_SPANS or total <= 0:
+            share = 1.0
+        else:
+            read = sum(opt_int_attr(f.attributes, sc.READ_BYTES) or 0 for f in files if f.start_ns < span.end_ns)
+            created = sum(
+                real_bytes(by_device(p.attributes, sc.MATERIALIZED_BYTES_PREFIX))
+                for p in phases
+                if p.start_ns <= span.start_ns or p is span
+            )
+            share = min(1.0, (read + created) / total)
+        found.append(Window(span.name, max(0, peak - fixed), anon_growth, share))
+    return found
+
+
+def profile(
+    rank: RankLoad, model: int, scale: float, world_s: int, world_t: int, calibration: Mapping[str, Any]
+) -> Profile | None:
     """None for a rank that did not finish or whose spans carry no memory figures."""
     if rank.incomplete or rank.failed or rank.rss_before_bytes is None or rank.peak_rss_bytes is None:
         return None
     fixed, peak = rank.rss_before_bytes, max(rank.peak_rss_bytes, rank.rss_before_bytes)
-    kinds = {
-        "anon": _growth(rank.peak_rss_anon_bytes, rank.rss_anon_before_bytes),
-        "file": _growth(rank.peak_rss_file_bytes, rank.rss_file_before_bytes),
-    }
-    total_kinds = sum(kinds.values())
     measured = split(rank, model, world_s)
+    release = str_attr(rank.resource, sc.lib_key("transformers"))
+    found = windows(rank, sum(measured.values()))
+    if not found:
+        found = [Window("load", max(0, peak - fixed), 0, 1.0)]
     return Profile(
         rank=rank,
         fixed=fixed,
+        fixed_anon=rank.rss_anon_before_bytes or 0,
         peak=peak,
-        file_before=rank.rss_file_before_bytes or 0,
-        file_share=kinds["file"] / total_kinds if total_kinds > 0 else 0.0,
         measured=measured,
-        target=scale_split(rank, measured, scale, world_s, world_t),
+        target=scale_split(rank, measured, scale, world_s, world_t, model),
+        windows=found,
+        behaviour=behaviour(calibration, release, rank.strategy, rank.rank == LOADING_RANK),
     )
 
 
-def _growth(peak: int | None, before: int | None) -> int:
-    return max(0, peak - before) if peak is not None and before is not None else 0
+# The node -------------------------------------------------------------------------------------------------------
 
 
-def _node_peak(profiles: list[Profile], scale: float) -> tuple[int, int, int]:
+def _node_peak(profiles: list[Profile], end: str) -> tuple[int, int, int]:
     """(node peak with file-backed pages counted once, plain sum of the ranks' peaks, the file-backed part counted)."""
-    peaks = [p.target_peak(scale) for p in profiles]
-    files = [min(p.target_file_backed(scale), peak) for p, peak in zip(profiles, peaks, strict=True)]
+    peaks = [p.at_target(end) for p in profiles]
+    files = [rss - anon for rss, anon in peaks]
     shared = max(files, default=0)
-    return sum(peaks) - sum(files) + shared, sum(peaks), shared
+    total = sum(rss for rss, _ in peaks)
+    return total - sum(files) + shared, total, shared
 
 
 def node_memory(job: Job, target: Target) -> tuple[int | None, str | None, str | None]:
@@ -189,6 +346,36 @@ def node_memory(job: Job, target: Target) -> tuple[int | None, str | None, str |
     return total, (sc.NODE_MEMORY_TOTAL if total is not None else None), ("node" if total is not None else None)
 
 
+def confidence(node: list[Profile], calibration: Mapping[str, Any]) -> tuple[Confidence, float]:
+    """How far to trust the range, in one line, and how much to widen it: ``small`` when the load bytes explain
+    less than the calibration's threshold of a rank's growth, and when the calibration does not cover the job."""
+    threshold, step = float(calibration["explained_threshold"]), float(calibration["widen"])
+    distinct = list({id(p): p for p in node}.values())
+    small = [p for p in distinct if p.explained < threshold]
+    inexact = [p for p in distinct if not p.behaviour.exact]
+    reasons = []
+    if small:
+        worst = min(small, key=lambda p: p.explained)
+        not_model = worst.growth - round(worst.behaviour.rss[1] * worst.load_bytes)
+        reasons.append(
+            f"the measured run is too small for its growth to be mostly model bytes: they explain"
+            f" {100 * worst.explained:.0f}% of {worst.rank.label}'s load growth of {human_bytes(worst.growth)}"
+            f" (the rest, {human_bytes(max(0, not_model))}, is taken as not scaling); range widened by"
+            f" {100 * step:.0f}%"
+        )
+    if inexact:
+        notes = sorted({p.behaviour.note or "" for p in inexact})
+        reasons.append("; ".join(notes) + f"; range widened by {100 * step:.0f}%")
+    widen = step * len(reasons)
+    if not reasons:
+        keys = ", ".join(sorted({p.behaviour.key for p in distinct}))
+        least = min(p.explained for p in distinct)
+        reason = f"calibrated ({keys}); model bytes explain {100 * least:.0f}% or more of every rank's load growth"
+        return Confidence("high", reason), widen
+    level = "medium" if not small else "low"
+    return Confidence(level, "; ".join(reasons)), widen
+
+
 def forecast(job: Job, target: Target) -> Forecast:
     """The ``forecast`` object of ``loadtrace report --forecast-...`` (docs/report.md)."""
     if target.model_bytes <= 0:
@@ -207,13 +394,14 @@ def forecast(job: Job, target: Target) -> Forecast:
     world_t = target.world_size or max(world_s, per_node)
     if world_t < per_node:
         raise ForecastError(f"a world size of {world_t} cannot have {per_node} ranks per node")
+    calibration = target.calibration if target.calibration is not None else packaged_calibration()
     scale = target.model_bytes / measured_model
     profiles: list[Profile] = []
     left_out: list[LeftOutRank] = []
     for rank in job.ranks:
         if rank.rank is None:
             continue  # which rank of the job it was is unknown
-        found = profile(rank, measured_model, scale, world_s, world_t)
+        found = profile(rank, measured_model, scale, world_s, world_t, calibration)
         if found is None:
             why = (
                 "did not finish"
@@ -236,30 +424,38 @@ def forecast(job: Job, target: Target) -> Forecast:
         )
         raise ForecastError(f"trace {job.trace_id}: rank 0's load spans {why}; nothing to scale")
     others = [p for p in profiles if p is not first]
-    worst = max(others, key=lambda p: (p.target_peak(scale), -(p.rank.rank or 0)), default=None)
+    worst = max(others, key=lambda p: (p.at_target("mid")[0], -(p.rank.rank or 0)), default=None)
     stand_in = worst or first
-    node0_peak, node0_sum, node0_shared = _node_peak([first] + [stand_in] * (per_node - 1), scale)
-    other = _node_peak([stand_in] * per_node, scale) if world_t > per_node else None
+    node0 = [first] + [stand_in] * (per_node - 1)
+    trust, widen = confidence(node0, calibration)
+    for p in profiles:
+        p.widen = widen
+    ends = {end: _node_peak(node0, end) for end in ENDS}
+    others_ends = {end: _node_peak([stand_in] * per_node, end) for end in ENDS} if world_t > per_node else None
     # The node the verdict is about: node 0, or another node when the world spans several and theirs is worse.
-    node_peak, node_sum, node_shared = (
-        other if other is not None and other[0] > node0_peak else (node0_peak, node0_sum, node0_shared)
-    )
+    chosen = others_ends if others_ends is not None and others_ends["mid"][0] > ends["mid"][0] else ends
+    node_peak, node_sum, node_shared = chosen["mid"]
+    low, high = chosen["low"][0], max(chosen["high"][0], node_peak)
+    low = min(low, node_peak)
     memory, memory_source, limit_source = node_memory(job, target)
-    verdict = None if memory is None else ("oom" if node_peak > memory else "ok")
+    verdict = None if memory is None else ("oom" if low > memory else "ok" if high <= memory else "uncertain")
 
     if stand_in is first or per_node == 1:
         counts = [NodeProfile(LOADING_RANK, per_node)]
     else:
         counts = [NodeProfile(LOADING_RANK, 1), NodeProfile(stand_in.rank.rank, per_node - 1)]
-    other_peak = other[0] if other is not None else None
-    text = _text(job, target, measured_model, world_s, world_t, per_node, scale, first, worst, other_peak)
+    other_peak = others_ends["mid"][0] if others_ends is not None else None
+    text = _text(job, target, measured_model, world_s, world_t, per_node, scale, worst, other_peak)
     return Forecast(
         model_bytes=target.model_bytes,
         ranks_per_node=per_node,
-        per_rank_peak_bytes={_rank_number(p): p.target_peak(scale) for p in profiles},
+        per_rank_peak_bytes={_rank_number(p): p.at_target("mid")[0] for p in profiles},
+        per_rank_peak_range_bytes={_rank_number(p): _range(p) for p in profiles},
         per_node_peak_bytes=node_peak,
+        per_node_peak_range_bytes=[low, high],
         node_memory_bytes=memory,
         verdict=verdict,
+        confidence=trust,
         basis=ForecastBasis(
             text=text,
             trace_id=job.trace_id,
@@ -274,20 +470,26 @@ def forecast(job: Job, target: Target) -> Forecast:
             ),
             model_scale=round(scale, 6),
             categories=_categories(profiles, scale, world_s, world_t),
-            ranks={_rank_number(p): _rank_basis(p, scale) for p in profiles},
+            ranks={_rank_number(p): _rank_basis(p) for p in profiles},
             left_out_ranks=left_out,
             node=NodeBasis(
                 profiles=counts,
                 sum_of_rank_peaks_bytes=node_sum,
                 file_backed_bytes_counted_once=node_shared,
-                node_0_peak_bytes=node0_peak,
+                node_0_peak_bytes=ends["mid"][0],
                 other_nodes_peak_bytes=other_peak,
                 node_memory_source=memory_source,
                 memory_limit_source=limit_source,
                 headroom_bytes=None if memory is None else memory - node_peak,
             ),
+            calibration=str(calibration.get("about", "")),
         ),
     )
+
+
+def _range(p: Profile) -> list[int]:
+    mid = p.at_target("mid")[0]
+    return [min(p.at_target("low")[0], mid), max(p.at_target("high")[0], mid)]
 
 
 def _rank_number(p: Profile) -> int:
@@ -297,7 +499,7 @@ def _rank_number(p: Profile) -> int:
 
 
 def _categories(profiles: list[Profile], scale: float, world_s: int, world_t: int) -> Categories:
-    """Each category: how it scales, and per rank the bytes and the RSS growth it was scaled from and to."""
+    """Each category: how it scales, and per rank the bytes and the RSS they cost at the calibrated rate."""
     partition = f"model size / world size ({round(scale * world_s / world_t, 6)}) when sharded,"
     partition += f" model size ({round(scale, 6)}) for a replica"
     how = {
@@ -313,30 +515,35 @@ def _categories(profiles: list[Profile], scale: float, world_s: int, world_t: in
         for p in profiles:
             if not p.measured[category] and not p.target[category]:
                 continue
-            per_byte = p.growth / p.load_bytes if p.load_bytes else 0.0
+            rate = p.per_byte("mid")[0]
             ranks[_rank_number(p)] = ScaledBytes(
                 from_bytes=p.measured[category],
                 to_bytes=p.target[category],
-                from_growth_bytes=round(per_byte * p.measured[category]),
-                to_growth_bytes=round(per_byte * p.target[category]),
+                from_growth_bytes=round(rate * p.measured[category]),
+                to_growth_bytes=round(rate * p.target[category]),
             )
         scaled[category] = ScaledCategory(how[category], ranks)
     return Categories(fixed, scaled["once_per_job"], scaled["per_rank"], scaled["duplicated"])
 
 
-def _rank_basis(p: Profile, scale: float) -> RankBasis:
+def _rank_basis(p: Profile) -> RankBasis:
+    rss, anon = p.at_target("mid")
+    worst = next(w for w in p.windows if w.name == p.worst_window())
     return RankBasis(
         strategy=p.rank.strategy,
+        calibration=p.behaviour.key,
+        rss_per_load_byte=[round(p.per_byte(end)[0], 4) for end in ENDS],
         rss_before_bytes=p.fixed,
         peak_rss_bytes=p.peak,
         growth_bytes=p.growth,
         load_bytes=p.load_bytes,
-        growth_per_load_byte=round(p.growth / p.load_bytes, 4) if p.load_bytes else None,
+        load_bytes_explain=round(p.explained, 4),
+        not_model_bytes=p.not_model(worst)[0],
+        worst_window=worst.name,
         target_load_bytes=p.target_load_bytes,
-        target_growth_bytes=p.target_growth(scale),
-        file_backed_share=round(p.file_share, 4),
-        target_file_backed_bytes=p.target_file_backed(scale),
-        target_peak_bytes=p.target_peak(scale),
+        target_file_backed_bytes=rss - anon,
+        target_peak_bytes=rss,
+        target_peak_range_bytes=_range(p),
     )
 
 
@@ -348,7 +555,6 @@ def _text(
     world_t: int,
     per_node: int,
     scale: float,
-    first: Profile,
     worst: Profile | None,
     other_peak: int | None,
 ) -> str:
@@ -364,14 +570,12 @@ def _text(
         f"Scaled from job {job.job_id or job.trace_id} ({human_bytes(measured)} model, world size {world_s})"
         f" to {human_bytes(target.model_bytes)}{given}: x{scale:.4g}; world size {world_t} ({world}), {per_node} rank"
         f"{'s' if per_node > 1 else ''} per node.",
-        "Per rank: peak = RSS before the load (fixed: interpreter, libraries, CUDA context; not scaled) + the load's"
-        " RSS growth, split in proportion to the rank's load bytes: rank 0's copy (once per job) and bytes beyond a"
-        " rank's share (duplicated) scale with the model; its own share with the model / world size under a sharded"
-        " strategy, with the model for a replica.",
+        "Per rank: peak = RSS before the load (not scaled) + the growth its load bytes do not explain (not scaled)"
+        " + its load bytes at the target x the calibrated RSS per load byte; rank 0's copy (once per job) and bytes"
+        " beyond a rank's share (duplicated) scale with the model, its own share with the model / world size under a"
+        " sharded strategy, with the model for a replica; the worst of the load and its phases.",
         f"Node 0 holds {node}; file-backed pages (mmap'd checkpoint, libraries) are shared by a node's ranks and"
         " counted once."
         + (" Other nodes: the worst other rank's profile on every rank." if other_peak is not None else ""),
     ]
-    if first.load_bytes == 0 or (worst is not None and worst.load_bytes == 0):
-        lines.append("A rank with RSS growth but no load bytes has its growth scaled with the model (conservative).")
     return " ".join(lines)

@@ -285,16 +285,19 @@ class RankBasis:
     """One measured rank's numbers and what they become at the target."""
 
     strategy: str | None
+    calibration: str  # the calibration entry used: "5.12.0 fsdp_cpu_ram_efficient/other"
+    rss_per_load_byte: list[float]  # low, mid, high, as widened by the confidence
     rss_before_bytes: int
     peak_rss_bytes: int
     growth_bytes: int
     load_bytes: int
-    growth_per_load_byte: float | None
+    load_bytes_explain: float  # the share of the growth its load bytes explain at the calibrated rate
+    not_model_bytes: int  # growth they do not explain (in its worst window): not scaled
+    worst_window: str  # the span (load or phase) whose peak is the rank's at the target
     target_load_bytes: int
-    target_growth_bytes: int
-    file_backed_share: float
     target_file_backed_bytes: int
     target_peak_bytes: int
+    target_peak_range_bytes: list[int]
 
 
 class LeftOutRank(NamedTuple):
@@ -334,6 +337,13 @@ class ForecastBasis:
     ranks: dict[int, RankBasis]
     left_out_ranks: list[LeftOutRank]
     node: NodeBasis
+    calibration: str  # what the calibration file says it was made from
+
+
+@dataclass
+class Confidence:
+    level: str  # high | medium | low
+    reason: str  # one line
 
 
 @dataclass
@@ -341,9 +351,12 @@ class Forecast:
     model_bytes: int
     ranks_per_node: int
     per_rank_peak_bytes: dict[int, int]
+    per_rank_peak_range_bytes: dict[int, list[int]]  # [low, high]
     per_node_peak_bytes: int
+    per_node_peak_range_bytes: list[int]  # [low, high]
     node_memory_bytes: int | None
-    verdict: str | None  # oom | ok | None (node memory unknown)
+    verdict: str | None  # ok | oom | uncertain (the node's memory inside the range) | None (node memory unknown)
+    confidence: Confidence
     basis: ForecastBasis
 
 
