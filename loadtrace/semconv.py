@@ -242,6 +242,9 @@ FINDING_DUPLICATE_CONVERSION = "duplicate_conversion"
 FINDING_REPLICATED_LOAD = "replicated_load"
 FINDING_SHARDED_READ = "sharded_read"  # ranks read slices that together make up the model (tensor parallel)
 FINDING_FAILED_LOAD = "failed_load"  # a load that raised
+FINDING_SLOW_RANK = "slow_rank"  # a rank's startup far behind the other ranks' (issue 14)
+FINDING_SLOW_STORAGE = "slow_storage"  # a node reading its checkpoint from storage far slower than the job's others
+FINDING_RENDEZVOUS_WAIT = "rendezvous_wait"  # ranks that waited in init_process_group for the others
 FINDING_KINDS = (
     FINDING_INCOMPLETE_RANK,
     FINDING_DUPLICATE_CHECKPOINT_READ,
@@ -250,6 +253,9 @@ FINDING_KINDS = (
     FINDING_REPLICATED_LOAD,
     FINDING_SHARDED_READ,
     FINDING_FAILED_LOAD,
+    FINDING_SLOW_RANK,
+    FINDING_SLOW_STORAGE,
+    FINDING_RENDEZVOUS_WAIT,
 )
 
 # Files a process writes ----------------------------------------------------------------------------------------------
