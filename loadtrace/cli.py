@@ -298,8 +298,8 @@ def _spans_from_jaeger(url: str) -> SpanSet:
     return spans
 
 
-def _spans_from_path(path: str) -> SpanSet:
-    spans = read_files(path)
+def _spans_from_path(path: str, parallel: bool = False) -> SpanSet:
+    spans = read_files(path, parallel)
     if not spans.spans and not spans.states:
         states = f" and {spans.skipped_state_files} unreadable state files" if spans.skipped_state_files else ""
         raise SourceError(f"{path}: no spans found ({spans.skipped_lines} unreadable lines{states} skipped)")
@@ -345,7 +345,7 @@ def run_jobs(args: argparse.Namespace) -> int:
             raise SourceError("jobs needs a SOURCE (a folder of .jsonl files) or --jaeger URL --service NAME")
         if args.service:
             raise SourceError("--service goes with --jaeger")
-        spans = _spans_from_path(args.source)
+        spans = _spans_from_path(args.source, parallel=True)
     else:
         if args.source is not None:
             raise SourceError("give either a SOURCE path or --jaeger, not both")

@@ -114,11 +114,12 @@ def page_url(base_url: str, service: str, start_ns: int, end_ns: int, traces: in
 
 
 def search_all(
-    base_url: str, service: str, since_seconds: float, now_ns: int | None = None, traces: int = PAGE_TRACES
+    base_url: str, service: str, since_seconds: float, now_ns: int | None = None, traces: int | None = None
 ) -> SpanSet:
     """Every trace of ``service`` that started in the last ``since_seconds``: one search per page of ``traces``
     traces, each page's window ending where the previous page's earliest trace began (a trace found twice, at a page's
     edge, counts once). Ends at a page with fewer traces, a page with no new trace, or 404."""
+    traces = traces or PAGE_TRACES
     end_ns = time.time_ns() if now_ns is None else now_ns
     start_ns = end_ns - int(since_seconds * 1e9)
     result, seen = SpanSet(), set[str]()
