@@ -103,7 +103,7 @@ def write_tree(root: Path, jobs: int, ranks: int = 8, start_ns: int = 1_780_000_
         for rank in range(ranks):
             host = f"{job_id}-node{rank // RANKS_PER_NODE}"
 
-            def span_id(old: str, rank: int = rank, job: int = job) -> str:
+            def span_id(old: str, rank: int = rank, job: int = job, root_id: str = root_id) -> str:
                 if not old:
                     return old
                 if old == old_root:
