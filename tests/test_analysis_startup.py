@@ -295,3 +295,20 @@ def test_broadcast_bytes_do_not_disturb_the_phases():
     spans = startup_rank(broadcast_bytes={sc.BROADCAST_BYTES_SENT: 1000})
     (rank,) = startup_of({0: spans})["ranks"]
     assert rank["phases"]["broadcast"] == 2.0
+
+
+def test_a_zero3_startup_shows_deepspeed_initialisation_as_prepare_and_gathering_as_broadcast():
+    root = span_id()
+    spans = [
+        span(sc.SPAN_STARTUP, TRACE, at(0), at(10), sid=root),
+        span(sc.SPAN_INIT_PROCESS_GROUP, TRACE, at(0), at(1), parent=root),
+        span(sc.SPAN_ZERO_INIT, TRACE, at(1), at(3), parent=root),  # the model built partitioned
+        span(sc.SPAN_FROM_PRETRAINED, TRACE, at(3), at(6), parent=root, **{sc.STRATEGY: "zero3"}),
+        span(sc.SPAN_GATHERED_PARAMETERS, TRACE, at(4), at(5), parent=root),
+        span(sc.SPAN_DEEPSPEED_INITIALIZE, TRACE, at(6), at(9.5), parent=root),
+    ]
+    (rank,) = startup_of({0: spans})["ranks"]
+    assert rank["phases"] == {
+        "open": 0.0, "read": 0.0, "convert": 0.0, "materialize": 0.0, "broadcast": 1.0, "wait": 1.0, "prepare": 5.5,
+        "other": 2.5,
+    }  # fmt: skip
