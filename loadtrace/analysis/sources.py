@@ -263,6 +263,7 @@ def trace_files(path: str | os.PathLike[str]) -> list[Path]:
 
 # ``read_files(..., parallel=True)``: below this many files one process is quicker than starting others.
 PARALLEL_MIN_FILES = 64
+PARALLEL_MIN_CPUS = 4
 
 
 def _read_trace_files(files: list[Path]) -> SpanSet:
@@ -280,7 +281,12 @@ def _read_in_parallel(files: list[Path]) -> SpanSet | None:
     """The files decoded by one forked process per CPU (decoding JSON is most of reading a tree of many jobs); None
     where processes cannot be started (no fork, no CPUs to spare, a sandbox refusing them): read them here then."""
     workers = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, 16)
-    if workers < 2 or len(files) < PARALLEL_MIN_FILES or "fork" not in multiprocessing.get_all_start_methods():
+    # Handing the spans back costs about a quarter of decoding them: on fewer than 4 CPUs nothing is gained.
+    if (
+        workers < PARALLEL_MIN_CPUS
+        or len(files) < PARALLEL_MIN_FILES
+        or "fork" not in multiprocessing.get_all_start_methods()
+    ):
         return None
     chunks = [files[i::workers] for i in range(workers)]
     try:
