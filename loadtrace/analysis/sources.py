@@ -132,7 +132,7 @@ def any_value(value: dict[str, Any]) -> Any:
 
 
 def key_values(items: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    result = {}
+    result: dict[str, Any] = {}
     for item in _array(items):
         # The common cases inline (most of the time ``loadtrace jobs`` spends on a large tree goes here); the rest,
         # and anything malformed, through the checked path.
