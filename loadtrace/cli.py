@@ -22,10 +22,12 @@ from loadtrace import render, render_timeline
 from loadtrace.analysis import jaeger
 from loadtrace.analysis.compare import PICK_HELP, compare, pick_job
 from loadtrace.analysis.forecast import DTYPE_BYTES, ForecastError, Target
+from loadtrace.analysis.jobs import KEYS, check_keys, jobs_report
 from loadtrace.analysis.model import to_json
 from loadtrace.analysis.ranks import Job, jobs_from_spans
 from loadtrace.analysis.report import report
 from loadtrace.analysis.sources import SourceError, SpanSet, read_files
+from loadtrace.analysis.startup import Thresholds, job_startup
 from loadtrace.analysis.timeline import timeline
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
@@ -53,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--since", default="1h", help="with --service: how far back to search (30m, 1h, 2d; default 1h)"
     )
     report_.add_argument("--fail-on-findings", action="store_true", help="exit 1 when a warning-level finding exists")
+    _add_threshold_options(report_)
     forecast = report_.add_argument_group(
         "forecast", "scale this (small) job's measured memory to a target model and say whether a node will hold it"
     )
@@ -102,6 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"which job of {side.upper()} when it holds several: {PICK_HELP} (ID@ATTEMPT.RUN for a rerun)",
         )
     _add_jaeger_options(compare_)
+    compare_.add_argument(
+        "--fail-if-slower",
+        type=non_negative_float,
+        metavar="PCT",
+        help="exit 1 when B's startup (its slowest rank) is more than PCT percent slower than A's (for CI)",
+    )
     compare_.set_defaults(run=run_compare)
 
     timeline_ = commands.add_parser(
@@ -124,7 +133,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="html: a page for any browser (default); chrome: Chrome trace-event JSON",
     )
     timeline_.set_defaults(run=run_timeline)
+    _add_jobs_command(commands)
     return parser
+
+
+def _add_jobs_command(commands: Any) -> None:
+    jobs_ = commands.add_parser(
+        "jobs",
+        help="one row per job of many (a folder tree, a Jaeger search), grouped, with the differences in words",
+        description="One row per job: start time, job id, cluster, world size, model bytes, library versions, startup "
+        "seconds (slowest rank), median rank, slowest rank and phase, findings by kind; then statistics per group "
+        "(--group-by) and the largest differences between groups.",
+    )
+    jobs_.add_argument("source", nargs="?", help="a folder tree of many jobs' .jsonl files (not with --jaeger)")
+    _add_jaeger_options(jobs_)
+    jobs_.add_argument("--service", help="with --jaeger: search this service's traces")
+    jobs_.add_argument("--since", default="7d", help="with --jaeger: how far back to search (30m, 1h, 7d; default 7d)")
+    keys = ", ".join(KEYS)
+    jobs_.add_argument(
+        "--where", action="append", default=[], metavar="KEY=VALUE", help=f"keep jobs whose KEY is VALUE ({keys})"
+    )
+    jobs_.add_argument("--group-by", metavar="KEY[,KEY]", help=f"group statistics by these keys ({keys})")
+    _add_threshold_options(jobs_)
+    jobs_.set_defaults(run=run_jobs)
 
 
 # Flag values: a bad one is argparse's one-line error, exit 2.
@@ -170,6 +201,46 @@ def byte_size(text: str) -> Size:
 def count(text: str) -> Size:
     """``7e9``, ``7B``, ``7000M`` → a count."""
     return _scaled(text, _COUNT_UNITS, "a count (7e9, 7B, 7000M)")
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a non-negative number")
+    return value
+
+
+def _add_threshold_options(parser: argparse.ArgumentParser) -> None:
+    """The startup findings' thresholds (docs/report.md, Startup)."""
+    group = parser.add_argument_group("startup findings' thresholds")
+    defaults = Thresholds()
+    for flag, dest, help_ in (
+        ("--slow-rank-ratio", "slow_rank_ratio", "slow_rank: at least this many times the other ranks' median"),
+        ("--slow-rank-seconds", "slow_rank_seconds", "slow_rank: and at least this many seconds behind it"),
+        ("--slow-storage-ratio", "slow_storage_ratio", "slow_storage: under this share of the job's median node"),
+        ("--rendezvous-wait-seconds", "rendezvous_wait_seconds", "rendezvous_wait: waited longer than this"),
+    ):
+        default = getattr(defaults, dest)
+        group.add_argument(
+            flag,
+            dest=dest,
+            type=non_negative_float,
+            default=default,
+            metavar="N",
+            help=f"{help_} (default {default:g})",
+        )
+
+
+def thresholds(args: argparse.Namespace) -> Thresholds:
+    return Thresholds(
+        slow_rank_ratio=args.slow_rank_ratio,
+        slow_rank_seconds=args.slow_rank_seconds,
+        slow_storage_ratio=args.slow_storage_ratio,
+        rendezvous_wait_seconds=args.rendezvous_wait_seconds,
+    )
 
 
 def positive_int(text: str) -> int:
@@ -258,8 +329,8 @@ def _spans_from_jaeger(url: str) -> SpanSet:
     return spans
 
 
-def _spans_from_path(path: str) -> SpanSet:
-    spans = read_files(path)
+def _spans_from_path(path: str, parallel: bool = False) -> SpanSet:
+    spans = read_files(path, parallel)
     if not spans.spans and not spans.states:
         states = f" and {spans.skipped_state_files} unreadable state files" if spans.skipped_state_files else ""
         raise SourceError(f"{path}: no spans found ({spans.skipped_lines} unreadable lines{states} skipped)")
@@ -292,7 +363,7 @@ def _compare_jobs(source: str, args: argparse.Namespace) -> tuple[list[Job], int
 
 def run_report(args: argparse.Namespace) -> int:
     target = forecast_target(args)  # flags first: a contradiction needs no source read
-    result = report(_report_source(args), target)
+    result = report(_report_source(args), target, thresholds(args))
     print(json.dumps(to_json(result), indent=2) if args.format == "json" else render.report_table(result))
     if result.forecast is not None and _fails(result.forecast.verdict, args):
         verdict = result.forecast.verdict or "unknown"
@@ -311,6 +382,26 @@ def _fails(verdict: str | None, args: argparse.Namespace) -> bool:
     return verdict != "ok" and bool(args.fail_on_uncertain)
 
 
+def run_jobs(args: argparse.Namespace) -> int:
+    group_by = [key.strip() for key in args.group_by.split(",")] if args.group_by is not None else []
+    check_keys(args.where, group_by)  # a bad key before anything is read
+    if args.jaeger is None:
+        if args.source is None:
+            raise SourceError("jobs needs a SOURCE (a folder of .jsonl files) or --jaeger URL --service NAME")
+        if args.service:
+            raise SourceError("--service goes with --jaeger")
+        spans = _spans_from_path(args.source, parallel=True)
+    else:
+        if args.source is not None:
+            raise SourceError("give either a SOURCE path or --jaeger, not both")
+        if not args.service:
+            raise SourceError("with --jaeger, give --service NAME [--since 7d]")
+        spans = jaeger.search_all(args.jaeger, args.service, jaeger.parse_duration(args.since))
+    result = jobs_report(spans, args.where, group_by, thresholds(args))
+    print(json.dumps(to_json(result), indent=2) if args.format == "json" else render.jobs_table(result))
+    return EXIT_OK
+
+
 def run_compare(args: argparse.Namespace) -> int:
     jobs_a, skipped_a = _compare_jobs(args.a, args)
     jobs_b, skipped_b = (jobs_a, skipped_a) if args.b == args.a else _compare_jobs(args.b, args)  # read once
@@ -319,6 +410,27 @@ def run_compare(args: argparse.Namespace) -> int:
     job_b = pick_job(jobs_b, args.b_job, args.b, "--b-job")
     result = compare(job_a, job_b, args.a, args.b, skipped_a, skipped_b)
     print(json.dumps(to_json(result), indent=2) if args.format == "json" else render.compare_table(result))
+    if args.fail_if_slower is None:
+        return EXIT_OK
+    return slower_verdict(job_a, job_b, args.fail_if_slower)
+
+
+def slower_verdict(job_a: Job, job_b: Job, percent: float) -> int:
+    """``--fail-if-slower``: exit 1 (and one line why) when B's startup is more than ``percent`` slower than A's."""
+    startup_a, startup_b = job_startup(job_a), job_startup(job_b)
+    a = startup_a.seconds if startup_a is not None else None
+    b = startup_b.seconds if startup_b is not None else None
+    if not a or b is None:
+        side = "A" if not a else "B"
+        raise SourceError(f"--fail-if-slower: {side}'s startup is not known (no load or startup span)")
+    slower = 100 * (b - a) / a
+    if slower > percent:
+        print(
+            f"loadtrace: B's startup {b:.3f} s is {slower:.1f}% slower than A's {a:.3f} s"
+            f" (more than --fail-if-slower {percent:g}%)",
+            file=sys.stderr,
+        )
+        return EXIT_FINDINGS
     return EXIT_OK
 
 

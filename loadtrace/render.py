@@ -10,7 +10,8 @@ import math
 import textwrap
 from collections.abc import Sequence
 
-from loadtrace.analysis.model import ComparedJob, Comparison, Exit, Finding, Forecast, RankLoad, Report
+from loadtrace.analysis.jobs import JobsReport
+from loadtrace.analysis.model import ComparedJob, Comparison, Exit, Finding, Forecast, RankLoad, Report, Startup
 from loadtrace.analysis.units import human_bytes
 
 RANK_COLUMNS = (
@@ -75,7 +76,10 @@ def report_table(report: Report) -> str:
         header += f"  world size {number(trace.world_size)}  model {model}"
         io = "".join(f"\nI/O: {node.note}." for node in trace.nodes if node.note)
         rows = [rank_row(rank) for rank in ranks]
-        blocks.append(header + "\n" + table(RANK_COLUMNS, rows, left=3) + io + "\n\n" + findings_text(findings))
+        startup = "\n" + startup_text(trace.startup) if trace.startup is not None else ""
+        blocks.append(
+            header + "\n" + table(RANK_COLUMNS, rows, left=3) + io + startup + "\n\n" + findings_text(findings)
+        )
     if report.skipped_lines:
         blocks.append(f"{report.skipped_lines} corrupt or truncated lines skipped")
     if report.skipped_state_files:
@@ -83,6 +87,31 @@ def report_table(report: Report) -> str:
     if report.forecast is not None:
         blocks.append(forecast_text(report.forecast))
     return "\n\n".join(blocks)
+
+
+def startup_text(startup: Startup) -> str:
+    """``Startup:`` the slowest rank and the median, one row per rank split by phase, one ``Storage:`` line per node
+    whose checkpoint residency or storage bytes are known."""
+    slowest = f"rank {startup.slowest_rank}" if startup.slowest_rank is not None else "a rank without a number"
+    phase = f", {startup.slowest_phase} phase" if startup.slowest_phase else ""
+    median = number(startup.median_rank_seconds)
+    lines = [f"Startup: {number(startup.seconds)} s (slowest: {slowest}{phase}), median rank {median} s"]
+    phases = list(startup.ranks[0].phases) if startup.ranks else []
+    rows = [
+        [str(r.rank) if r.rank is not None else "?", number(r.seconds), *(number(r.phases[p]) for p in phases)]
+        for r in startup.ranks
+    ]
+    lines.append(table(("rank", "startup s", *(f"{p} s" for p in phases)), rows))
+    for node in startup.nodes:
+        if node.checkpoint is None and node.storage_bytes is None:
+            continue
+        text = f"Storage: {node.host or 'an unnamed host'}: checkpoint {node.checkpoint or 'residency unknown'}"
+        if node.storage_bytes is not None:
+            text += f", {human_bytes(node.storage_bytes)} from storage in {number(node.reading_seconds)} s reading"
+        if node.storage_bytes_per_second is not None:
+            text += f" = {human_bytes(round(node.storage_bytes_per_second))}/s"
+        lines.append(text)
+    return "\n".join(lines)
 
 
 def exit_text(ended: Exit) -> str:
@@ -229,3 +258,54 @@ def compare_table(comparison: Comparison) -> str:
             textwrap.fill("same: " + ", ".join(same), width=WIDTH, subsequent_indent="  ", break_on_hyphens=False)
         )
     return "\n".join(lines)
+
+
+# loadtrace jobs ---------------------------------------------------------------------------------------------------
+
+JOB_COLUMNS = (
+    *("start", "job", "cluster", "world", "model B", "transformers", "startup s", "median s", "slowest"),
+    "findings",
+)
+GROUP_COLUMNS = ("jobs", "startup p50 s", "p95 s", "max s", "storage p50 B/s")
+
+
+def jobs_table(report: JobsReport) -> str:
+    """One row per job, oldest first; then one row per group and the differences between groups in words."""
+    rows = []
+    for job in report.jobs:
+        slowest = "-" if job.slowest_rank is None else f"rank {job.slowest_rank}"
+        if job.slowest_phase and job.slowest_rank is not None:
+            slowest += f" {job.slowest_phase}"
+        found = " ".join(f"{kind}={count}" for kind, count in job.findings.items()) or "-"
+        rows.append(
+            [
+                (job.start_time or "-")[:19],
+                job.job_id or job.trace_id,
+                job.cluster or "-",
+                number(job.world_size),
+                number(job.model_bytes),
+                job.versions.get("transformers", "-"),
+                number(job.startup_seconds),
+                number(job.median_rank_seconds),
+                slowest,
+                found,
+            ]
+        )
+    blocks = [table(JOB_COLUMNS, rows, left=3)]
+    group_rows = [
+        [
+            ", ".join(f"{k}={v if v is not None else 'null'}" for k, v in group.by.items()) or "all jobs",
+            number(group.jobs),
+            number(group.startup_seconds.p50),
+            number(group.startup_seconds.p95),
+            number(group.startup_seconds.max),
+            number(group.storage_bytes_per_second.get("p50"), 0),
+        ]
+        for group in report.groups
+    ]
+    blocks.append(table(("group", *GROUP_COLUMNS), group_rows))
+    if report.differences:
+        blocks.append("differences:\n" + "\n".join(f"  {text}" for text in report.differences))
+    if report.skipped_lines:
+        blocks.append(f"{report.skipped_lines} corrupt or truncated lines skipped")
+    return "\n\n".join(blocks)

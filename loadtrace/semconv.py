@@ -42,7 +42,35 @@ BYTES_SPANS = frozenset({SPAN_SAFETENSORS_LOAD})
 PHASE_SPANS = frozenset({SPAN_LOAD_STATE_DICT, SPAN_CONVERT, SPAN_ZERO3_LOAD, SPAN_MATERIALIZE_MISSING})
 POINT_SPANS = frozenset({SPAN_SAFETENSORS_READ, SPAN_TORCH_MATERIALIZE})
 SPAN_RANK_EXIT = "loadtrace.rank_exit"  # the launcher's witness: one per worker that died (loadtrace/witness.py)
-ALL_SPANS = frozenset({SPAN_JOB, SPAN_RANK_EXIT}) | LOAD_SPANS | FILE_SPANS | BYTES_SPANS | PHASE_SPANS | POINT_SPANS
+
+# The whole startup (issue 14): rendezvous, the checkpoint load, then the strategy's distribution of the weights.
+SPAN_STARTUP = "loadtrace.startup"  # one per rank: process start (or init_process_group) to the end of preparation
+SPAN_INIT_PROCESS_GROUP = "torch.init_process_group"  # rendezvous: its duration is the wait for the other ranks
+SPAN_ACCELERATE_PREPARE = "accelerate.prepare_model"  # accelerate's model preparation (FSDP/FSDP2 sharding)
+SPAN_FSDP2_LOAD_FULL_STATE_DICT = "accelerate.fsdp2_load_full_state_dict"  # rank 0 broadcasts the full state dict
+SPAN_DEEPSPEED_INITIALIZE = "deepspeed.initialize"
+SPAN_ZERO_INIT = "deepspeed.zero_init"  # inside ``deepspeed.zero.Init``: parameters partitioned as they are created
+SPAN_GATHERED_PARAMETERS = "deepspeed.gathered_parameters"  # ``GatheredParameters`` while loading (gather, scatter)
+STARTUP_PHASE_SPANS = frozenset(
+    {
+        SPAN_INIT_PROCESS_GROUP,
+        SPAN_ACCELERATE_PREPARE,
+        SPAN_FSDP2_LOAD_FULL_STATE_DICT,
+        SPAN_DEEPSPEED_INITIALIZE,
+        SPAN_ZERO_INIT,
+        SPAN_GATHERED_PARAMETERS,
+    }
+)
+
+ALL_SPANS = (
+    frozenset({SPAN_JOB, SPAN_RANK_EXIT, SPAN_STARTUP})
+    | STARTUP_PHASE_SPANS
+    | LOAD_SPANS
+    | FILE_SPANS
+    | BYTES_SPANS
+    | PHASE_SPANS
+    | POINT_SPANS
+)
 
 # Resource attributes (one set per process, on every span) -----------------------------------------------------------
 
@@ -99,6 +127,13 @@ HOOK_ERRORS = "loadtrace.hook_errors"
 
 def held_bytes_key(device: str) -> str:
     return HELD_BYTES_PREFIX + device
+
+
+# Startup (issue 14) --------------------------------------------------------------------------------------------------
+
+RENDEZVOUS_BACKEND = "loadtrace.rendezvous.backend"  # init_process_group's backend: gloo, nccl, ...
+BROADCAST_BYTES_SENT = "loadtrace.broadcast.bytes_sent"  # weight bytes this rank sent to others (rank 0's broadcast)
+BROADCAST_BYTES_RECEIVED = "loadtrace.broadcast.bytes_received"  # weight bytes this rank received from others
 
 
 # Files and reads ----------------------------------------------------------------------------------------------------
@@ -207,6 +242,9 @@ FINDING_DUPLICATE_CONVERSION = "duplicate_conversion"
 FINDING_REPLICATED_LOAD = "replicated_load"
 FINDING_SHARDED_READ = "sharded_read"  # ranks read slices that together make up the model (tensor parallel)
 FINDING_FAILED_LOAD = "failed_load"  # a load that raised
+FINDING_SLOW_RANK = "slow_rank"  # a rank's startup far behind the other ranks' (issue 14)
+FINDING_SLOW_STORAGE = "slow_storage"  # a node reading its checkpoint from storage far slower than the job's others
+FINDING_RENDEZVOUS_WAIT = "rendezvous_wait"  # ranks that waited in init_process_group for the others
 FINDING_KINDS = (
     FINDING_INCOMPLETE_RANK,
     FINDING_DUPLICATE_CHECKPOINT_READ,
@@ -215,6 +253,9 @@ FINDING_KINDS = (
     FINDING_REPLICATED_LOAD,
     FINDING_SHARDED_READ,
     FINDING_FAILED_LOAD,
+    FINDING_SLOW_RANK,
+    FINDING_SLOW_STORAGE,
+    FINDING_RENDEZVOUS_WAIT,
 )
 
 # Files a process writes ----------------------------------------------------------------------------------------------

@@ -79,7 +79,10 @@ TRACE_KEYS = {
     "model_bytes",
     "spans",
     "nodes",
+    "startup",  # absent only for a job without a load or startup span
 }
+STARTUP_KEYS = {"seconds", "slowest_rank", "slowest_phase", "median_rank_seconds", "storage_bytes_per_second"}
+STARTUP_KEYS |= {"ranks", "nodes"}
 NODE_KEYS = {"host", "ranks", "readers", "read_bytes", "storage_read_bytes", "cached_bytes", "times_asked"}
 NODE_KEYS |= {"times_read_from_storage", "checkpoint_file_bytes", "checkpoint_cold_bytes", "outcome", "note"}
 
@@ -104,6 +107,7 @@ def test_json_report_has_exactly_the_documented_schema(tmp_path, capsys):
     assert set(report) == {"traces", "ranks", "findings", "skipped_lines", "skipped_state_files"}
     assert all(set(trace) == TRACE_KEYS for trace in report["traces"])
     assert all(set(node) == NODE_KEYS for trace in report["traces"] for node in trace["nodes"])
+    assert all(set(trace["startup"]) == STARTUP_KEYS for trace in report["traces"])
     assert all(set(rank) == RANK_KEYS for rank in report["ranks"])
     assert all(set(finding) == FINDING_KEYS for finding in report["findings"])
     rank1 = report["ranks"][1]

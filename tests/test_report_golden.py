@@ -8,6 +8,8 @@ process, from the fixtures folder with relative paths (compare prints its source
 The compare outputs were rewritten once since, on purpose (issue 12): each side's ``attempt``, ``run`` and
 ``start_time``, the load parameters (``loadtrace.checkpoint.bytes``, ``loadtrace.model.class``, ``loadtrace.dtype``) in
 ``resources``, and the table's ``same:`` line were added; every phase row and every earlier value stayed as it was.
+The report outputs were rewritten once more (issue 14): each trace's ``startup`` block and the table's ``Startup:``
+lines were added; nothing else changed.
 """
 
 from __future__ import annotations

@@ -32,7 +32,11 @@ _SEVERITY_ORDER = {WARNING: 0, INFO: 1}
 def find(jobs: list[Job]) -> list[Finding]:
     """Every finding of every job, warnings first, then the most bytes first."""
     found = [finding for job in jobs for rule in RULES if (finding := rule(job, job.model_bytes())) is not None]
-    return sorted(found, key=lambda f: (_SEVERITY_ORDER.get(f.severity, 9), -f.bytes, f.kind, f.trace_id))
+    return sorted(found, key=finding_order)
+
+
+def finding_order(finding: Finding) -> tuple[int, int, str, str]:
+    return (_SEVERITY_ORDER.get(finding.severity, 9), -finding.bytes, finding.kind, finding.trace_id)
 
 
 def _non_loading(job: Job, strategies: Callable[[RankLoad], bool]) -> list[RankLoad]:

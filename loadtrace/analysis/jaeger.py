@@ -30,6 +30,10 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
 
 
+class NoTraces(SourceError):
+    """Jaeger's 404 "No traces found"."""
+
+
 def trace_url(base_url: str, trace_id: str) -> str:
     return f"{_api(base_url)}/traces/{urllib.parse.quote(trace_id.strip(), safe='')}"
 
@@ -62,7 +66,7 @@ def fetch(url: str, timeout: float = TIMEOUT_SECONDS) -> SpanSet:
             body = response.read()
     except urllib.error.HTTPError as error:
         if error.code == 404:
-            raise SourceError(f"no traces found ({url})") from None
+            raise NoTraces(f"no traces found ({url})") from None
         raise SourceError(f"Jaeger answered HTTP {error.code}: {_error_message(error)} ({url})") from None
     except (urllib.error.URLError, OSError, ValueError) as error:
         reason = getattr(error, "reason", error)
@@ -90,3 +94,50 @@ def _error_message(error: urllib.error.HTTPError) -> str:
         return str(envelope["error"]["message"])
     except (ValueError, TypeError, KeyError, OSError):
         return str(error.reason)
+
+
+# Many jobs: a search paged back in time -------------------------------------------------------------------------------
+
+PAGE_TRACES = 100  # traces per search (``query.num_traces``; newer Jaeger also calls it ``query.search_depth``)
+
+
+def page_url(base_url: str, service: str, start_ns: int, end_ns: int, traces: int = PAGE_TRACES) -> str:
+    query = urllib.parse.urlencode(
+        {
+            "query.service_name": service,
+            "query.start_time_min": rfc3339_nanos(start_ns),
+            "query.start_time_max": rfc3339_nanos(end_ns),
+            "query.num_traces": traces,
+        }
+    )
+    return f"{_api(base_url)}/traces?{query}"
+
+
+def search_all(
+    base_url: str, service: str, since_seconds: float, now_ns: int | None = None, traces: int | None = None
+) -> SpanSet:
+    """Every trace of ``service`` that started in the last ``since_seconds``: one search per page of ``traces``
+    traces, each page's window ending where the previous page's earliest trace began (a trace found twice, at a page's
+    edge, counts once). Ends at a page with fewer traces, a page with no new trace, or 404."""
+    traces = traces or PAGE_TRACES
+    end_ns = time.time_ns() if now_ns is None else now_ns
+    start_ns = end_ns - int(since_seconds * 1e9)
+    result, seen = SpanSet(), set[str]()
+    while end_ns > start_ns:
+        try:
+            page = fetch(page_url(base_url, service, start_ns, end_ns, traces))
+        except NoTraces:
+            break
+        starts: dict[str, int] = {}
+        for span in page.spans:
+            starts[span.trace_id] = min(starts.get(span.trace_id, span.start_ns), span.start_ns)
+        new = set(starts) - seen
+        result.spans.extend(span for span in page.spans if span.trace_id in new)
+        result.skipped_lines += page.skipped_lines
+        seen |= new
+        if len(starts) < traces or not new:
+            break
+        end_ns = min(min(starts.values()), end_ns - 1)
+    if not result.spans:
+        raise NoTraces(f"no traces of service {service!r} in the last {since_seconds:g} s ({_api(base_url)})")
+    return result

@@ -201,6 +201,7 @@ class JobSummary:
     model_bytes: int
     spans: int
     nodes: list[NodeReads]
+    startup: Startup | None = field(default=None, metadata=OMITTED_WHEN_NONE)  # issue 14: None when nothing loaded
 
 
 @dataclass
@@ -424,3 +425,42 @@ class Comparison:
     b: ComparedJob
     phases: list[PhaseRow]
     resources: list[ResourceRow]
+
+
+# A job's startup (issue 14; docs/report.md, Startup) ------------------------------------------------------------------
+
+
+@dataclass
+class RankStartup:
+    """One rank's startup: its length and how it splits into phases (seconds, rounded to the microsecond)."""
+
+    rank: int | None
+    host: str | None
+    seconds: float
+    measured_from: str  # "startup span" (loadtrace.startup) | "spans" (first span to the end of the last load)
+    phases: dict[str, float]  # every phase of STARTUP_PHASES, in that order; they add up to ``seconds``
+
+
+@dataclass
+class NodeStartup:
+    """One node's storage: the checkpoint bytes storage delivered (exact, from page residency) over the time read."""
+
+    host: str | None
+    ranks: list[int | None]
+    checkpoint: str | None  # cold | partly_cold | warm; None without residency
+    storage_bytes: int | None  # checkpoint bytes not in the page cache at first open (what storage delivered)
+    reading_seconds: float | None  # time any of the node's ranks had a checkpoint file open or a read span running
+    storage_bytes_per_second: float | None  # None when warm (storage delivered nothing) or unknown
+
+
+@dataclass
+class Startup:
+    """A job's startup: it starts when its slowest rank is ready."""
+
+    seconds: float | None  # the slowest rank's
+    slowest_rank: int | None
+    slowest_phase: str | None  # the phase that put the slowest rank furthest behind the others (its largest alone)
+    median_rank_seconds: float | None
+    storage_bytes_per_second: float | None  # the median of the nodes that read from storage
+    ranks: list[RankStartup]
+    nodes: list[NodeStartup]

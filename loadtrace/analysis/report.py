@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .findings import find
+from .findings import find, finding_order
 from .forecast import ForecastError, Target, forecast
 from .model import JobSummary, Report, to_json
 from .nodes import job_nodes
 from .ranks import Job, jobs_from_spans
 from .sources import SpanSet, rfc3339_nanos
+from .startup import Thresholds, job_startup, startup_findings
 
 
 def job_summary(job: Job) -> JobSummary:
@@ -30,16 +31,23 @@ def job_summary(job: Job) -> JobSummary:
         model_bytes=model,
         spans=sum(len(rank.spans) for rank in job.ranks),
         nodes=job_nodes(job, model),
+        startup=job_startup(job),
     )
 
 
-def report(spans: SpanSet, target: Target | None = None) -> Report:
-    """The report; with a ``target``, also its forecast (the source must then hold exactly one job)."""
+def report(spans: SpanSet, target: Target | None = None, thresholds: Thresholds | None = None) -> Report:
+    """The report; with a ``target``, also its forecast (the source must then hold exactly one job). ``thresholds``:
+    the startup findings' (docs/report.md, Startup), their defaults when None."""
     jobs = jobs_from_spans(spans.spans, spans.states)
+    summaries = [job_summary(job) for job in jobs]
+    limits = thresholds or Thresholds()
+    late = [
+        f for job, summary in zip(jobs, summaries, strict=True) for f in startup_findings(job, summary.startup, limits)
+    ]
     result = Report(
-        traces=[job_summary(job) for job in jobs],
+        traces=summaries,
         ranks=[rank for job in jobs for rank in job.ranks],
-        findings=find(jobs),
+        findings=sorted(find(jobs) + late, key=finding_order),
         skipped_lines=spans.skipped_lines,
         skipped_state_files=spans.skipped_state_files,
     )

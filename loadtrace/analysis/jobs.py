@@ -1,0 +1,249 @@
+"""``loadtrace jobs``: one row per job of many (a folder tree, a Jaeger search), filtered, grouped, and the groups
+compared in words ("cluster beta: startup p50 2.4x alpha; read phase 3.1x").
+
+Each row comes from the same analysis as ``loadtrace report`` (``startup.job_startup``, the findings), so a job reads
+the same in both. docs/report.md, ``loadtrace jobs``, documents the keys, the statistics and the JSON.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import semconv as sc
+from .findings import find
+from .model import NOT_IN_JSON
+from .ranks import Job, jobs_from_spans, str_attr
+from .sources import SourceError, SpanSet, rfc3339_nanos
+from .startup import STARTUP_PHASES, Thresholds, job_startup, startup_findings
+
+# A group is called out when its startup p50 is at least this many times the fastest group's.
+DIFFERENCE_RATIO = 1.2
+LIBRARIES = ("torch", "transformers", "accelerate", "deepspeed")
+
+
+@dataclass
+class JobRow:
+    """One job: JSON keys in this order (docs/report.md, ``loadtrace jobs``)."""
+
+    trace_id: str
+    job_id: str | None
+    attempt: int | None
+    cluster: str | None
+    start_time: str | None
+    world_size: int | None
+    model_bytes: int | None
+    versions: dict[str, str]
+    startup_seconds: float | None
+    median_rank_seconds: float | None
+    slowest_rank: int | None
+    slowest_phase: str | None
+    findings: dict[str, int]
+    model: str | None  # the checkpoint, as the loads named it
+    strategy: str | None
+    hosts: list[str]
+    storage_bytes_per_second: float | None
+    start_ns: int = field(default=0, metadata=NOT_IN_JSON)
+    phases: dict[str, float] = field(default_factory=dict, metadata=NOT_IN_JSON)  # the slowest rank's
+
+
+@dataclass
+class Statistic:
+    p50: float | None
+    p95: float | None = None
+    max: float | None = None
+
+
+@dataclass
+class Group:
+    by: dict[str, str | None]
+    jobs: int
+    startup_seconds: Statistic
+    storage_bytes_per_second: dict[str, float | None]
+
+
+@dataclass
+class JobsReport:
+    jobs: list[JobRow]
+    groups: list[Group]
+    differences: list[str]
+    skipped_lines: int = 0
+
+
+def _distinct(values: list[Any]) -> str | None:
+    present = sorted({str(value) for value in values if value is not None and value != ""})
+    return ", ".join(present) if present else None
+
+
+def job_row(job: Job, limits: Thresholds) -> JobRow:
+    startup = job_startup(job)
+    found = find([job]) + startup_findings(job, startup, limits)
+    counts: dict[str, int] = {}
+    for finding in found:
+        counts[finding.kind] = counts.get(finding.kind, 0) + 1
+    versions = {}
+    for library in LIBRARIES:
+        version = _distinct([rank.resource.get(sc.lib_key(library)) for rank in job.ranks])
+        if version is not None:
+            versions[library] = version
+    slowest = next((r for r in startup.ranks if r.rank == startup.slowest_rank), None) if startup else None
+    model = job.model_bytes()
+    return JobRow(
+        trace_id=job.trace_id,
+        job_id=job.job_id,
+        attempt=job.attempt,
+        cluster=_distinct([str_attr(rank.resource, sc.CLUSTER) for rank in job.ranks]),
+        start_time=rfc3339_nanos(job.start_ns),
+        world_size=job.world_size,
+        model_bytes=model or None,
+        versions=versions,
+        startup_seconds=startup.seconds if startup else None,
+        median_rank_seconds=startup.median_rank_seconds if startup else None,
+        slowest_rank=startup.slowest_rank if startup else None,
+        slowest_phase=startup.slowest_phase if startup else None,
+        findings=dict(sorted(counts.items(), key=lambda item: sc.FINDING_KINDS.index(item[0]))),
+        model=_distinct([rank.checkpoint for rank in job.ranks]),
+        strategy=_distinct([rank.strategy for rank in job.ranks]),
+        hosts=sorted({rank.host for rank in job.ranks if rank.host}),
+        storage_bytes_per_second=startup.storage_bytes_per_second if startup else None,
+        start_ns=job.start_ns,
+        phases=dict(slowest.phases) if slowest is not None else {},
+    )
+
+
+# Keys of --where and --group-by: a job's value of each, as text (None: the job does not say).
+KEYS: dict[str, Callable[[JobRow], str | None]] = {
+    "cluster": lambda row: row.cluster,
+    "transformers": lambda row: row.versions.get("transformers"),
+    "torch": lambda row: row.versions.get("torch"),
+    "accelerate": lambda row: row.versions.get("accelerate"),
+    "deepspeed": lambda row: row.versions.get("deepspeed"),
+    "model": lambda row: row.model,
+    "host": lambda row: ", ".join(row.hosts) or None,
+    "strategy": lambda row: row.strategy,
+    "world_size": lambda row: str(row.world_size) if row.world_size is not None else None,
+    "job_id": lambda row: row.job_id,
+}
+NULL = "null"  # --where cluster=null: jobs that do not say
+
+
+def check_keys(where: list[str], group_by: list[str]) -> list[tuple[str, str]]:
+    """Parsed ``--where KEY=VALUE`` items; an unknown key or a malformed item raises ``SourceError`` (exit 2)."""
+    known = ", ".join(KEYS)
+    pairs = []
+    for item in where:
+        key, equals, value = item.partition("=")
+        if not equals or not key.strip():
+            raise SourceError(f"--where {item!r}: expected KEY=VALUE, KEY one of {known}")
+        if key.strip() not in KEYS:
+            raise SourceError(f"--where: unknown key {key.strip()!r}; known keys: {known}")
+        pairs.append((key.strip(), value.strip()))
+    for key in group_by:
+        if key not in KEYS:
+            raise SourceError(f"--group-by: unknown key {key!r}; known keys: {known}")
+    return pairs
+
+
+def matches(row: JobRow, pairs: list[tuple[str, str]]) -> bool:
+    for key, wanted in pairs:
+        value = KEYS[key](row)
+        if (value is None and wanted != NULL) or (value is not None and value != wanted):
+            return False
+    return True
+
+
+def percentile(values: list[float], share: float) -> float:
+    """Linear interpolation between the closest ranks (``statistics.quantiles(method="inclusive")``; one value is
+    every percentile of itself)."""
+    ordered = sorted(values)
+    position = share * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def group_of(by: dict[str, str | None], rows: list[JobRow]) -> Group:
+    startups = [row.startup_seconds for row in rows if row.startup_seconds is not None]
+    rates = [row.storage_bytes_per_second for row in rows if row.storage_bytes_per_second is not None]
+    return Group(
+        by=by,
+        jobs=len(rows),
+        startup_seconds=Statistic(
+            p50=round(percentile(startups, 0.5), 6) if startups else None,
+            p95=round(percentile(startups, 0.95), 6) if startups else None,
+            max=max(startups) if startups else None,
+        ),
+        storage_bytes_per_second={"p50": round(percentile(rates, 0.5), 1) if rates else None},
+    )
+
+
+def label(by: dict[str, str | None]) -> str:
+    return ", ".join(f"{key} {value if value is not None else NULL}" for key, value in by.items()) or "all jobs"
+
+
+def differences(groups: list[Group], rows_of: dict[int, list[JobRow]]) -> list[str]:
+    """Groups at least ``DIFFERENCE_RATIO`` x the fastest group's startup p50, largest first, each with the phase of
+    the slowest ranks that grew most (the median over the group's jobs, against the fastest group's)."""
+    known = [(i, g) for i, g in enumerate(groups) if g.startup_seconds.p50]
+    if len(known) < 2:
+        return []
+    base_index, base = min(known, key=lambda item: (item[1].startup_seconds.p50, item[0]))
+    base_phases = _phase_medians(rows_of[base_index])
+    called = []
+    for index, group in known:
+        ratio = (group.startup_seconds.p50 or 0.0) / (base.startup_seconds.p50 or 1.0)
+        if index == base_index or ratio < DIFFERENCE_RATIO:
+            continue
+        text = f"{label(group.by)}: startup p50 {ratio:.1f}x {_short(group.by, base.by)}"
+        phases = _phase_medians(rows_of[index])
+        grown = [(phases[p] / base_phases[p], p) for p in STARTUP_PHASES if base_phases.get(p) and phases.get(p)]
+        if grown:
+            factor, phase = max(grown)
+            if factor > 1:
+                text += f"; {phase} phase {factor:.1f}x"
+        called.append((ratio, text))
+    return [text for _, text in sorted(called, key=lambda item: -item[0])]
+
+
+def _short(by: dict[str, str | None], base: dict[str, str | None]) -> str:
+    """The baseline group by its values only where the keys are the same ("alpha")."""
+    return (
+        ", ".join(str(value) if value is not None else NULL for value in base.values())
+        if by.keys() == base.keys()
+        else label(base)
+    )
+
+
+def _phase_medians(rows: list[JobRow]) -> dict[str, float]:
+    with_phases = [row.phases for row in rows if row.phases]
+    return {p: statistics.median(phases[p] for phases in with_phases) for p in STARTUP_PHASES} if with_phases else {}
+
+
+def jobs_report(
+    spans: SpanSet, where: list[str] | None = None, group_by: list[str] | None = None, limits: Thresholds | None = None
+) -> JobsReport:
+    """Rows (oldest first), groups (one per distinct value of the ``group_by`` keys, most jobs first; one group of all
+    jobs without keys) and the differences between them. Raises ``SourceError`` when no job is left to show."""
+    pairs = check_keys(where or [], group_by or [])
+    keys = group_by or []
+    found = jobs_from_spans(spans.spans, spans.states)
+    if not found:
+        raise SourceError("no jobs found in this source")
+    rows = [job_row(job, limits or Thresholds()) for job in found]
+    rows = [row for row in rows if matches(row, pairs)]
+    if not rows:
+        wanted = " ".join(f"{key}={value}" for key, value in pairs)
+        raise SourceError(f"no job matches --where {wanted} (of {len(found)} jobs)")
+    rows.sort(key=lambda row: (row.start_ns, row.trace_id, row.attempt or 0))
+    members: dict[tuple[str | None, ...], list[JobRow]] = {}
+    for row in rows:
+        members.setdefault(tuple(KEYS[key](row) for key in keys), []).append(row)
+    ordered = sorted(
+        members.items(), key=lambda item: (-len(item[1]), [v is None for v in item[0]], [v or "" for v in item[0]])
+    )
+    groups = [group_of(dict(zip(keys, values, strict=True)), members_) for values, members_ in ordered]
+    rows_of = {index: members_ for index, (_, members_) in enumerate(ordered)}
+    return JobsReport(rows, groups, differences(groups, rows_of), spans.skipped_lines)

@@ -1,0 +1,390 @@
+"""A job's startup: how long each rank took to be ready, where that time went, and which rank or node held the job back.
+
+A rank's startup is its ``loadtrace.startup`` span (process start, or ``init_process_group``, to the end of the
+strategy's preparation). Without one (spans of a loadtrace before issue 14, or an instrumentation that is off) it is
+the rank's own spans: from its first span to the end of its last load or startup phase. A job starts when its slowest
+rank is ready.
+
+The rank's time is split into phases by the spans open at each instant; where spans overlap (transformers 5.24 reads
+files while it converts), the instant goes to the first phase of ``PRIORITY`` that is open, so the phases add up to the
+startup exactly (docs/report.md, Startup, defines each phase by its spans).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .. import semconv as sc
+from .model import INFO, WARNING, Finding, NodeStartup, RankLoad, RankStartup, Startup
+from .nodes import COLD, PARTLY_COLD, WARM, checkpoint_residency
+from .ranks import Job, opt_int_attr, outermost
+from .sources import Span
+from .units import human_bytes
+
+# Phases, in the order they are shown.
+STARTUP_PHASES = ("open", "read", "convert", "materialize", "broadcast", "wait", "prepare", "other")
+READ_SPANS = frozenset({sc.SPAN_SAFETENSORS_READ, sc.SPAN_SAFETENSORS_LOAD, sc.SPAN_LOAD_STATE_DICT})
+PHASE_OF_SPAN = {
+    sc.SPAN_INIT_PROCESS_GROUP: "wait",
+    sc.SPAN_FSDP2_LOAD_FULL_STATE_DICT: "broadcast",
+    sc.SPAN_GATHERED_PARAMETERS: "broadcast",
+    sc.SPAN_ZERO3_LOAD: "broadcast",
+    sc.SPAN_MATERIALIZE_MISSING: "materialize",
+    sc.SPAN_TORCH_MATERIALIZE: "materialize",
+    sc.SPAN_CONVERT: "convert",
+    sc.SPAN_ACCELERATE_PREPARE: "prepare",
+    sc.SPAN_DEEPSPEED_INITIALIZE: "prepare",
+    sc.SPAN_ZERO_INIT: "prepare",
+    **{name: "read" for name in READ_SPANS | sc.FILE_SPANS},
+}
+# Which phase an instant belongs to when several are open: waiting for others and moving weights between ranks first
+# (they stall everything else), then the checkpoint's own work, then the strategy's preparation around it.
+PRIORITY = ("wait", "broadcast", "materialize", "open", "read", "convert", "prepare")
+NOT_OWN = frozenset({sc.SPAN_JOB, sc.SPAN_RANK_EXIT})  # not the rank's own work: the job root, the launcher's witness
+
+Interval = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The startup findings' thresholds (docs/report.md, Startup; ``loadtrace report`` options override them)."""
+
+    slow_rank_ratio: float = 1.5  # a rank at least this many times the median of the other ranks' startup ...
+    slow_rank_seconds: float = 1.0  # ... and at least this far behind it
+    slow_storage_ratio: float = 0.5  # a node reading from storage under this share of the job's median node
+    rendezvous_wait_seconds: float = 5.0  # a rank that waited longer than this in init_process_group
+
+
+# Intervals --------------------------------------------------------------------------------------------------------
+
+
+def union(intervals: Iterable[Interval]) -> list[Interval]:
+    """Sorted, disjoint intervals covering the same instants."""
+    merged: list[Interval] = []
+    for start, end in sorted(i for i in intervals if i[1] > i[0]):
+        if merged and start <= merged[-1][1]:
+            if end > merged[-1][1]:
+                merged[-1] = (merged[-1][0], end)
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def length(intervals: list[Interval]) -> int:
+    return sum(end - start for start, end in intervals)
+
+
+def overlap(a: list[Interval], b: list[Interval]) -> int:
+    """Nanoseconds two disjoint sorted interval lists share."""
+    total, i, j = 0, 0, 0
+    while i < len(a) and j < len(b):
+        start, end = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        total += max(0, end - start)
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+# One rank ---------------------------------------------------------------------------------------------------------
+
+
+def window(rank: RankLoad) -> tuple[Interval, str] | None:
+    """The rank's startup (start, end) in ns and what measured it; None when the rank neither started nor loaded."""
+    own = [span for span in rank.spans if span.name not in NOT_OWN]
+    startups = [span for span in own if span.name == sc.SPAN_STARTUP]
+    if startups:
+        return (min(s.start_ns for s in startups), max(s.end_ns for s in startups)), "startup span"
+    ends = [span.end_ns for span in own if span.name in sc.LOAD_SPANS or span.name in sc.STARTUP_PHASE_SPANS]
+    if not ends:
+        return None
+    return (min(span.start_ns for span in own), max(ends)), "spans"
+
+
+def phase_intervals(spans: list[Span]) -> dict[str, list[Interval]]:
+    """Each phase's instants on one rank. ``open``: a file span's time before its first read span (only at tensor
+    detail do reads have spans; at default detail a file's whole span is read time, its tensors read inside it)."""
+    found: dict[str, list[Interval]] = {phase: [] for phase in PRIORITY}
+    first_read: dict[str, int] = {}
+    for span in spans:
+        if span.name in READ_SPANS and span.parent_span_id:
+            first_read[span.parent_span_id] = min(first_read.get(span.parent_span_id, span.start_ns), span.start_ns)
+    for span in spans:
+        phase = PHASE_OF_SPAN.get(span.name)
+        if phase is not None:
+            found[phase].append((span.start_ns, span.end_ns))
+        if span.name in sc.FILE_SPANS and span.span_id in first_read:
+            found["open"].append((span.start_ns, first_read[span.span_id]))
+    return {phase: union(intervals) for phase, intervals in found.items()}
+
+
+def clip(intervals: list[Interval], bounds: Interval) -> list[Interval]:
+    return [(max(s, bounds[0]), min(e, bounds[1])) for s, e in intervals if min(e, bounds[1]) > max(s, bounds[0])]
+
+
+def rank_startup(rank: RankLoad) -> RankStartup | None:
+    measured = window(rank)
+    if measured is None:
+        return None
+    bounds, source = measured
+    seconds: dict[str, float] = dict.fromkeys(STARTUP_PHASES, 0.0)
+    covered: list[Interval] = []
+    for phase, intervals in phase_intervals(rank.spans).items():  # PRIORITY order
+        mine = clip(intervals, bounds)
+        seconds[phase] = (length(mine) - overlap(mine, covered)) / 1e9
+        covered = union(covered + mine)
+    seconds["other"] = (bounds[1] - bounds[0] - length(covered)) / 1e9
+    return RankStartup(
+        rank=rank.rank,
+        host=rank.host,
+        seconds=round(max(0, bounds[1] - bounds[0]) / 1e9, 6),
+        measured_from=source,
+        phases={phase: round(seconds[phase], 6) for phase in STARTUP_PHASES},
+    )
+
+
+# One node ---------------------------------------------------------------------------------------------------------
+
+
+def node_startup(host: str | None, ranks: list[RankLoad]) -> NodeStartup:
+    residency = checkpoint_residency(ranks)
+    if residency is not None:
+        _, total, cold = residency
+        outcome: str | None = WARM if cold == 0 else COLD if cold >= total else PARTLY_COLD
+        storage: int | None = cold
+    else:  # no file spans with residency: the loads' own count (each rank's files at its first open), the most of any
+        colds = [opt_int_attr(s.attributes, sc.IO_CHECKPOINT_COLD_BYTES) for r in ranks for s in _loads(r)]
+        storage = max((c for c in colds if c is not None), default=None)
+        outcome = None
+    reading = union(
+        (span.start_ns, span.end_ns) for r in ranks for span in r.spans if span.name in READ_SPANS | sc.FILE_SPANS
+    )
+    seconds = length(reading) / 1e9 if reading else None
+    rate = storage / seconds if storage and seconds else None
+    return NodeStartup(
+        host=host,
+        ranks=[r.rank for r in ranks],
+        checkpoint=outcome,
+        storage_bytes=storage,
+        reading_seconds=round(seconds, 6) if seconds is not None else None,
+        storage_bytes_per_second=round(rate, 1) if rate is not None else None,
+    )
+
+
+def _loads(rank: RankLoad) -> list[Span]:
+    by_id = {span.span_id: span for span in rank.spans if span.span_id}
+    return outermost(rank.spans, sc.LOAD_SPANS, by_id)
+
+
+# One job ----------------------------------------------------------------------------------------------------------
+
+
+def _median(values: Iterable[float]) -> float | None:
+    known = list(values)
+    return statistics.median(known) if known else None
+
+
+def behind(rank: RankStartup, others: list[RankStartup]) -> dict[str, float]:
+    """Per phase: the rank's seconds less the median of the other ranks'."""
+    return {p: rank.phases[p] - (_median(o.phases[p] for o in others) or 0.0) for p in STARTUP_PHASES}
+
+
+def job_startup(job: Job) -> Startup | None:
+    """None when no rank of the job started or loaded anything."""
+    ranks = [found for rank in job.ranks if (found := rank_startup(rank)) is not None]
+    if not ranks:
+        return None
+    hosts: dict[str | None, list[RankLoad]] = {}
+    for rank in job.ranks:
+        hosts.setdefault(rank.host, []).append(rank)
+    nodes = [node_startup(host, members) for host, members in sorted(hosts.items(), key=lambda item: item[0] or "")]
+    slowest = max(ranks, key=lambda r: (r.seconds, -(r.rank or 0)))
+    others = [r for r in ranks if r is not slowest]
+    excess = behind(slowest, others) if others else slowest.phases
+    phase = max(STARTUP_PHASES, key=lambda p: excess[p])
+    median = _median(r.seconds for r in ranks)
+    rates = [n.storage_bytes_per_second for n in nodes if n.storage_bytes_per_second is not None]
+    rate = _median(rates)
+    return Startup(
+        seconds=slowest.seconds,
+        slowest_rank=slowest.rank,
+        slowest_phase=phase if excess[phase] > 0 else None,
+        median_rank_seconds=round(median, 6) if median is not None else None,
+        storage_bytes_per_second=round(rate, 1) if rate is not None else None,
+        ranks=ranks,
+        nodes=nodes,
+    )
+
+
+# Findings ---------------------------------------------------------------------------------------------------------
+
+
+def _finding(job: Job, kind: str, severity: str, ranks: list[int | None], nbytes: int, detail: str, evidence: dict):
+    return Finding(
+        trace_id=job.trace_id,
+        attempt=job.attempt,
+        run=job.run,
+        kind=kind,
+        severity=severity,
+        ranks=sorted(r for r in ranks if r is not None),
+        bytes=nbytes,
+        projected_node_bytes=0,
+        detail=detail,
+        evidence=evidence,
+    )
+
+
+def _name(rank: int | None) -> str:
+    return f"rank {rank}" if rank is not None else "a rank without a number"
+
+
+def slow_rank(job: Job, startup: Startup, limits: Thresholds) -> Finding | None:
+    """Ranks at least ``slow_rank_ratio`` × the median of the other ranks' startup and ``slow_rank_seconds`` behind."""
+    slow = []
+    for rank in startup.ranks:
+        others = [r for r in startup.ranks if r is not rank]
+        median = _median(r.seconds for r in others)
+        if median is None or rank.seconds < limits.slow_rank_ratio * median:
+            continue
+        if rank.seconds - median < limits.slow_rank_seconds:
+            continue
+        excess = behind(rank, others)
+        phase = max(STARTUP_PHASES, key=lambda p: excess[p])
+        theirs = _median(o.phases[phase] for o in others) or 0.0
+        slow.append((rank, median, phase, excess[phase], theirs))
+    if not slow:
+        return None
+    sentences = [
+        f"{_name(r.rank)} took {r.seconds:.2f} s to start, {r.seconds / m:.1f}x the median of the other ranks "
+        f"({m:.2f} s) and {r.seconds - m:.2f} s behind it; its {phase} phase made the difference: {more:.2f} s more "
+        f"than theirs ({r.phases[phase]:.2f} s against {theirs:.2f} s)"
+        if m > 0
+        else f"{_name(r.rank)} took {r.seconds:.2f} s to start, the other ranks none; its {phase} phase took "
+        f"{r.phases[phase]:.2f} s"
+        for r, m, phase, more, theirs in slow
+    ]
+    return _finding(
+        job,
+        sc.FINDING_SLOW_RANK,
+        WARNING,
+        [r.rank for r, *_ in slow],
+        0,
+        "; ".join(sentences) + ". The job starts when its slowest rank is ready.",
+        {
+            "ratio": limits.slow_rank_ratio,
+            "seconds": limits.slow_rank_seconds,
+            "per_rank": [
+                {
+                    "rank": r.rank,
+                    "host": r.host,
+                    "startup_seconds": r.seconds,
+                    "others_median_seconds": round(m, 6),
+                    "phase": phase,
+                    "phase_seconds": r.phases[phase],
+                    "others_phase_seconds": round(theirs, 6),
+                    "phase_difference_seconds": round(more, 6),
+                }
+                for r, m, phase, more, theirs in slow
+            ],
+        },
+    )
+
+
+def rate_text(rate: float) -> str:
+    return f"{human_bytes(round(rate))}/s"
+
+
+def slow_storage(job: Job, startup: Startup, limits: Thresholds) -> Finding | None:
+    """Nodes reading from storage under ``slow_storage_ratio`` × the job's median node (nodes that read from it)."""
+    measured = [n for n in startup.nodes if n.storage_bytes_per_second is not None]
+    median = _median(n.storage_bytes_per_second or 0.0 for n in measured)
+    if len(measured) < 2 or not median:
+        return None
+    slow = [n for n in measured if (n.storage_bytes_per_second or 0.0) < limits.slow_storage_ratio * median]
+    if not slow:
+        return None
+    sentences = [
+        f"{n.host or 'an unnamed host'} read {human_bytes(n.storage_bytes or 0)} of checkpoint from storage in "
+        f"{n.reading_seconds:.2f} s, {rate_text(n.storage_bytes_per_second or 0.0)}"
+        for n in slow
+    ]
+    return _finding(
+        job,
+        sc.FINDING_SLOW_STORAGE,
+        WARNING,
+        [r for n in slow for r in n.ranks],
+        sum(n.storage_bytes or 0 for n in slow),
+        "; ".join(sentences)
+        + f": under {limits.slow_storage_ratio:g}x the job's median node ({rate_text(median)}). Its ranks waited on"
+        " storage.",
+        {
+            "ratio": limits.slow_storage_ratio,
+            "median_bytes_per_second": round(median, 1),
+            "per_node": [
+                {
+                    "host": n.host,
+                    "ranks": n.ranks,
+                    "storage_bytes": n.storage_bytes,
+                    "reading_seconds": n.reading_seconds,
+                    "storage_bytes_per_second": n.storage_bytes_per_second,
+                }
+                for n in slow
+            ],
+        },
+    )
+
+
+def rendezvous_wait(job: Job, startup: Startup, limits: Thresholds) -> Finding | None:
+    """Ranks whose ``torch.init_process_group`` took longer than ``rendezvous_wait_seconds``, and the rank(s) they
+    waited for: those that arrived last (the latest ``init_process_group`` start, to the millisecond)."""
+    arrivals: dict[int | None, int] = {}
+    waits: dict[int | None, float] = {}
+    for rank in job.ranks:
+        spans = [s for s in rank.spans if s.name == sc.SPAN_INIT_PROCESS_GROUP]
+        if spans:
+            arrivals[rank.rank] = min(s.start_ns for s in spans)
+            waits[rank.rank] = sum(s.seconds for s in spans)
+    if len(arrivals) < 2:
+        return None
+    last = max(arrivals.values())
+    latest = sorted((r for r, at in arrivals.items() if last - at < 1_000_000), key=lambda r: r or 0)
+    waited = sorted(
+        (r for r, seconds in waits.items() if seconds > limits.rendezvous_wait_seconds and r not in latest),
+        key=lambda r: r or 0,
+    )
+    if not waited:
+        return None
+    whom = ", ".join(_name(r) for r in latest)
+    sentences = [
+        f"{_name(r)} waited {waits[r]:.2f} s in torch.init_process_group, arriving {(last - arrivals[r]) / 1e9:.2f} s "
+        f"before {whom}"
+        for r in waited
+    ]
+    return _finding(
+        job,
+        sc.FINDING_RENDEZVOUS_WAIT,
+        INFO,
+        waited,
+        0,
+        "; ".join(sentences) + f" (the last to arrive: the rendezvous completes when {whom} joins).",
+        {
+            "seconds": limits.rendezvous_wait_seconds,
+            "waited_for": [r for r in latest],
+            "per_rank": [
+                {"rank": r, "wait_seconds": round(waits[r], 6), "arrived_before_seconds": (last - arrivals[r]) / 1e9}
+                for r in waited
+            ],
+        },
+    )
+
+
+RULES = (slow_rank, slow_storage, rendezvous_wait)
+
+
+def startup_findings(job: Job, startup: Startup | None, limits: Thresholds) -> list[Finding]:
+    if startup is None:
+        return []
+    return [finding for rule in RULES if (finding := rule(job, startup, limits)) is not None]

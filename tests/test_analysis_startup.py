@@ -1,0 +1,314 @@
+"""A job's startup from spans built here with the issue-14 contract's names (``loadtrace.startup``,
+``torch.init_process_group``, ``accelerate.fsdp2_load_full_state_dict``, ...) and from spans without them: phases that
+add up exactly, the slowest rank and the median, storage throughput per node with cold / warm from residency, and the
+three findings at their thresholds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_analysis_otlp import T0, job_lines, line, resource, span, span_id, trace_id_of
+
+from loadtrace import semconv as sc
+from loadtrace.analysis.report import build_report, report
+from loadtrace.analysis.sources import SpanSet, decode_line
+from loadtrace.analysis.startup import STARTUP_PHASES, Thresholds
+from loadtrace.cli import main
+
+S = 1_000_000_000  # one second in ns
+TRACE = trace_id_of("startup")
+
+
+def at(seconds: float) -> int:
+    return T0 + round(seconds * S)
+
+
+def spans_of(lines: list[str]) -> SpanSet:
+    return SpanSet(spans=[s for text in lines for s in decode_line(text.encode()) or []])
+
+
+def startup_rank(
+    *,
+    end: float = 10.0,
+    wait: tuple[float, float] | None = (0.0, 2.0),
+    load: tuple[float, float] = (2.0, 7.0),
+    files: list[tuple[float, float]] | None = None,
+    convert: tuple[float, float] | None = (4.0, 6.5),
+    materialize: tuple[float, float] | None = (6.5, 6.7),
+    broadcast: tuple[float, float] | None = (7.0, 9.0),
+    startup_span: bool = True,
+    cached: dict[str, tuple[int, int]] | None = None,
+    broadcast_bytes: dict[str, int] | None = None,
+) -> list[dict]:
+    """One rank's startup: ``loadtrace.startup`` [0, end] holding the rendezvous, the load (its file spans, a convert
+    and a materialize phase) and the weights' broadcast. ``cached``: path → (file size, bytes cached at open)."""
+    root = span_id()
+    result = []
+    if startup_span:
+        result.append(span(sc.SPAN_STARTUP, TRACE, at(0), at(end), sid=root))
+    parent = root if startup_span else ""
+    if wait is not None:
+        result.append(span(sc.SPAN_INIT_PROCESS_GROUP, TRACE, at(wait[0]), at(wait[1]), parent=parent))
+    load_id = span_id()
+    result.append(
+        span(
+            sc.SPAN_FROM_PRETRAINED, TRACE, at(load[0]), at(load[1]), parent=parent, sid=load_id,
+            **{sc.STRATEGY: "plain", sc.READ_BYTES: 1000},
+        )
+    )  # fmt: skip
+    for index, (start, stop) in enumerate(files if files is not None else [(3.0, 6.0)]):
+        path = f"/ckpt/model-{index}.safetensors"
+        attributes = {sc.FILE_PATH: path}
+        if cached is not None and path in cached:
+            attributes[sc.FILE_SIZE], attributes[sc.FILE_CACHED_BYTES_AT_OPEN] = cached[path]
+        result.append(span(sc.SPAN_SAFETENSORS_OPEN, TRACE, at(start), at(stop), parent=load_id, **attributes))
+    if convert is not None:
+        result.append(span(sc.SPAN_CONVERT, TRACE, at(convert[0]), at(convert[1]), parent=load_id))
+    if materialize is not None:
+        result.append(span(sc.SPAN_MATERIALIZE_MISSING, TRACE, at(materialize[0]), at(materialize[1]), parent=load_id))
+    if broadcast is not None:
+        result.append(
+            span(
+                sc.SPAN_FSDP2_LOAD_FULL_STATE_DICT, TRACE, at(broadcast[0]), at(broadcast[1]), parent=parent,
+                **(broadcast_bytes or {}),
+            )
+        )  # fmt: skip
+    return result
+
+
+def startup_of(ranks: dict[int, list[dict]], **kwargs) -> dict:
+    (trace,) = build_report(spans_of(job_lines(TRACE, ranks, world_size=len(ranks), **kwargs)))["traces"]
+    return trace["startup"]
+
+
+def findings_of(
+    ranks: dict[int, list[dict]], thresholds: Thresholds | None = None, hosts: dict[int, str] | None = None
+):
+    lines = []
+    for rank, spans in ranks.items():
+        if rank == 0:
+            spans = [span(sc.SPAN_JOB, TRACE, T0, T0, **{sc.JOB_ID: "job-1"})] + spans
+        host = (hosts or {}).get(rank, "node-0")
+        lines.append(line(resource(rank, world_size=len(ranks), local_world_size=None, host=host), spans))
+    result = report(spans_of(lines), thresholds=thresholds)
+    return result, [
+        f
+        for f in result.findings
+        if f.kind in (sc.FINDING_SLOW_RANK, sc.FINDING_SLOW_STORAGE, sc.FINDING_RENDEZVOUS_WAIT)
+    ]
+
+
+# One rank's phases ------------------------------------------------------------------------------------------------
+
+
+def test_phases_of_a_startup_span_add_up_exactly_each_instant_counted_once():
+    (rank,) = startup_of({0: startup_rank()})["ranks"]
+    assert rank["measured_from"] == "startup span"
+    assert rank["seconds"] == 10.0
+    # wait [0,2]; broadcast [7,9]; materialize [6.5,6.7]; read: the file span [3,6]; convert [4,6.5] less the read
+    # instants [4,6] = 0.5; the rest (the load's [2,3] and [6.7,7], then [9,10]) is other.
+    assert rank["phases"] == {
+        "open": 0.0, "read": 3.0, "convert": 0.5, "materialize": 0.2, "broadcast": 2.0, "wait": 2.0, "prepare": 0.0,
+        "other": 2.3,
+    }  # fmt: skip
+    assert list(rank["phases"]) == list(STARTUP_PHASES)
+    assert sum(rank["phases"].values()) == pytest.approx(rank["seconds"], abs=1e-6)
+
+
+def test_overlapping_files_count_once_and_spans_outside_the_startup_are_clipped():
+    spans = startup_rank(end=6.0, files=[(3.0, 5.0), (4.0, 6.5)], convert=None, materialize=None, broadcast=None)
+    (rank,) = startup_of({0: spans})["ranks"]
+    assert rank["seconds"] == 6.0
+    assert rank["phases"]["read"] == 3.0  # [3, 6]: the two files overlap in [4, 5], the second ends past the startup
+    assert rank["phases"]["other"] == 1.0  # the load's [2, 3]
+    assert sum(rank["phases"].values()) == pytest.approx(6.0, abs=1e-6)
+
+
+def test_open_is_a_file_spans_time_before_its_first_read_span():
+    spans = startup_rank(files=[(3.0, 6.0)], convert=None, materialize=None, broadcast=None, wait=None)
+    file_span = next(s for s in spans if s["name"] == sc.SPAN_SAFETENSORS_OPEN)
+    spans.append(span(sc.SPAN_SAFETENSORS_READ, TRACE, at(3.5), at(4.0), parent=file_span["spanId"]))
+    (rank,) = startup_of({0: spans})["ranks"]
+    assert rank["phases"]["open"] == 0.5 and rank["phases"]["read"] == 2.5
+
+
+def test_without_a_startup_span_a_rank_runs_from_its_first_span_to_the_end_of_its_last_load():
+    spans = startup_rank(startup_span=False, wait=None, broadcast=None)  # today's traces: the load alone
+    (rank,) = startup_of({0: spans})["ranks"]
+    assert rank["measured_from"] == "spans"
+    assert rank["seconds"] == 5.0  # the load [2, 7]; the job root span does not count as the rank's work
+    assert rank["phases"]["read"] == 3.0 and rank["phases"]["other"] == pytest.approx(1.3)
+
+
+def test_a_job_without_loads_or_startup_spans_has_no_startup_block():
+    only_root = [line(resource(0), [span(sc.SPAN_JOB, TRACE, T0, T0, **{sc.JOB_ID: "job-1"})])]
+    (trace,) = build_report(spans_of(only_root))["traces"]
+    assert "startup" not in trace
+
+
+# The job: slowest rank, median, slow_rank ---------------------------------------------------------------------------
+
+
+def slow_reader_job(read_seconds: float, ranks: int = 3) -> dict[int, list[dict]]:
+    """``ranks`` ranks of startup 10 s with 3 s of reading, the last one reading ``read_seconds`` instead."""
+    job = {rank: startup_rank() for rank in range(ranks - 1)}
+    extra = read_seconds - 3.0
+    job[ranks - 1] = startup_rank(
+        end=10.0 + extra,
+        load=(2.0, 7.0 + extra),
+        files=[(3.0, 6.0 + extra)],
+        convert=(4.0, 6.5 + extra),
+        materialize=(6.5 + extra, 6.7 + extra),
+        broadcast=(7.0 + extra, 9.0 + extra),
+    )
+    return job
+
+
+def test_the_slow_reader_is_a_slow_rank_and_its_read_phase_made_the_difference():
+    result, found = findings_of(slow_reader_job(read_seconds=9.0))
+    startup = result.traces[0].startup
+    assert (startup.seconds, startup.slowest_rank, startup.slowest_phase) == (16.0, 2, "read")
+    assert startup.median_rank_seconds == 10.0
+    (finding,) = found
+    assert (finding.kind, finding.severity, finding.ranks) == ("slow_rank", "warning", [2])
+    (evidence,) = finding.evidence["per_rank"]
+    assert evidence["phase"] == "read" and evidence["phase_difference_seconds"] == 6.0
+    assert (evidence["startup_seconds"], evidence["others_median_seconds"]) == (16.0, 10.0)
+    assert "rank 2 took 16.00 s to start, 1.6x the median of the other ranks (10.00 s) and 6.00 s behind it" in (
+        finding.detail
+    )
+    assert "its read phase made the difference: 6.00 s more than theirs (9.00 s against 3.00 s)" in finding.detail
+
+
+def test_its_healthy_twin_has_no_startup_finding():
+    result, found = findings_of(slow_reader_job(read_seconds=3.0))
+    assert found == [] and result.traces[0].startup.seconds == 10.0
+
+
+@pytest.mark.parametrize(
+    "read_seconds, slow",
+    [
+        (8.0, True),  # 15 s: exactly 1.5x the others' 10 s and 5 s behind
+        (7.9, False),  # 14.9 s: 1.49x
+    ],
+)
+def test_slow_rank_ratio_at_its_edge(read_seconds, slow):
+    _, found = findings_of(slow_reader_job(read_seconds))
+    assert bool(found) is slow
+
+
+def test_slow_rank_needs_a_second_behind_as_well():
+    short = {rank: startup_rank(end=1.0, wait=None, load=(0.1, 0.5), files=[(0.2, 0.4)], convert=None,
+                                materialize=None, broadcast=None) for rank in range(2)}  # fmt: skip
+    short[2] = startup_rank(end=1.9, wait=None, load=(0.1, 1.4), files=[(0.2, 1.3)], convert=None, materialize=None,
+                            broadcast=None)  # fmt: skip
+    _, found = findings_of(short)
+    assert found == []  # 1.9x the median, but only 0.9 s behind it
+    _, found = findings_of(short, Thresholds(slow_rank_seconds=0.5))
+    assert [f.kind for f in found] == ["slow_rank"]
+
+
+def test_thresholds_are_overridable_on_the_command_line(tmp_path, capsys):
+    lines = job_lines(TRACE, slow_reader_job(read_seconds=6.0), world_size=3)  # 13 s: 1.3x
+    (tmp_path / "job.jsonl").write_text("".join(lines))
+    assert main(["report", str(tmp_path), "--format", "json"]) == 0
+    assert "slow_rank" not in {f["kind"] for f in json.loads(capsys.readouterr().out)["findings"]}
+    assert main(["report", str(tmp_path), "--format", "json", "--slow-rank-ratio", "1.25", "--fail-on-findings"]) == 1
+    assert "slow_rank" in {f["kind"] for f in json.loads(capsys.readouterr().out)["findings"]}
+    with pytest.raises(SystemExit) as bad:
+        main(["report", str(tmp_path), "--slow-rank-ratio", "fast"])
+    assert bad.value.code == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_the_table_shows_the_startup_and_each_ranks_phases(tmp_path, capsys):
+    (tmp_path / "job.jsonl").write_text("".join(job_lines(TRACE, slow_reader_job(read_seconds=9.0), world_size=3)))
+    assert main(["report", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "Startup: 16.000 s (slowest: rank 2, read phase), median rank 10.000 s" in out
+    assert "WARNING slow_rank  rank 2" in out
+
+
+# Rendezvous ---------------------------------------------------------------------------------------------------------
+
+
+def test_a_rank_that_waited_for_a_late_one_is_told_and_for_whom():
+    early = startup_rank(wait=(0.0, 8.0), load=(8.0, 9.0), files=[(8.2, 8.8)], convert=None, materialize=None,
+                         broadcast=None, end=9.0)  # fmt: skip
+    late = startup_rank(wait=(7.9, 8.0), load=(8.0, 9.0), files=[(8.2, 8.8)], convert=None, materialize=None,
+                        broadcast=None, end=9.0)  # fmt: skip
+    early_too = startup_rank(wait=(0.0, 8.0), load=(8.0, 9.0), files=[(8.2, 8.8)], convert=None, materialize=None,
+                             broadcast=None, end=9.0)  # fmt: skip
+    result, found = findings_of({0: early, 1: late, 2: early_too})
+    (finding,) = found
+    assert (finding.kind, finding.severity, finding.ranks) == ("rendezvous_wait", "info", [0, 2])
+    assert finding.evidence["waited_for"] == [1]
+    assert "rank 0 waited 8.00 s in torch.init_process_group, arriving 7.90 s before rank 1" in finding.detail
+    assert result.traces[0].startup.ranks[0].phases["wait"] == 8.0
+    _, found = findings_of({0: early, 1: late}, Thresholds(rendezvous_wait_seconds=8.5))
+    assert found == []
+
+
+# Storage per node ---------------------------------------------------------------------------------------------------
+
+GB = 10**9
+
+
+def test_storage_throughput_per_node_and_cold_or_warm_exactly_from_residency():
+    path = "/ckpt/model-0.safetensors"
+    fast = startup_rank(files=[(3.0, 4.0)], cached={path: (GB, 0)}, convert=None, wait=None, broadcast=None)
+    slow = startup_rank(files=[(3.0, 6.0)], cached={path: (GB, 0)}, convert=None, wait=None, broadcast=None)
+    warm = startup_rank(files=[(3.0, 3.5)], cached={path: (GB, GB)}, convert=None, wait=None, broadcast=None)
+    part = startup_rank(files=[(3.0, 4.0)], cached={path: (GB, GB // 2)}, convert=None, wait=None, broadcast=None)
+    hosts = {0: "node-a", 1: "node-b", 2: "node-c", 3: "node-d", 4: "node-e"}
+    again = startup_rank(files=[(3.0, 4.0)], cached={path: (GB, 0)}, convert=None, wait=None, broadcast=None)
+    result, found = findings_of({0: fast, 1: slow, 2: warm, 3: part, 4: again}, hosts=hosts)
+    nodes = {n.host: n for n in result.traces[0].startup.nodes}
+    assert (nodes["node-a"].checkpoint, nodes["node-a"].storage_bytes, nodes["node-a"].reading_seconds) == (
+        "cold", GB, 1.0,
+    )  # fmt: skip
+    assert nodes["node-a"].storage_bytes_per_second == 1e9
+    assert (nodes["node-b"].checkpoint, nodes["node-b"].storage_bytes_per_second) == ("cold", round(GB / 3, 1))
+    assert (nodes["node-c"].checkpoint, nodes["node-c"].storage_bytes, nodes["node-c"].storage_bytes_per_second) == (
+        "warm", 0, None,
+    )  # fmt: skip
+    assert (nodes["node-d"].checkpoint, nodes["node-d"].storage_bytes) == ("partly_cold", GB // 2)
+    # Median of the nodes that read from storage: 1e9, 1/3e9, 5e8, 1e9 → 7.5e8; node-b is under half of it.
+    assert result.traces[0].startup.storage_bytes_per_second == 7.5e8
+    (finding,) = [f for f in found if f.kind == "slow_storage"]
+    assert (finding.severity, finding.ranks, finding.bytes) == ("warning", [1], GB)
+    assert finding.detail.startswith("node-b read 1,000,000,000 B (1.0 GB) of checkpoint from storage in 3.00 s")
+    _, found = findings_of({0: fast, 1: slow, 2: warm, 3: part, 4: again}, Thresholds(slow_storage_ratio=0.4), hosts)
+    assert not [f for f in found if f.kind == "slow_storage"]
+
+
+def test_one_node_reading_from_storage_has_nothing_to_be_slower_than():
+    path = "/ckpt/model-0.safetensors"
+    cold = startup_rank(files=[(3.0, 6.0)], cached={path: (GB, 0)})
+    warm = startup_rank(files=[(3.0, 4.0)], cached={path: (GB, GB)})
+    _, found = findings_of({0: cold, 1: warm}, hosts={0: "node-a", 1: "node-b"})
+    assert not [f for f in found if f.kind == "slow_storage"]
+
+
+def test_broadcast_bytes_do_not_disturb_the_phases():
+    spans = startup_rank(broadcast_bytes={sc.BROADCAST_BYTES_SENT: 1000})
+    (rank,) = startup_of({0: spans})["ranks"]
+    assert rank["phases"]["broadcast"] == 2.0
+
+
+def test_a_zero3_startup_shows_deepspeed_initialisation_as_prepare_and_gathering_as_broadcast():
+    root = span_id()
+    spans = [
+        span(sc.SPAN_STARTUP, TRACE, at(0), at(10), sid=root),
+        span(sc.SPAN_INIT_PROCESS_GROUP, TRACE, at(0), at(1), parent=root),
+        span(sc.SPAN_ZERO_INIT, TRACE, at(1), at(3), parent=root),  # the model built partitioned
+        span(sc.SPAN_FROM_PRETRAINED, TRACE, at(3), at(6), parent=root, **{sc.STRATEGY: "zero3"}),
+        span(sc.SPAN_GATHERED_PARAMETERS, TRACE, at(4), at(5), parent=root),
+        span(sc.SPAN_DEEPSPEED_INITIALIZE, TRACE, at(6), at(9.5), parent=root),
+    ]
+    (rank,) = startup_of({0: spans})["ranks"]
+    assert rank["phases"] == {
+        "open": 0.0, "read": 0.0, "convert": 0.0, "materialize": 0.0, "broadcast": 1.0, "wait": 1.0, "prepare": 5.5,
+        "other": 2.5,
+    }  # fmt: skip
