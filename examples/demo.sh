@@ -11,8 +11,17 @@ work=${DEMO_DIR:-$repo/demo-run}
 mkdir -p "$work" && cd "$work"
 
 [ -f checkpoint/config.json ] || python "$repo/examples/make_checkpoint.py" checkpoint
-LOADTRACE=1 torchrun --nproc_per_node 2 "$repo/examples/load.py" checkpoint --mode "$mode" 2> torchrun.log
-latest=$(ls -td loadtrace-traces/*/ | head -1)
+if ! LOADTRACE=1 torchrun --nproc_per_node 2 "$repo/examples/load.py" checkpoint --mode "$mode" 2> torchrun.log; then
+  echo "demo: the job failed; the last lines of $work/torchrun.log:" >&2
+  tail -n 25 torchrun.log >&2
+  exit 1
+fi
+# Rank 0's own line: which job it traced and the command that reports it.
+grep '^loadtrace: job ' torchrun.log || true
 echo
-echo "traces: $work/$latest"
-loadtrace report "$latest"
+(cd "$work" && loadtrace report loadtrace-traces/ --latest)
+echo
+echo "next:"
+echo "  cd $work && loadtrace report loadtrace-traces/ --latest --format json   # every number exact"
+echo "  loadtrace view $work/loadtrace-traces                                  # the same job in Jaeger"
+echo "  bash $repo/examples/demo.sh plain    # or zero3: the other strategies, into the same folder"

@@ -9,6 +9,7 @@ traceback). Imports nothing of loadtrace's instrumentation, so it runs where tor
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import math
 import os
@@ -27,6 +28,20 @@ from loadtrace.analysis.report import report
 from loadtrace.analysis.sources import SourceError, SpanSet, read_files
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
+RECORD_HELP = """\
+record a trace (every rank of an unchanged job; files go to ./loadtrace-traces/<job id>/):
+  LOADTRACE=1 torchrun --nproc_per_node 8 train.py
+then report it (rank 0 prints this command when the job ends):
+  loadtrace report loadtrace-traces/ --latest
+"""
+
+
+def version() -> str:
+    """The installed distribution's version (the analysis half does not import the instrumentation's package)."""
+    try:
+        return importlib.metadata.version("loadtrace")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -37,7 +52,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="loadtrace", description="Analyse loadtrace spans: per-rank load work and duplicate work.")
+    parser = _Parser(
+        prog="loadtrace",
+        description="Analyse loadtrace spans: per-rank load work and duplicate work.",
+        epilog=RECORD_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     report_ = commands.add_parser("report", help="per-rank table and findings for one or more jobs")
@@ -45,6 +66,13 @@ def build_parser() -> argparse.ArgumentParser:
         "source", nargs="?", help="a .jsonl or .state file, or a directory of them (not with --jaeger)"
     )
     _add_jaeger_options(report_)
+    pick = report_.add_mutually_exclusive_group()
+    pick.add_argument("--job", metavar="ID", help=f"report one job of SOURCE: {PICK_HELP}")
+    pick.add_argument(
+        "--latest",
+        action="store_true",
+        help="report only the job that started last (with --jaeger: of --service, default loadtrace)",
+    )
     report_.add_argument("--trace-id", help="with --jaeger: the job's trace id")
     report_.add_argument("--service", help="with --jaeger: search this service's traces")
     report_.add_argument(
@@ -195,7 +223,12 @@ def forecast_target(args: argparse.Namespace) -> Target | None:
 
 def _add_jaeger_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jaeger", metavar="URL", help="read from Jaeger's query API (http://HOST:16686)")
-    parser.add_argument("--format", choices=("table", "json"), default="table")
+    parser.add_argument(
+        "--format",
+        choices=("table", "json"),
+        default="table",
+        help="table: for people, sizes rounded (default); json: every number exact, for scripts",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -244,6 +277,8 @@ def _report_source(args: argparse.Namespace) -> SpanSet:
         return _spans_from_path(args.source)
     if args.source is not None:
         raise SourceError("give either a SOURCE path or --jaeger, not both")
+    if args.latest and not args.trace_id and not args.service:
+        args.service = "loadtrace"  # loadtrace's own service name, unless OTEL_SERVICE_NAME changed it
     if bool(args.trace_id) == bool(args.service):
         raise SourceError("with --jaeger, give either --trace-id ID or --service NAME [--since 1h]")
     if args.trace_id:
@@ -261,7 +296,8 @@ def _compare_jobs(source: str, args: argparse.Namespace) -> tuple[list[Job], int
 
 def run_report(args: argparse.Namespace) -> int:
     target = forecast_target(args)  # flags first: a contradiction needs no source read
-    result = report(_report_source(args), target)
+    source = args.source or args.jaeger
+    result = report(_report_source(args), target, pick=args.job, latest=args.latest, source=source)
     print(json.dumps(to_json(result), indent=2) if args.format == "json" else render.report_table(result))
     return EXIT_FINDINGS if args.fail_on_findings and result.has_warnings else EXIT_OK
 

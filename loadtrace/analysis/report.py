@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from .compare import PICK, _named, pick_job
 from .findings import find
 from .forecast import ForecastError, Target, forecast
 from .model import JobSummary, Report, to_json
 from .nodes import job_nodes
 from .ranks import Job, jobs_from_spans
-from .sources import SpanSet, rfc3339_nanos
+from .sources import SourceError, SpanSet, rfc3339_nanos
 
 
 def job_summary(job: Job) -> JobSummary:
@@ -33,9 +34,29 @@ def job_summary(job: Job) -> JobSummary:
     )
 
 
-def report(spans: SpanSet, target: Target | None = None) -> Report:
-    """The report; with a ``target``, also its forecast (the source must then hold exactly one job)."""
-    jobs = jobs_from_spans(spans.spans, spans.states)
+def select_jobs(jobs: list[Job], pick: str | None, latest: bool, source: str) -> list[Job]:
+    """The jobs to report: all, those of the trace ``pick`` names (``--job``: every attempt of it, or one with
+    ``ID@ATTEMPT``), or those of the trace that started last (``--latest``)."""
+    if latest:
+        if not jobs:
+            raise SourceError(f"{source} holds no job")
+        newest = max(jobs, key=lambda job: job.start_ns).trace_id
+        return [job for job in jobs if job.trace_id == newest]
+    if pick is None:
+        return jobs
+    if PICK.fullmatch(pick) is None:
+        named = _named(jobs, pick, exact=True) or _named(jobs, pick, exact=False)
+        if named and len({job.trace_id for job in named}) == 1:
+            return named
+    return [pick_job(jobs, pick, source, "--job")]  # one attempt, or the one-line error naming the candidates
+
+
+def report(
+    spans: SpanSet, target: Target | None = None, pick: str | None = None, latest: bool = False, source: str = ""
+) -> Report:
+    """The report; with a ``target``, also its forecast (the source must then hold exactly one job). ``pick`` and
+    ``latest`` narrow it to one job (``select_jobs``)."""
+    jobs = select_jobs(jobs_from_spans(spans.spans, spans.states), pick, latest, source or "the source")
     result = Report(
         traces=[job_summary(job) for job in jobs],
         ranks=[rank for job in jobs for rank in job.ranks],
