@@ -11,10 +11,17 @@ work=${DEMO_DIR:-$repo/demo-run}
 mkdir -p "$work" && cd "$work"
 
 [ -f checkpoint/config.json ] || python "$repo/examples/make_checkpoint.py" checkpoint
-if ! LOADTRACE=1 torchrun --nproc_per_node 2 "$repo/examples/load.py" checkpoint --mode "$mode" 2> torchrun.log; then
-  echo "demo: the job failed; the last lines of $work/torchrun.log:" >&2
-  tail -n 25 torchrun.log >&2
-  exit 1
+status=0
+LOADTRACE=1 torchrun --nproc_per_node 2 "$repo/examples/load.py" checkpoint --mode "$mode" 2> torchrun.log || status=$?
+if [ "$status" != 0 ]; then
+  # The workers' own error comes before torchrun's long summary of their exits: show the first, then the end.
+  {
+    echo "demo: the job failed (exit $status). Its log is $work/torchrun.log; the first error in it:"
+    grep -m 1 -E 'Error|error:' torchrun.log | sed 's/^/  /' || true
+    echo "the log's last lines:"
+    tail -n 15 torchrun.log | sed 's/^/  /'
+  } >&2
+  exit "$status"
 fi
 # Rank 0's own line: which job it traced and the command that reports it.
 grep '^loadtrace: job ' torchrun.log || true

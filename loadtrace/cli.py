@@ -66,9 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
         "source", nargs="?", help="a .jsonl or .state file, or a directory of them (not with --jaeger)"
     )
     _add_jaeger_options(report_)
-    pick = report_.add_mutually_exclusive_group()
-    pick.add_argument("--job", metavar="ID", help=f"report one job of SOURCE: {PICK_HELP}")
-    pick.add_argument(
+    report_.add_argument("--job", metavar="ID", help=f"report one job of SOURCE: {PICK_HELP}")
+    report_.add_argument(
         "--latest",
         action="store_true",
         help="report only the job that started last (with --jaeger: of --service, default loadtrace)",
@@ -77,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     report_.add_argument("--service", help="with --jaeger: search this service's traces")
     report_.add_argument(
         "--since", default="1h", help="with --service: how far back to search (30m, 1h, 2d; default 1h)"
+    )
+    report_.add_argument(
+        "--wide", action="store_true", help="every column (files, tensors, conversions too), wider than 120 columns"
     )
     report_.add_argument("--fail-on-findings", action="store_true", help="exit 1 when a warning-level finding exists")
     forecast = report_.add_argument_group(
@@ -269,6 +271,8 @@ def _spans_from_path(path: str) -> SpanSet:
 
 
 def _report_source(args: argparse.Namespace) -> SpanSet:
+    if args.job is not None and args.latest:
+        raise SourceError("give either --job ID or --latest, not both")
     if args.jaeger is None:
         if args.source is None:
             raise SourceError("report needs a SOURCE (a .jsonl file or directory) or --jaeger URL")
@@ -298,7 +302,7 @@ def run_report(args: argparse.Namespace) -> int:
     target = forecast_target(args)  # flags first: a contradiction needs no source read
     source = args.source or args.jaeger
     result = report(_report_source(args), target, pick=args.job, latest=args.latest, source=source)
-    print(json.dumps(to_json(result), indent=2) if args.format == "json" else render.report_table(result))
+    print(json.dumps(to_json(result), indent=2) if args.format == "json" else render.report_table(result, args.wide))
     return EXIT_FINDINGS if args.fail_on_findings and result.has_warnings else EXIT_OK
 
 

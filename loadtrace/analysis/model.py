@@ -201,6 +201,8 @@ class JobSummary:
     model_bytes: int
     spans: int
     nodes: list[NodeReads]
+    # Ranks below the world size that left no spans and no state file here (another node's files, a lost file).
+    missing_ranks: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -217,6 +219,7 @@ class Finding:
     projected_node_bytes: int
     detail: str
     evidence: dict[str, Any] = field(default_factory=dict)  # kind-specific numbers behind the finding
+    next_step: str | None = None  # what removes it, and the upstream report it matches (analysis/advice.py)
 
 
 # The forecast -----------------------------------------------------------------------------------------------------

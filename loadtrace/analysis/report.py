@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from .advice import next_step
 from .compare import PICK, _named, pick_job
 from .findings import find
 from .forecast import ForecastError, Target, forecast
-from .model import JobSummary, Report, to_json
+from .model import Finding, JobSummary, Report, to_json
 from .nodes import job_nodes
 from .ranks import Job, jobs_from_spans
 from .sources import SourceError, SpanSet, rfc3339_nanos
+
+MAX_WORLD_SIZE = 1 << 20
 
 
 def job_summary(job: Job) -> JobSummary:
@@ -31,7 +34,21 @@ def job_summary(job: Job) -> JobSummary:
         model_bytes=model,
         spans=sum(len(rank.spans) for rank in job.ranks),
         nodes=job_nodes(job, model),
+        missing_ranks=missing_ranks(job),
     )
+
+
+def with_next_step(finding: Finding) -> Finding:
+    finding.next_step = next_step(finding)
+    return finding
+
+
+def missing_ranks(job: Job) -> list[int]:
+    """Ranks below the job's world size that none of its processes speaks for (none past ``MAX_WORLD_SIZE``: a corrupt
+    span's world size must not make a list of billions)."""
+    world = job.world_size or 0
+    present = {rank.rank for rank in job.ranks}
+    return [number for number in range(world) if number not in present] if world <= MAX_WORLD_SIZE else []
 
 
 def select_jobs(jobs: list[Job], pick: str | None, latest: bool, source: str) -> list[Job]:
@@ -60,7 +77,7 @@ def report(
     result = Report(
         traces=[job_summary(job) for job in jobs],
         ranks=[rank for job in jobs for rank in job.ranks],
-        findings=find(jobs),
+        findings=[with_next_step(finding) for finding in find(jobs)],
         skipped_lines=spans.skipped_lines,
         skipped_state_files=spans.skipped_state_files,
     )
