@@ -14,8 +14,10 @@ import json
 import math
 import os
 import re
+import shlex
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from loadtrace import render
@@ -125,6 +127,16 @@ def build_parser() -> argparse.ArgumentParser:
         )
     _add_jaeger_options(compare_)
     compare_.set_defaults(run=run_compare)
+
+    view = commands.add_parser(
+        "view",
+        help="print the command that shows DIR's trace files in Jaeger (Docker), from any folder",
+        description="Print the Docker Compose command that replays every *.jsonl under DIR into a local Jaeger (an "
+        "OpenTelemetry Collector in front of Jaeger v2, docker-compose.yml), with DIR as an absolute path, so it runs "
+        "from any folder; its output is a shell script (pipe it to sh).",
+    )
+    view.add_argument("dir", metavar="DIR", help="a folder of trace files: loadtrace-traces/, or one job's folder")
+    view.set_defaults(run=run_view)
     return parser
 
 
@@ -314,6 +326,29 @@ def run_compare(args: argparse.Namespace) -> int:
     job_b = pick_job(jobs_b, args.b_job, args.b, "--b-job")
     result = compare(job_a, job_b, args.a, args.b, skipped_a, skipped_b)
     print(json.dumps(to_json(result), indent=2) if args.format == "json" else render.compare_table(result))
+    return EXIT_OK
+
+
+def compose_file() -> Path:
+    """The docker-compose.yml shipped in the wheel (``loadtrace/_compose/``), else the repository's (a source tree)."""
+    shipped = Path(__file__).parent / "_compose" / "docker-compose.yml"
+    return shipped if shipped.is_file() else Path(__file__).resolve().parents[1] / "docker-compose.yml"
+
+
+def run_view(args: argparse.Namespace) -> int:
+    folder = os.path.abspath(args.dir)
+    if not os.path.isdir(folder):
+        raise SourceError(f"{args.dir}: not a directory of trace files")
+    compose = compose_file()
+    if not compose.is_file():
+        raise SourceError(f"docker-compose.yml not found (looked for {compose}); reinstall loadtrace")
+    docker = f"docker compose -p loadtrace -f {shlex.quote(str(compose))}"
+    env = f"LOADTRACE_DIR={shlex.quote(folder)} LOADTRACE_UID={os.getuid()} LOADTRACE_GID={os.getgid()}"
+    print(f"# Replay every *.jsonl under {folder} into Jaeger (Docker; with docker-compose, the same arguments):")
+    print(f"{env} {docker} up -d")
+    print("# Then open http://localhost:16686 (service loadtrace; a Lookback that covers when the job ran), or:")
+    print("#   loadtrace report --jaeger http://localhost:16686 --latest --since 30d")
+    print(f"# Stop (drops every trace: storage is in memory): {docker} down")
     return EXIT_OK
 
 
