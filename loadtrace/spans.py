@@ -153,7 +153,7 @@ class Tracing:
         if exported and state is not None and not (said or self._forked):
             rank = None if state["rank"] < 0 else state["rank"]
             job_id = self.job.id or self.job.fallback_id()
-            summary.say(self.settings, job_id, rank, state["world_size"], state["local_world_size"], trace_file)
+            summary.say(self.settings, job_id, rank, state["local_world_size"], trace_file)
 
     def _exited(self, state: statefile.Writer) -> None:
         if state["status"] != statefile.STATUS_SIGNALLED:

@@ -31,13 +31,11 @@ PEER_WAIT_S = 2.0
 POLL_S = 0.05
 
 
-def say(
-    settings: Settings, job_id: str, rank: int | None, world_size: int, local_world_size: int, trace_file: str | None
-) -> None:
-    """Print the line on stderr when this process is rank 0 (or a lone process) and spans went somewhere; never
-    raises."""
+def say(settings: Settings, job_id: str, rank: int | None, local_world_size: int, trace_file: str | None) -> None:
+    """Print the line on stderr when this process is rank 0 and its spans went somewhere; never raises. A process
+    without a rank (a plain ``python`` run) says nothing, as before."""
     try:
-        if settings.quiet or not (rank == 0 or (rank is None and world_size <= 1)):
+        if settings.quiet or rank != 0:
             return
         if trace_file is None and not settings.otlp_endpoint:
             return
