@@ -60,7 +60,7 @@ def line(
     folder = os.path.dirname(os.path.abspath(trace_file))
     command = f"loadtrace report {shlex.quote(typed_path(folder))}"
     if os.path.basename(folder) != safe_name(job_id):  # LOADTRACE_DIR: a folder other jobs may share
-        command += f" --job {shlex.quote(job_id)}"
+        command += f" --job{'=' if job_id.startswith('-') else ' '}{shlex.quote(job_id)}"  # never read as a flag
     deadline = time.monotonic() + timeout_s
     wait_for_peers(folder, trace_id, local_world_size, min(deadline, time.monotonic() + PEER_WAIT_S))
     counts = report_counts(folder, job_id, deadline)
@@ -100,7 +100,7 @@ def report_counts(folder: str, job_id: str, deadline: float) -> str:
     if left <= 0 or not sys.executable:
         return ""
     env = {**os.environ, "LOADTRACE": "0"}  # the child loads nothing; keep even the .pth line idle
-    command = [sys.executable, "-m", "loadtrace", "report", "--format", "json", "--job", job_id, folder]
+    command = [sys.executable, "-m", "loadtrace", "report", "--format", "json", f"--job={job_id}", folder]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=left, env=env, stdin=subprocess.DEVNULL)
         report = json.loads(done.stdout) if done.returncode in (0, 1) else None
