@@ -16,13 +16,13 @@ import glob
 import json
 import os
 import shlex
+import socket
 import subprocess
 import sys
 import time
 from urllib.parse import urlsplit
 
 from . import semconv, statefile
-from .export import safe_name
 from .settings import Settings
 
 # Wait for peers, then the report: at most this long in all, added to the exit of rank 0 alone.
@@ -54,6 +54,8 @@ def line(
     timeout_s: float = TIMEOUT_S,
 ) -> str:
     """The line to print (without a newline)."""
+    from .export import safe_name  # the file names export gave (imported here: only rank 0, only at exit, needs it)
+
     trace_id = format(semconv.job_trace_ids(job_id)[0], "032x")
     if trace_file is None:
         return f"loadtrace: job {job_id}, trace {trace_id} sent to {otlp_endpoint} → {jaeger_command(otlp_endpoint)}"
@@ -62,7 +64,8 @@ def line(
     if os.path.basename(folder) != safe_name(job_id):  # LOADTRACE_DIR: a folder other jobs may share
         command += f" --job{'=' if job_id.startswith('-') else ' '}{shlex.quote(job_id)}"  # never read as a flag
     deadline = time.monotonic() + timeout_s
-    wait_for_peers(folder, trace_id, local_world_size, min(deadline, time.monotonic() + PEER_WAIT_S))
+    node_files = os.path.join(folder, f"rank*-{safe_name(socket.gethostname())}-*{semconv.STATE_SUFFIX}")
+    wait_for_peers(node_files, trace_id, local_world_size, min(deadline, time.monotonic() + PEER_WAIT_S))
     counts = report_counts(folder, job_id, deadline)
     return f"loadtrace: job {job_id}{counts} → {command}"
 
@@ -82,10 +85,11 @@ def jaeger_command(endpoint: str | None) -> str:
     return f"loadtrace report --jaeger http://{host}:16686 --latest"
 
 
-def wait_for_peers(folder: str, trace_id: str, local_world_size: int, until: float) -> None:
-    """Until ``until``: wait for this node's ranks of the job to have state files that no longer say ``loading``."""
+def wait_for_peers(node_files: str, trace_id: str, local_world_size: int, until: float) -> None:
+    """Until ``until``: wait for this node's ranks of the job (their state files match ``node_files``) to have state
+    files that no longer say ``loading``."""
     while time.monotonic() < until:
-        states = [statefile.read(path) for path in glob.glob(os.path.join(folder, "*" + semconv.STATE_SUFFIX))]
+        states = [statefile.read(path) for path in glob.glob(node_files)]
         ours = [state for state in states if state is not None and state.texts.get("trace_id") == trace_id]
         ranks = {state.rank for state in ours if state.rank is not None}
         if len(ranks) >= local_world_size and all(state.status != "loading" for state in ours):
