@@ -11,8 +11,24 @@ work=${DEMO_DIR:-$repo/demo-run}
 mkdir -p "$work" && cd "$work"
 
 [ -f checkpoint/config.json ] || python "$repo/examples/make_checkpoint.py" checkpoint
-LOADTRACE=1 torchrun --nproc_per_node 2 "$repo/examples/load.py" checkpoint --mode "$mode" 2> torchrun.log
-latest=$(ls -td loadtrace-traces/*/ | head -1)
+status=0
+LOADTRACE=1 torchrun --nproc_per_node 2 "$repo/examples/load.py" checkpoint --mode "$mode" 2> torchrun.log || status=$?
+if [ "$status" != 0 ]; then
+  # The workers' own error comes before torchrun's long summary of their exits: show the first, then the end.
+  {
+    echo "demo: the job failed (exit $status). Its log is $work/torchrun.log; the first error in it:"
+    grep -m 1 -E 'Error|error:' torchrun.log | sed 's/^/  /' || true
+    echo "the log's last lines:"
+    tail -n 15 torchrun.log | sed 's/^/  /'
+  } >&2
+  exit "$status"
+fi
+# Rank 0's own line: which job it traced and the command that reports it.
+grep '^loadtrace: job ' torchrun.log || true
 echo
-echo "traces: $work/$latest"
-loadtrace report "$latest"
+(cd "$work" && loadtrace report loadtrace-traces/ --latest)
+echo
+echo "next:"
+echo "  cd $work && loadtrace report loadtrace-traces/ --latest --format json   # every number exact"
+echo "  loadtrace view $work/loadtrace-traces                                  # the same job in Jaeger"
+echo "  bash $repo/examples/demo.sh plain    # or zero3: the other strategies, into the same folder"

@@ -10,12 +10,15 @@ nothing of loadtrace's instrumentation, so it runs where torch and OTel are not 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import math
 import os
 import re
+import shlex
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from loadtrace import render, render_timeline
@@ -31,6 +34,20 @@ from loadtrace.analysis.startup import Thresholds, job_startup
 from loadtrace.analysis.timeline import timeline
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
+RECORD_HELP = """\
+record a trace (every rank of an unchanged job; files go to ./loadtrace-traces/<job id>/):
+  LOADTRACE=1 torchrun --nproc_per_node 8 train.py
+then report it (rank 0 prints this command when the job ends):
+  loadtrace report loadtrace-traces/ --latest
+"""
+
+
+def version() -> str:
+    """The installed distribution's version (the analysis half does not import the instrumentation's package)."""
+    try:
+        return importlib.metadata.version("loadtrace")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,7 +58,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="loadtrace", description="Analyse loadtrace spans: per-rank load work and duplicate work.")
+    parser = _Parser(
+        prog="loadtrace",
+        description="Analyse loadtrace spans: per-rank load work and duplicate work.",
+        epilog=RECORD_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     report_ = commands.add_parser("report", help="per-rank table and findings for one or more jobs")
@@ -49,10 +72,19 @@ def build_parser() -> argparse.ArgumentParser:
         "source", nargs="?", help="a .jsonl or .state file, or a directory of them (not with --jaeger)"
     )
     _add_jaeger_options(report_)
+    report_.add_argument("--job", metavar="ID", help=f"report one job of SOURCE: {PICK_HELP}")
+    report_.add_argument(
+        "--latest",
+        action="store_true",
+        help="report only the job that started last (with --jaeger: of --service, default loadtrace)",
+    )
     report_.add_argument("--trace-id", help="with --jaeger: the job's trace id")
     report_.add_argument("--service", help="with --jaeger: search this service's traces")
     report_.add_argument(
         "--since", default="1h", help="with --service: how far back to search (30m, 1h, 2d; default 1h)"
+    )
+    report_.add_argument(
+        "--wide", action="store_true", help="every column (files, tensors, conversions too), wider than 120 columns"
     )
     report_.add_argument("--fail-on-findings", action="store_true", help="exit 1 when a warning-level finding exists")
     _add_threshold_options(report_)
@@ -133,6 +165,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="html: a page for any browser (default); chrome: Chrome trace-event JSON",
     )
     timeline_.set_defaults(run=run_timeline)
+
+    view = commands.add_parser(
+        "view",
+        help="print the command that shows DIR's trace files in Jaeger (Docker), from any folder",
+        description="Print the Docker Compose command that replays every *.jsonl under DIR into a local Jaeger (an "
+        "OpenTelemetry Collector in front of Jaeger v2, docker-compose.yml), with DIR as an absolute path, so it runs "
+        "from any folder; its output is a shell script (pipe it to sh).",
+    )
+    view.add_argument("dir", metavar="DIR", help="a folder of trace files: loadtrace-traces/, or one job's folder")
+    view.set_defaults(run=run_view)
     _add_jobs_command(commands)
     return parser
 
@@ -297,7 +339,12 @@ def forecast_target(args: argparse.Namespace) -> Target | None:
 
 def _add_jaeger_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jaeger", metavar="URL", help="read from Jaeger's query API (http://HOST:16686)")
-    parser.add_argument("--format", choices=("table", "json"), default="table")
+    parser.add_argument(
+        "--format",
+        choices=("table", "json"),
+        default="table",
+        help="table: for people, sizes rounded (default); json: every number exact, for scripts",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -338,6 +385,8 @@ def _spans_from_path(path: str, parallel: bool = False) -> SpanSet:
 
 
 def _report_source(args: argparse.Namespace) -> SpanSet:
+    if args.job is not None and args.latest:
+        raise SourceError("give either --job ID or --latest, not both")
     if args.jaeger is None:
         if args.source is None:
             raise SourceError("report needs a SOURCE (a .jsonl file or directory) or --jaeger URL")
@@ -346,6 +395,8 @@ def _report_source(args: argparse.Namespace) -> SpanSet:
         return _spans_from_path(args.source)
     if args.source is not None:
         raise SourceError("give either a SOURCE path or --jaeger, not both")
+    if args.latest and not args.trace_id and not args.service:
+        args.service = "loadtrace"  # loadtrace's own service name, unless OTEL_SERVICE_NAME changed it
     if bool(args.trace_id) == bool(args.service):
         raise SourceError("with --jaeger, give either --trace-id ID or --service NAME [--since 1h]")
     if args.trace_id:
@@ -363,8 +414,9 @@ def _compare_jobs(source: str, args: argparse.Namespace) -> tuple[list[Job], int
 
 def run_report(args: argparse.Namespace) -> int:
     target = forecast_target(args)  # flags first: a contradiction needs no source read
-    result = report(_report_source(args), target, thresholds(args))
-    print(json.dumps(to_json(result), indent=2) if args.format == "json" else render.report_table(result))
+    source = args.source or args.jaeger
+    result = report(_report_source(args), target, thresholds(args), pick=args.job, latest=args.latest, source=source)
+    print(json.dumps(to_json(result), indent=2) if args.format == "json" else render.report_table(result, args.wide))
     if result.forecast is not None and _fails(result.forecast.verdict, args):
         verdict = result.forecast.verdict or "unknown"
         unknown = "the node's memory is unknown; give --node-memory-bytes"
@@ -454,6 +506,29 @@ def run_timeline(args: argparse.Namespace) -> int:
         raise SourceError(f"{path}: {error.strerror or error}") from None
     lanes, nodes = len(picture.lanes), len(picture.nodes)
     print(f"wrote {path}: {lanes} rank{'s' * (lanes != 1)} on {nodes} node{'s' * (nodes != 1)}")
+    return EXIT_OK
+
+
+def compose_file() -> Path:
+    """The docker-compose.yml shipped in the wheel (``loadtrace/_compose/``), else the repository's (a source tree)."""
+    shipped = Path(__file__).parent / "_compose" / "docker-compose.yml"
+    return shipped if shipped.is_file() else Path(__file__).resolve().parents[1] / "docker-compose.yml"
+
+
+def run_view(args: argparse.Namespace) -> int:
+    folder = os.path.abspath(args.dir)
+    if not os.path.isdir(folder):
+        raise SourceError(f"{args.dir}: not a directory of trace files")
+    compose = compose_file()
+    if not compose.is_file():
+        raise SourceError(f"docker-compose.yml not found (looked for {compose}); reinstall loadtrace")
+    docker = f"docker compose -p loadtrace -f {shlex.quote(str(compose))}"
+    env = f"LOADTRACE_DIR={shlex.quote(folder)} LOADTRACE_UID={os.getuid()} LOADTRACE_GID={os.getgid()}"
+    print(f"# Replay every *.jsonl under {folder} into Jaeger (Docker; with docker-compose, the same arguments):")
+    print(f"{env} {docker} up -d")
+    print("# Then open http://localhost:16686 (service loadtrace; a Lookback that covers when the job ran), or:")
+    print("#   loadtrace report --jaeger http://localhost:16686 --latest --since 30d")
+    print(f"# Stop (drops every trace: storage is in memory): {docker} down")
     return EXIT_OK
 
 

@@ -54,6 +54,8 @@ class Provider:
         self._lock = threading.Lock()
         self.monitor: Monitor | None = None
         self.state: statefile.Writer | None = None
+        self.exporting = False  # our own SDK exports this process's spans (to trace_file, OTLP, or both)
+        self.trace_file: str | None = None
 
     @property
     def tracer(self) -> trace.Tracer:
@@ -82,6 +84,7 @@ class Provider:
             for processor in processors:
                 sdk.add_span_processor(processor)
             self._sdk = sdk
+            self.exporting, self.trace_file = True, path
             atexit.register(self._at_exit)
             job_id = self.job.id
             if attributes.get(semconv.RANK) == 0 and job_id is not None and self.job.source != context.SOURCE_PROCESS:
@@ -192,6 +195,7 @@ class Provider:
         self._tracer = None
         self.monitor = None
         self.state = None
+        self.exporting, self.trace_file = False, None
         self._lock = threading.Lock()
 
 

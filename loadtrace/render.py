@@ -7,6 +7,7 @@ model, so the two say the same thing. docs/report.md shows the table's columns.
 from __future__ import annotations
 
 import math
+import re
 import textwrap
 from collections.abc import Sequence
 
@@ -15,9 +16,11 @@ from loadtrace.analysis.model import ComparedJob, Comparison, Exit, Finding, For
 from loadtrace.analysis.units import human_bytes
 
 RANK_COLUMNS = (
-    *("rank", "host", "strategy", "load s", "files", "tensors", "read B", "from storage B", "conversions"),
-    *("zeros/empty_like B", "held at return B", "peak RSS B"),
+    *("rank", "host", "strategy", "load s", "files", "tensors", "read", "from storage", "conversions"),
+    *("zeros/empty_like", "held at return", "peak RSS"),
 )
+# The columns of a table that fits WIDTH; ``--wide`` shows RANK_COLUMNS. Exact bytes are in ``--format json``.
+NARROW_COLUMNS = tuple(name for name in RANK_COLUMNS if name not in ("files", "tensors", "conversions"))
 FORECAST_COLUMNS = (
     *("rank", "fixed B", "+ once per job B", "+ own share B", "+ duplicated B", "+ not model B", "= peak RSS B"),
     "range B",
@@ -53,33 +56,84 @@ def devices(per_device: dict[str, int]) -> str:
     return " ".join(f"{device}={size:,}" for device, size in per_device.items()) or "-"
 
 
+def size(value: int | None) -> str:
+    """Bytes for a table cell: ``1.0 MB``, ``64 B``; ``-`` when unknown. Decimal units, as ``human_bytes``."""
+    if value is None:
+        return "-"
+    for unit, scale in (("PB", 10**15), ("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.1f} {unit}"
+    return f"{value} B"
+
+
+def device_sizes(per_device: dict[str, int]) -> str:
+    return " ".join(f"{device}={size(value)}" for device, value in per_device.items()) or "-"
+
+
+def ranges(numbers: Sequence[int]) -> str:
+    """``0, 2-5, 9``: a long list of ranks, short."""
+    parts: list[str] = []
+    for number in sorted(numbers):
+        if parts and parts[-1].rpartition("-")[2] == str(number - 1):
+            parts[-1] = f"{parts[-1].partition('-')[0]}-{number}"
+        else:
+            parts.append(str(number))
+    return ", ".join(parts)
+
+
+_SIZE = re.compile(r"(\d) (?=[kMGTP]?B\b)")
+
+
+def wrapped(text: str, indent: str) -> str:
+    """Prose wrapped at WIDTH, every line indented; URLs, identifiers and sizes (``1.0 MB``) are never broken."""
+    kept = _SIZE.sub("\\1\u00a0", text)
+    lines = textwrap.fill(
+        kept,
+        width=WIDTH,
+        initial_indent=indent,
+        subsequent_indent=indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+    return lines.replace("\u00a0", " ")
+
+
 # loadtrace report -------------------------------------------------------------------------------------------------
 
 
-def report_table(report: Report) -> str:
-    """Per job (one attempt of a trace): its header, one row per rank, one ``I/O:`` line per node, its findings; then
-    the forecast."""
+def report_table(report: Report, wide: bool = False) -> str:
+    """Per job (one attempt of a trace): its header, one row per rank (the columns that fit WIDTH, or all with
+    ``wide``), which ranks are missing, one ``I/O:`` note per node, its findings; then the forecast."""
+    columns = RANK_COLUMNS if wide else NARROW_COLUMNS
+    keep = [RANK_COLUMNS.index(name) for name in columns]
     blocks = []
     for trace in report.traces:
         key = (trace.trace_id, trace.attempt, trace.run)
         ranks = [rank for rank in report.ranks if (rank.trace_id, rank.attempt, rank.run) == key]
         findings = [f for f in report.findings if (f.trace_id, f.attempt, f.run) == key]
         runs = sum(1 for other in report.traces if (other.trace_id, other.attempt) == key[:2])
+        # The launch id tells attempts of one trace apart; on a trace's only job it is noise (JSON keeps it).
+        launch = trace.launch_id if sum(other.trace_id == trace.trace_id for other in report.traces) > 1 else None
         header = f"job {trace.job_id or '-'}  trace {trace.trace_id}"
         if trace.attempt is not None:
-            header += f"  attempt {trace.attempt}" + (f" of launch {trace.launch_id}" if trace.launch_id else "")
-        elif trace.launch_id:
-            header += f"  launch {trace.launch_id}"
+            header += f"  attempt {trace.attempt}" + (f" of launch {launch}" if launch else "")
+        elif launch:
+            header += f"  launch {launch}"
         if runs > 1:
             header += f"  run {trace.run + 1} of {runs} (the same ranks again, new pids)"
-        model = human_bytes(trace.model_bytes) if trace.model_bytes > 0 else "unknown"
+        model = size(trace.model_bytes) if trace.model_bytes > 0 else "unknown"
         header += f"  world size {number(trace.world_size)}  model {model}"
-        io = "".join(f"\nI/O: {node.note}." for node in trace.nodes if node.note)
-        rows = [rank_row(rank) for rank in ranks]
-        startup = "\n" + startup_text(trace.startup) if trace.startup is not None else ""
-        blocks.append(
-            header + "\n" + table(RANK_COLUMNS, rows, left=3) + io + startup + "\n\n" + findings_text(findings)
+        missing = ""
+        if trace.missing_ranks:
+            present = (trace.world_size or 0) - len(trace.missing_ranks)
+            missing = f"\n{present} of {trace.world_size} ranks present (missing: {ranges(trace.missing_ranks)})"
+        io = "".join(
+            "\n" + wrapped(f"I/O: {node.note}.", "").replace("\n", "\n  ") for node in trace.nodes if node.note
         )
+        rows = [[cells[i] for i in keep] for cells in (rank_row(rank) for rank in ranks)]
+        startup = "\n" + startup_text(trace.startup) if trace.startup is not None else ""
+        body = table(columns, rows, left=3) + missing + io + startup
+        blocks.append(header + "\n" + body + "\n\n" + findings_text(findings))
     if report.skipped_lines:
         blocks.append(f"{report.skipped_lines} corrupt or truncated lines skipped")
     if report.skipped_state_files:
@@ -133,12 +187,12 @@ def rank_row(rank: RankLoad) -> list[str]:
         number(rank.load_seconds),
         number(rank.files_opened),
         number(rank.tensors_read),
-        number(rank.read_bytes),
-        number(rank.storage_read_bytes),
+        size(rank.read_bytes),
+        size(rank.storage_read_bytes),
         number(rank.conversions),
-        devices(rank.materialized_bytes),
-        devices(rank.held_bytes),
-        number(rank.peak_rss_bytes),
+        device_sizes(rank.materialized_bytes),
+        device_sizes(rank.held_bytes),
+        size(rank.peak_rss_bytes),
     ]
 
 
@@ -149,7 +203,10 @@ def findings_text(findings: list[Finding]) -> str:
     for finding in findings:
         ranks = ("ranks " if len(finding.ranks) > 1 else "rank ") + ", ".join(map(str, finding.ranks))
         lines.append(f"  {finding.severity.upper()} {finding.kind}  {ranks}  {human_bytes(finding.bytes)}")
-        lines.append(f"    {finding.detail}")
+        lines.append(wrapped(finding.detail, "    "))
+        if finding.next_step:
+            end = "" if finding.next_step.rpartition(" ")[2].startswith("https://") else "."  # a URL stays clickable
+            lines.append(wrapped(f"next: {finding.next_step}{end}", "    "))
     return "\n".join(lines)
 
 

@@ -52,6 +52,8 @@ class Settings:
     attempt: int = 0
     """``TORCHELASTIC_RESTART_COUNT``, else ``SLURM_RESTART_COUNT``: which restart of the job this process belongs to
     (set by the launcher, never by users)."""
+    quiet: bool = False
+    """``LOADTRACE_QUIET``: rank 0 does not print the line naming its job's trace and the command that reports it."""
     launch_id: str | None = None
     """``LOADTRACE_LAUNCH_ID``: the launcher invocation, set by a witnessing launcher (never by users)."""
 
@@ -134,5 +136,6 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         cluster=env.get("LOADTRACE_CLUSTER") or env.get("SLURM_CLUSTER_NAME") or None,
         bsp_schedule_delay_ms=None if env.get("OTEL_BSP_SCHEDULE_DELAY") else BSP_SCHEDULE_DELAY_MS,
         attempt=_count(env, RESTART_COUNTS),
+        quiet=_flag(env, "LOADTRACE_QUIET"),
         launch_id=(env.get(semconv.ENV_LAUNCH_ID) or "").strip() or None,
     )

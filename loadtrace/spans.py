@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
-from . import attributes, context, semconv, statefile, termination
+from . import attributes, context, semconv, statefile, summary, termination
 from ._log import warn_once
 from .ledger import Ledger
 from .memory import Memory, Peak, limits, oom_kill_count, process_memory
@@ -133,6 +133,7 @@ class Tracing:
         self._load_hwm = 0  # the process's VmHWM when it began
         self._count_lock = None if getattr(sys, "_is_gil_enabled", lambda: True)() else threading.Lock()
         self._shut_down = False
+        self._forked = False  # a forked child never says the job's summary line
 
     @property
     def state(self) -> statefile.Writer | None:
@@ -143,10 +144,16 @@ class Tracing:
         """End the files the job left open, then flush (bounded); the state says the process exited (not died)."""
         for file in list(self._open_files):
             self.close_file(file)
+        said = self._shut_down
         self._shut_down = True
         self._update_state(self._exited)
         self.handlers.restore()
+        state, trace_file, exported = self.state, self.provider.trace_file, self.provider.exporting
         self.provider.shutdown()
+        if exported and state is not None and not (said or self._forked):
+            rank = None if state["rank"] < 0 else state["rank"]
+            job_id = self.job.id or self.job.fallback_id()
+            summary.say(self.settings, job_id, rank, state["local_world_size"], trace_file)
 
     def _exited(self, state: statefile.Writer) -> None:
         if state["status"] != statefile.STATUS_SIGNALLED:
@@ -165,6 +172,7 @@ class Tracing:
         self._loose_phases = set()
         self._loads_open = 0
         self._lock = threading.Lock()
+        self._forked = True
         self.provider.after_fork()
 
     def job_changed(self) -> None:

@@ -28,7 +28,7 @@ def test_a_folder_of_state_files_alone_is_a_source(tmp_path, capsys):
     assert (code, err) == (0, "")
     rows = out.splitlines()
     assert rows[2].split()[:2] == ["0", "node-0"] and rows[3].split()[:3] == ["1", "incomplete", "node-0"]
-    assert "30,000" in rows[3] and "no launcher witness: how it ended is unknown" in out
+    assert "30.0 kB" in rows[3] and "no launcher witness: how it ended is unknown" in " ".join(out.split())
 
 
 def test_one_state_file_is_a_source(tmp_path, capsys):

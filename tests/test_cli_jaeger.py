@@ -115,6 +115,22 @@ def test_report_by_service_and_time_window_reports_each_trace(server, capsys):
     assert abs((end - start).total_seconds() - 7200) < 1
 
 
+def test_latest_reports_the_job_that_started_last_of_the_service(server, capsys):
+    """Issue 15: ``--latest`` over Jaeger, as over a folder; the service defaults to loadtrace's own."""
+    code, out, _ = run(capsys, "report", "--jaeger", server, "--service", "trainer", "--latest", "--format", "json")
+    starts = {
+        t["trace_id"]: t["start_time"]
+        for t in json.loads(run(capsys, "report", "--jaeger", server, "--service", "trainer", "--format", "json")[1])[
+            "traces"
+        ]
+    }
+    assert code == 0 and [t["trace_id"] for t in json.loads(out)["traces"]] == [max(starts, key=starts.__getitem__)]
+    JaegerQuery.requests = []
+    code, _, err = run(capsys, "report", "--jaeger", server, "--latest")
+    assert code == 2 and err.startswith("loadtrace: error: no traces found")
+    assert parse_qs(urlparse(JaegerQuery.requests[0]).query)["query.service_name"] == ["loadtrace"]
+
+
 def test_jaeger_404_envelope_is_no_traces_found(server, capsys):
     code, out, err = run(capsys, "report", "--jaeger", server, "--trace-id", "0" * 32)
     assert (code, out) == (2, "") and err.startswith("loadtrace: error: no traces found") and err.count("\n") == 1

@@ -66,6 +66,7 @@ FINDING_KEYS = {
     "projected_node_bytes",
     "detail",
     "evidence",
+    "next_step",
 }
 TRACE_KEYS = {
     "trace_id",
@@ -80,6 +81,7 @@ TRACE_KEYS = {
     "spans",
     "nodes",
     "startup",  # absent only for a job without a load or startup span
+    "missing_ranks",
 }
 STARTUP_KEYS = {"seconds", "slowest_rank", "slowest_phase", "median_rank_seconds", "storage_bytes_per_second"}
 STARTUP_KEYS |= {"ranks", "nodes"}
@@ -144,9 +146,50 @@ def test_the_table_shows_each_rank_then_the_findings(tmp_path, capsys):
     assert code == 0 and lines[0].startswith("job job-1  trace ")
     assert lines[1].split()[:3] == ["rank", "host", "strategy"]
     assert lines[2].split()[:3] == ["0", "node-0", "fsdp_cpu_ram_efficient"]
-    assert "1,009,152" in lines[3] and "cpu=1,009,216" in lines[3]
+    assert lines[3].split()[4:7] == ["1.0", "MB", "-"] and "cpu=1.0 MB" in lines[3]  # sizes for people
     assert "WARNING nonzero_rank_materialization" in out and "modeling_utils.py:4864 zeros_like cpu" in out
     assert out.index("nonzero_rank_materialization") < out.index("duplicate_conversion")
+
+
+def test_the_table_fits_120_columns_and_every_finding_says_what_to_do_next(tmp_path, capsys):
+    """Issue 15: human sizes, 120 columns, wrapped findings each ending with ``next:`` (upstream link where known);
+    ``--wide`` adds the count columns; the JSON keeps every byte exact."""
+    source = str(job_dir(tmp_path, "5.12.0", "fsdp_cpu_ram_efficient"))
+    code, out, _ = run(capsys, "report", source)
+    assert code == 0 and max(map(len, out.splitlines())) <= 120
+    assert "files" not in out.splitlines()[1] and "read" in out.splitlines()[1]
+    findings = out.split("findings (warnings first, most bytes first):\n")[1].split("\n  WARNING ")
+    assert len(findings) == 3 and all("\n    next: " in finding for finding in findings)
+    assert "next: build the model on the meta device" in out
+    assert "https://github.com/huggingface/transformers/pull/45649" in out  # zeros_like on rank 1: 5.12's path
+    code, wide, _ = run(capsys, "report", source, "--wide")
+    assert wide.splitlines()[1].split()[3:7] == ["load", "s", "files", "tensors"] and "conversions" in wide
+    code, out, _ = run(capsys, "report", source, "--format", "json")
+    report = json.loads(out)
+    assert report["ranks"][1]["read_bytes"] == MODEL_BYTES and report["ranks"][1]["held_bytes"] == {"cpu": 1_009_216}
+    assert all(finding["next_step"] for finding in report["findings"])
+
+
+def test_a_report_over_some_ranks_says_which_are_missing(tmp_path, capsys):
+    folder = job_dir(tmp_path, "5.24.0", "fsdp_cpu_ram_efficient")
+    (folder / "rank-0.jsonl").unlink()
+    code, out, _ = run(capsys, "report", str(folder))
+    assert code == 0 and "\n1 of 2 ranks present (missing: 0)\n" in out
+    code, out, _ = run(capsys, "report", str(folder), "--format", "json")
+    assert json.loads(out)["traces"][0]["missing_ranks"] == [0]
+    code, out, _ = run(capsys, "report", str(job_dir(tmp_path, "5.24.0", "zero3")), "--format", "json")
+    assert json.loads(out)["traces"][0]["missing_ranks"] == []
+
+
+def test_latest_and_job_pick_one_job_of_a_folder(tmp_path, capsys):
+    job_dir(tmp_path, "5.12.0", "zero3")
+    job_dir(tmp_path, "5.24.0", "zero3")
+    code, out, _ = run(capsys, "report", str(tmp_path), "--job", trace_id_of("5.24.0-zero3")[:8], "--format", "json")
+    assert code == 0 and [t["trace_id"] for t in json.loads(out)["traces"]] == [trace_id_of("5.24.0-zero3")]
+    code, out, err = run(capsys, "report", str(tmp_path), "--job", "nonesuch")
+    assert code == 2 and out == "" and err.startswith("loadtrace: error: no job of") and err.count("\n") == 1
+    code, out, err = run(capsys, "report", str(tmp_path), "--job", "x", "--latest")
+    assert code == 2 and err == "loadtrace: error: give either --job ID or --latest, not both\n"
 
 
 def test_several_jobs_in_one_directory_are_reported_each(tmp_path, capsys):

@@ -67,9 +67,12 @@ MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
 
 
 def is_analysis(module: str) -> bool:
-    return module in ("loadtrace.cli", "loadtrace.render", "loadtrace.render_timeline") or module.startswith(
-        "loadtrace.analysis"
-    )
+    return module in (
+        "loadtrace.__main__",
+        "loadtrace.cli",
+        "loadtrace.render",
+        "loadtrace.render_timeline",
+    ) or module.startswith("loadtrace.analysis")
 
 
 ANALYSIS = sorted(m for m in MODULES if is_analysis(m))

@@ -202,6 +202,8 @@ class JobSummary:
     spans: int
     nodes: list[NodeReads]
     startup: Startup | None = field(default=None, metadata=OMITTED_WHEN_NONE)  # issue 14: None when nothing loaded
+    # Ranks below the world size that left no spans and no state file here (another node's files, a lost file).
+    missing_ranks: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -218,6 +220,7 @@ class Finding:
     projected_node_bytes: int
     detail: str
     evidence: dict[str, Any] = field(default_factory=dict)  # kind-specific numbers behind the finding
+    next_step: str | None = None  # what removes it, and the upstream report it matches (analysis/advice.py)
 
 
 # The forecast -----------------------------------------------------------------------------------------------------

@@ -8,13 +8,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from .advice import next_step
+from .compare import PICK, _named, pick_job
 from .findings import find, finding_order
 from .forecast import ForecastError, Target, forecast
-from .model import JobSummary, Report, to_json
+from .model import Finding, JobSummary, Report, to_json
 from .nodes import job_nodes
 from .ranks import Job, jobs_from_spans
-from .sources import SpanSet, rfc3339_nanos
+from .sources import SourceError, SpanSet, rfc3339_nanos
 from .startup import Thresholds, job_startup, startup_findings
+
+MAX_WORLD_SIZE = 1 << 20
 
 
 def job_summary(job: Job) -> JobSummary:
@@ -32,13 +36,52 @@ def job_summary(job: Job) -> JobSummary:
         spans=sum(len(rank.spans) for rank in job.ranks),
         nodes=job_nodes(job, model),
         startup=job_startup(job),
+        missing_ranks=missing_ranks(job),
     )
 
 
-def report(spans: SpanSet, target: Target | None = None, thresholds: Thresholds | None = None) -> Report:
+def with_next_step(finding: Finding) -> Finding:
+    finding.next_step = next_step(finding)
+    return finding
+
+
+def missing_ranks(job: Job) -> list[int]:
+    """Ranks below the job's world size that none of its processes speaks for (none past ``MAX_WORLD_SIZE``: a corrupt
+    span's world size must not make a list of billions)."""
+    world = job.world_size or 0
+    present = {rank.rank for rank in job.ranks}
+    return [number for number in range(world) if number not in present] if world <= MAX_WORLD_SIZE else []
+
+
+def select_jobs(jobs: list[Job], pick: str | None, latest: bool, source: str) -> list[Job]:
+    """The jobs to report: all, those of the trace ``pick`` names (``--job``: every attempt of it, or one with
+    ``ID@ATTEMPT``), or those of the trace that started last (``--latest``)."""
+    if latest:
+        if not jobs:
+            raise SourceError(f"{source} holds no job")
+        newest = max(jobs, key=lambda job: job.start_ns).trace_id
+        return [job for job in jobs if job.trace_id == newest]
+    if pick is None:
+        return jobs
+    if PICK.fullmatch(pick) is None:
+        named = _named(jobs, pick, exact=True) or _named(jobs, pick, exact=False)
+        if named and len({job.trace_id for job in named}) == 1:
+            return named
+    return [pick_job(jobs, pick, source, "--job")]  # one attempt, or the one-line error naming the candidates
+
+
+def report(
+    spans: SpanSet,
+    target: Target | None = None,
+    thresholds: Thresholds | None = None,
+    pick: str | None = None,
+    latest: bool = False,
+    source: str = "",
+) -> Report:
     """The report; with a ``target``, also its forecast (the source must then hold exactly one job). ``thresholds``:
-    the startup findings' (docs/report.md, Startup), their defaults when None."""
-    jobs = jobs_from_spans(spans.spans, spans.states)
+    the startup findings' (docs/report.md, Startup), their defaults when None. ``pick`` and ``latest`` narrow it to
+    one job (``select_jobs``)."""
+    jobs = select_jobs(jobs_from_spans(spans.spans, spans.states), pick, latest, source or "the source")
     summaries = [job_summary(job) for job in jobs]
     limits = thresholds or Thresholds()
     late = [
@@ -47,7 +90,7 @@ def report(spans: SpanSet, target: Target | None = None, thresholds: Thresholds 
     result = Report(
         traces=summaries,
         ranks=[rank for job in jobs for rank in job.ranks],
-        findings=sorted(find(jobs) + late, key=finding_order),
+        findings=[with_next_step(finding) for finding in sorted(find(jobs) + late, key=finding_order)],
         skipped_lines=spans.skipped_lines,
         skipped_state_files=spans.skipped_state_files,
     )

@@ -83,6 +83,9 @@ def clean_env(venv: Venv, extra: dict[str, str]) -> dict[str, str]:
     # directory two venvs (different include paths in build.ninja) rebuild it on every alternation (~45 s each here):
     # one cache per venv keeps it built once.
     env.setdefault("TORCH_EXTENSIONS_DIR", str(extensions_dir(venv)))
+    # Rank 0's closing line (which job, the command that reports it) is not a complaint: tests that count loadtrace's
+    # lines on stderr leave it out; tests of that line (test_job_summary_line.py) pass LOADTRACE_QUIET=0.
+    env["LOADTRACE_QUIET"] = "1"
     env.update(extra)
     return env
 

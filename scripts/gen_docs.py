@@ -1,0 +1,178 @@
+"""Every sample output in README.md, examples/README.md and docs/report.md, generated from real runs.
+
+    .venv/bin/python scripts/gen_docs.py            # rewrite the samples from the recorded runs (about a second)
+    .venv/bin/python scripts/gen_docs.py --check    # exit 1 and show the diff where a document differs
+    .venv/bin/python scripts/gen_docs.py --record   # run the jobs again (torchrun, both venvs; minutes), then rewrite
+    .venv/bin/python scripts/gen_docs.py --record zero3_512     # only this run again
+
+A sample is the fenced block right after a marker line ``<!-- gen_docs: NAME -->``; the script replaces the block's
+contents and nothing else, so running it twice changes nothing. The runs are recorded under ``docs/samples/<run>/``:
+each rank's OTLP JSON Lines file and rank 0's closing line (``summary.txt``), exactly as the job wrote them
+(``--record``: ``examples/load.py`` under ``LOADTRACE=1 torchrun --nproc_per_node 2``, on the 1 MB checkpoint of
+``examples/make_checkpoint.py``). The samples are then the installed ``loadtrace`` CLI's output over those files, so a
+change to the report's output shows up in the documents by rerunning this script, and
+``tests/test_docs_samples.py`` fails until it has been rerun.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import difflib
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLES = REPO / "docs" / "samples"
+DOCUMENTS = (REPO / "README.md", REPO / "examples" / "README.md", REPO / "docs" / "report.md")
+MARKER = re.compile(r"^<!-- gen_docs: (?P<name>[\w-]+) -->\n```[^\n]*\n(?P<body>.*?)^```$", re.MULTILINE | re.DOTALL)
+# run name → (venv, load.py mode): what --record runs.
+RUNS = {
+    "fsdp524": (".venv", "fsdp"),
+    "fsdp512": (".venv512", "fsdp"),
+    "zero3_524": (".venv", "zero3"),
+    "zero3_512": (".venv512", "zero3"),
+}
+FORECAST = ["--forecast-model-bytes", "54e9", "--ranks-per-node", "16"]
+
+
+def cli(*argv: str, cwd: Path = SAMPLES) -> tuple[str, str]:
+    """``loadtrace ARGV`` in this process, run from docs/samples (sources are named as the run folders): stdout,
+    stderr."""
+    from loadtrace.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            main(list(argv))
+    finally:
+        os.chdir(here)
+    return out.getvalue(), err.getvalue()
+
+
+def report(run: str, *flags: str) -> str:
+    return cli("report", run, *flags)[0].rstrip("\n")
+
+
+def demo() -> str:
+    """README's opening sample: the job's own closing line, then the command it names and its output."""
+    line = (SAMPLES / "fsdp524" / "summary.txt").read_text().strip()
+    command = line.split(" → ", 1)[1]
+    return "\n".join(
+        [
+            "$ LOADTRACE=1 torchrun --nproc_per_node 2 examples/load.py checkpoint --mode fsdp     # transformers 5.24",
+            line,
+            f"$ {command}",
+            report("fsdp524"),
+        ]
+    )
+
+
+def forecast() -> str:
+    text = report("fsdp524", *FORECAST)
+    return (
+        "$ loadtrace report SMALL_JOB --forecast-model-bytes 54e9 --ranks-per-node 16\n"
+        + text[text.index("forecast: ") :]
+    )
+
+
+def compare_pick_error() -> str:
+    return (
+        "$ loadtrace compare samples/ samples/\n"
+        + cli("compare", "samples/", "samples/", cwd=SAMPLES.parent)[1].rstrip()
+    )
+
+
+SAMPLE: dict[str, Callable[[], str]] = {
+    "demo": demo,
+    **{f"report-{run}": (lambda run=run: report(run)) for run in RUNS},
+    "forecast": forecast,
+    "compare-pick-error": compare_pick_error,
+}
+
+
+def generate(text: str, document: Path) -> str:
+    def body(match: re.Match[str]) -> str:
+        name = match.group("name")
+        if name not in SAMPLE:
+            raise SystemExit(f"{document}: unknown sample {name!r} (known: {', '.join(SAMPLE)})")
+        start = match.group(0)[: match.start("body") - match.start(0)]
+        return f"{start}{SAMPLE[name]()}\n```"
+
+    return MARKER.sub(body, text)
+
+
+def record(runs: list[str]) -> None:
+    """Run each job anew and keep its trace files and rank 0's line under docs/samples/<run>/."""
+    for run in runs:
+        venv, mode = RUNS[run]
+        bin_dir = REPO / venv / "bin"
+        with tempfile.TemporaryDirectory() as work:
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("LOADTRACE", "OTEL_", "ACCELERATE_"))}
+            env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+            subprocess.run(
+                [bin_dir / "python", REPO / "examples" / "make_checkpoint.py", "checkpoint"],
+                cwd=work,
+                env=env,
+                check=True,
+            )
+            env.update(LOADTRACE="1", LOADTRACE_QUIET="0")
+            job = subprocess.run(
+                [bin_dir / "torchrun", "--nproc_per_node", "2", REPO / "examples" / "load.py", "checkpoint"]
+                + ["--mode", mode],
+                cwd=work,
+                env=env,
+                capture_output=True,
+                text=True,
+            )
+            if job.returncode != 0:
+                raise SystemExit(f"{run}: the job failed:\n{job.stderr[-3000:]}")
+            (line,) = [text for text in job.stderr.splitlines() if text.startswith("loadtrace: job ")]
+            (folder,) = (Path(work) / "loadtrace-traces").iterdir()
+            shutil.rmtree(SAMPLES / run, ignore_errors=True)
+            (SAMPLES / run).mkdir(parents=True)
+            for trace in folder.glob("*.jsonl"):
+                shutil.copy(trace, SAMPLES / run / trace.name)
+            (SAMPLES / run / "summary.txt").write_text(line + "\n")
+            print(f"recorded {run}: {line}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 where a document differs")
+    parser.add_argument(
+        "--record",
+        nargs="*",
+        metavar="RUN",
+        help=f"run these jobs again first (default all: {', '.join(RUNS)}; minutes)",
+    )
+    args = parser.parse_args()
+    if args.record is not None:
+        record(args.record or list(RUNS))
+    differs = False
+    for document in DOCUMENTS:
+        text = document.read_text()
+        new = generate(text, document)
+        if new == text:
+            continue
+        differs = True
+        if args.check:
+            name = str(document.relative_to(REPO))
+            sys.stdout.writelines(difflib.unified_diff(text.splitlines(True), new.splitlines(True), name, name))
+        else:
+            document.write_text(new)
+            print(f"rewrote {document.relative_to(REPO)}")
+    return 1 if differs and args.check else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
