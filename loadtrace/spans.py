@@ -327,9 +327,9 @@ class Tracing:
         self._settle_handlers()
 
     def _settle_handlers(self) -> None:
-        """Our signal handlers stay while a load or startup stage is open, and between a load and the preparation
-        its strategy awaits (so a rank stopped meanwhile still writes its startup); then they go."""
-        if self._loads_open or self._open_stages or (self._startup_open() and self._awaits_preparation):
+        """Our signal handlers stay while a load, a startup stage or the startup itself is open (so a rank stopped
+        before its startup is over still writes it); then they go."""
+        if self._loads_open or self._open_stages or self._startup_open():
             return
         try:
             self.handlers.restore()
@@ -418,6 +418,10 @@ class Tracing:
                     start_time=started,
                 )
                 self._startup = Scope(ScopeKind.STAGE, semconv.SPAN_STARTUP, span)
+                try:  # a rank stopped before its startup is over still writes it (termination.py)
+                    self.handlers.install()
+                except Exception as error:
+                    warn_once("signals", f"cannot watch termination signals ({type(error).__name__}: {error})")
             return self._startup
 
     def _settled(self) -> int | None:

@@ -14,8 +14,8 @@
   model is built under ``zero.Init``), then ``deepspeed.initialize(model, optimizer)`` on deepspeed's CPU accelerator.
 
 ``--late-rank R --late-s S``: rank R sleeps S seconds before joining the process group (the others wait for it).
-``--stop-rank R``: after loading, before the preparation, rank R sends itself SIGTERM and dies by it; the others
-wait (in ``time.sleep``) until torchrun stops them too. ``--fault stage``: loadtrace's startup-phase
+``--stop-rank R``: once every rank has loaded, before the preparation, rank R sends itself SIGTERM and dies by it;
+the others wait (in ``time.sleep``) until torchrun stops them too. ``--fault stage``: loadtrace's startup-phase
 code raises (injected after activation): the job must run as untraced.
 
 Writes ``DIR/startup-rank<R>.json``, knowing nothing of loadtrace: the wall-clock times around
@@ -44,21 +44,24 @@ load = load_example("load")
 
 def join(late_rank: int, late_s: float) -> dict[str, int]:
     """Sleep when this is the late rank, then join; the times around the call, from this worker's own clock."""
+    import torch.distributed as dist
+
     if int(os.environ["RANK"]) == late_rank:
         time.sleep(late_s)
-    times = {"init_called_ns": time.time_ns()}
+    times = {}
     if os.environ["MODE"] == "fsdp2":
         from accelerate import Accelerator
 
+        times["init_called_ns"] = time.time_ns()
         accelerator = Accelerator(cpu=True)  # PartialState: init_process_group (gloo)
         times["accelerator"] = accelerator  # type: ignore[assignment]
     elif os.environ["MODE"] == "zero3":
         import deepspeed
 
+        times["init_called_ns"] = time.time_ns()
         deepspeed.init_distributed(dist_backend="gloo")
     else:
-        import torch.distributed as dist
-
+        times["init_called_ns"] = time.time_ns()
         dist.init_process_group(backend="gloo", timeout=datetime.timedelta(minutes=5))
     times["init_returned_ns"] = time.time_ns()
     return times
@@ -148,8 +151,9 @@ def main() -> int:
     record["state_dict_bytes"] = sum(tensor.nbytes for tensor in state.values())
     record["state_dict_tensors"] = len(state)
     del state
-    if args.stop_rank >= 0:  # after loading, before the preparation its strategy awaits
+    if args.stop_rank >= 0:  # after every rank loaded, before the preparation their strategy awaits
         load.write_json(args.out, f"startup-rank{rank}.json", record)
+        dist.barrier()
         if rank == args.stop_rank:
             os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(120)  # torchrun stops the others when this rank dies
