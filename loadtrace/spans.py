@@ -351,7 +351,7 @@ class Tracing:
         if self._loads_open == 0 and not self._startup_open():
             return
         state = self.state
-        if state is not None:
+        if state is not None and self._loads_open:  # the state tells of loads: a rank stopped after its load is idle
             state["status"] = statefile.STATUS_SIGNALLED
             state["signal"] = signo
             state.touch()
