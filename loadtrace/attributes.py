@@ -71,6 +71,20 @@ def phase_end(scope: Scope) -> dict[str, Any]:
     return attributes
 
 
+def stage_end(scope: Scope, extra: dict[str, Any]) -> dict[str, Any]:
+    """A startup phase (preparation, ``deepspeed.initialize``): what its hook learnt (broadcast bytes), memory."""
+    attributes = dict(extra)
+    if scope.memory_before is not None and scope.memory_after is not None:
+        attributes.update(memory_attributes(scope.memory_before, scope.memory_after, scope.peak))
+    return attributes
+
+
+def startup_end(now: Memory) -> dict[str, int]:
+    """The rank's startup, from the process's start: resident memory at its end, the process's high-water mark
+    (its peak since it started: exact) and the bytes it made the kernel fetch from storage since it started."""
+    return {semconv.RSS_AFTER: now.rss, semconv.RSS_PEAK: now.hwm, semconv.IO_STORAGE_READ_BYTES: now.storage_read}
+
+
 def file_end(scope: Scope) -> dict[str, Any]:
     """A file span: the tensors and bytes read through it (and the partial reads among them, when any)."""
     attributes = reads(scope.slot) if scope.slot is not None else reads()

@@ -10,6 +10,7 @@ import os
 import socket
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata
@@ -109,6 +110,20 @@ def current_rank(env: Mapping[str, str] | None = None) -> Rank:
     except Exception:  # an odd backend state must not stop tracing
         pass
     return found
+
+
+def process_start_ns() -> int | None:
+    """When this process started, in ``time.time_ns()`` terms (Linux): its start in clock ticks since boot
+    (``/proc/self/stat``, field 22) against the boot-time clock now, so to a tick (10 ms); None where unknown."""
+    try:
+        with open("/proc/self/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+        started_ticks = int(fields[19])  # field 22; fields[0] is field 3 (state), after the command name
+        ticks = os.sysconf("SC_CLK_TCK")
+        age_ns = time.clock_gettime_ns(time.CLOCK_BOOTTIME) - started_ticks * 1_000_000_000 // ticks
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+    return time.time_ns() - age_ns if age_ns >= 0 else None
 
 
 def job_id_from_env(env: Mapping[str, str]) -> tuple[str | None, str | None]:

@@ -134,6 +134,17 @@ def held_bytes_key(device: str) -> str:
 RENDEZVOUS_BACKEND = "loadtrace.rendezvous.backend"  # init_process_group's backend: gloo, nccl, ...
 BROADCAST_BYTES_SENT = "loadtrace.broadcast.bytes_sent"  # weight bytes this rank sent to others (rank 0's broadcast)
 BROADCAST_BYTES_RECEIVED = "loadtrace.broadcast.bytes_received"  # weight bytes this rank received from others
+BROADCAST_TENSORS = "loadtrace.broadcast.tensors"  # the ``dist.broadcast`` calls those bytes went through
+ACCELERATE_DISTRIBUTED_TYPE = "loadtrace.accelerate.distributed_type"  # FSDP, DEEPSPEED, MULTI_GPU, ...
+ACCELERATE_FSDP_VERSION = "loadtrace.accelerate.fsdp_version"  # 1 or 2, under FSDP
+STARTUP_START = "loadtrace.startup.start"  # where the span's start time comes from: STARTUP_START_*
+STARTUP_START_PROCESS = "process"  # the kernel's start time of this process (Linux /proc/self/stat)
+STARTUP_START_INSTRUMENT = "instrument"  # where that is unknown: when loadtrace was instrumented
+STARTUP_END = "loadtrace.startup.end"  # what ended it: STARTUP_END_*, or a termination signal's name
+STARTUP_END_PREPARATION = "preparation"  # the end of accelerate's prepare of a model or deepspeed.initialize
+STARTUP_END_LOAD = "load"  # no preparation follows its strategy (plain, tp, a traced_load): its outermost load's end
+STARTUP_END_EXIT = "exit"  # none came (a preparation awaited, or a rank that only joined): its last load or phase's end
+STARTUP_END_JOB = "job_changed"  # the job id was learnt at init_process_group: a new startup span goes on in its trace
 
 
 # Files and reads ----------------------------------------------------------------------------------------------------
@@ -232,6 +243,9 @@ STRATEGIES = (
 )
 # Under these only the loading rank should read the checkpoint; the other ranks hold empty weights.
 SHARDED_STRATEGIES = frozenset({STRATEGY_ZERO3, STRATEGY_FSDP_CPU_RAM_EFFICIENT})
+# After a load under these, the strategy's preparation (accelerate's FSDP, deepspeed.initialize) distributes the
+# weights: the rank's startup goes on until it ends.
+PREPARED_STRATEGIES = frozenset(set(STRATEGIES) - {STRATEGY_PLAIN, STRATEGY_TP})
 
 # Finding kinds (``loadtrace report``) -------------------------------------------------------------------------------
 
@@ -266,6 +280,7 @@ TRACE_FILE_SUFFIX = ".jsonl"  # one OTLP JSON Lines file per process
 SCOPE_LOAD = "load"
 SCOPE_PHASE = "phase"
 SCOPE_FILE = "file"
+SCOPE_STAGE = "stage"  # a startup phase (accelerate, deepspeed) or the startup itself
 
 # A rank that dies, fails or restarts (issue 11) ---------------------------------------------------------------------
 

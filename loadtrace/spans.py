@@ -38,6 +38,7 @@ class ScopeKind(Enum):
     LOAD = semconv.SCOPE_LOAD  # ``from_pretrained`` or ``traced_load``: the totals
     PHASE = semconv.SCOPE_PHASE  # a loading step inside a load, one span however often it is entered
     FILE = semconv.SCOPE_FILE  # a file opened or read, charged to the load that opened it
+    STAGE = semconv.SCOPE_STAGE  # the rank's startup, and its phases outside loading (rendezvous, preparation)
 
 
 class Scope:
@@ -105,6 +106,14 @@ def current_load() -> Scope | None:
     return None
 
 
+def _owner() -> Scope | None:
+    """Where a phase entered now is aggregated: the innermost open load or startup stage (``deepspeed.initialize``)."""
+    for scope in reversed(_active.get()):
+        if scope.kind is ScopeKind.LOAD or scope.kind is ScopeKind.STAGE:
+            return scope
+    return None
+
+
 ActiveToken = Token[tuple[Scope, ...]]
 
 
@@ -134,6 +143,15 @@ class Tracing:
         self._count_lock = None if getattr(sys, "_is_gil_enabled", lambda: True)() else threading.Lock()
         self._shut_down = False
         self._forked = False  # a forked child never says the job's summary line
+        # The rank's startup (``loadtrace.startup``): opened with the first span that has no parent, from the process's
+        # start; every parentless span hangs from it until a preparation ends it (or the process exits).
+        self._startup: Scope | None = None
+        self._startup_over = False
+        self._startup_lock = threading.Lock()
+        self._open_stages: set[Scope] = set()
+        self._last_activity: int | None = None  # when the last load or startup stage ended
+        self._awaits_preparation = False  # a load's strategy (FSDP, ZeRO-3) has a preparation follow it
+        self._instrumented = time.time_ns()
 
     @property
     def state(self) -> statefile.Writer | None:
@@ -141,10 +159,15 @@ class Tracing:
         return self.provider.state
 
     def shutdown(self) -> None:
-        """End the files the job left open, then flush (bounded); the state says the process exited (not died)."""
+        """End the files the job left open and the startup (where it was never prepared), then flush (bounded); the
+        state says the process exited (not died)."""
         for file in list(self._open_files):
             self.close_file(file)
         said = self._shut_down
+        try:
+            self._end_startup(semconv.STARTUP_END_EXIT, self._settled())
+        except Exception:
+            pass  # the flush goes ahead whatever happened to the startup
         self._shut_down = True
         self._update_state(self._exited)
         self.handlers.restore()
@@ -173,11 +196,19 @@ class Tracing:
         self._loads_open = 0
         self._lock = threading.Lock()
         self._forked = True
+        self._startup_lock = threading.Lock()
+        self._open_stages = set()
+        self._startup, self._startup_over = None, True  # the parent's startup; a child's spans hang from the job
         self.provider.after_fork()
 
     def job_changed(self) -> None:
         """The job id was adopted from the process group's store: the state names the job and trace spans go to."""
         job_id = self.job.id
+        startup = self._startup
+        if job_id and startup is not None and not startup.ended:
+            if startup.span.get_span_context().trace_id != semconv.job_trace_ids(job_id)[0]:
+                self._end_startup(semconv.STARTUP_END_JOB)
+                self._startup, self._startup_over = None, False  # the next span opens one in the job's trace
 
         def update(state: statefile.Writer) -> None:
             if job_id:
@@ -231,6 +262,8 @@ class Tracing:
                 state["rss_peak"] = peak
 
     def _load_opened(self, scope: Scope, start: dict[str, Any]) -> None:
+        if start.get(semconv.STRATEGY) in semconv.PREPARED_STRATEGIES:
+            self._awaits_preparation = True
         with self._lock:
             self._loads_open += 1
             self._open_loads.add(scope)
@@ -296,11 +329,20 @@ class Tracing:
             state.touch()
 
         self._update_state(update, scope)
-        if last:
-            try:
-                self.handlers.restore()
-            except Exception as error:
-                warn_once("signals", f"cannot give back the signal handlers ({type(error).__name__}: {error})")
+        self._last_activity = time.time_ns()
+        if last and not self._open_stages and not self._awaits_preparation:
+            self._end_startup(semconv.STARTUP_END_LOAD)
+        self._settle_handlers()
+
+    def _settle_handlers(self) -> None:
+        """Our signal handlers stay while a load, a startup stage or the startup itself is open (so a rank stopped
+        before its startup is over still writes it); then they go."""
+        if self._loads_open or self._open_stages or self._startup_open():
+            return
+        try:
+            self.handlers.restore()
+        except Exception as error:
+            warn_once("signals", f"cannot give back the signal handlers ({type(error).__name__}: {error})")
 
     def _state_phase(self, state: statefile.Writer, fallback: str = "") -> None:
         """The state's ``phase``: the innermost load or phase this thread has open."""
@@ -314,10 +356,10 @@ class Tracing:
         """A termination signal while loading (termination.py): the state says so at once; then every open span ends
         with what it counted, ERROR and the signal's name, and is flushed, all within ``LOADTRACE_EXIT_TIMEOUT``.
         The work runs in a thread: the signal may have interrupted this one inside a lock that work needs."""
-        if self._loads_open == 0:
+        if self._loads_open == 0 and not self._startup_open():
             return
         state = self.state
-        if state is not None:
+        if state is not None and self._loads_open:  # the state tells of loads: a rank stopped after its load is idle
             state["status"] = statefile.STATUS_SIGNALLED
             state["signal"] = signo
             state.touch()
@@ -338,22 +380,117 @@ class Tracing:
         for file in list(self._open_files):
             self._open_files.discard(file)
             self._finish(file, signal_name=signal_name)
-        loads = sorted(self._open_loads, key=lambda load: getattr(load.span, "start_time", 0) or 0, reverse=True)
-        phases = [*self._loose_phases, *(phase for load in loads for phase in load.phases.values())]
-        for scope in (*phases, *loads):
+        newest_first = lambda scope: getattr(scope.span, "start_time", 0) or 0  # noqa: E731
+        loads = sorted(self._open_loads, key=newest_first, reverse=True)
+        stages = sorted(self._open_stages, key=newest_first, reverse=True)
+        owners = [*loads, *stages]
+        phases = [*self._loose_phases, *(phase for owner in owners for phase in owner.phases.values())]
+        for scope in sorted((*phases, *owners), key=newest_first, reverse=True):
             if not scope.ended:
                 scope.memory_after = reading
                 if scope.peak is not None:
                     scope.peak.raise_to(reading)
                 self._finish(scope, signal_name=signal_name)
+        # Stopped before its startup was over (loading, preparing, or between a load and its preparation).
+        self._end_startup(signal_name, signal_name=signal_name)
 
     # Spans ------------------------------------------------------------------------------------------------------
 
     def _start(
         self, name: str, start: dict[str, Any] | None, parent: Scope | None, start_time: int | None = None
     ) -> trace.Span:
+        if parent is None:
+            parent = self._startup_scope()
         parent_context = trace.set_span_in_context(parent.span) if parent is not None else self.provider.job_context()
         return self.provider.tracer.start_span(name, context=parent_context, attributes=start, start_time=start_time)
+
+    # The startup -------------------------------------------------------------------------------------------------
+
+    def _startup_open(self) -> bool:
+        return self._startup is not None and not self._startup.ended
+
+    def _startup_scope(self) -> Scope | None:
+        """The rank's startup span while it lasts, opened by the first span that needs it: from the process's start
+        (the kernel's record), or from ``instrument()`` where that is unknown."""
+        if self._startup_over:
+            return None
+        with self._startup_lock:
+            if self._startup is None and not self._startup_over:
+                started, source = context.process_start_ns(), semconv.STARTUP_START_PROCESS
+                if started is None or started > time.time_ns():
+                    started, source = self._instrumented, semconv.STARTUP_START_INSTRUMENT
+                span = self.provider.tracer.start_span(
+                    semconv.SPAN_STARTUP,
+                    context=self.provider.job_context(),
+                    attributes={semconv.STARTUP_START: source},
+                    start_time=started,
+                )
+                self._startup = Scope(ScopeKind.STAGE, semconv.SPAN_STARTUP, span)
+                try:  # a rank stopped before its startup is over still writes it (termination.py)
+                    self.handlers.install()
+                except Exception as error:
+                    warn_once("signals", f"cannot watch termination signals ({type(error).__name__}: {error})")
+            return self._startup
+
+    def _settled(self) -> int | None:
+        """Where a startup that no preparation ended stops: the end of its last load or stage (None: now, when one is
+        still open or none ended)."""
+        return None if self._open_loads or self._open_stages else self._last_activity
+
+    def _end_startup(self, how: str, end_time: int | None = None, signal_name: str | None = None) -> None:
+        """End the rank's startup: ``how`` it ended (``STARTUP_END_*`` or the signal's name) and the process's memory
+        and storage reads since it started (the kernel's counters are from the process's start, as the span is)."""
+        with self._startup_lock:
+            startup = self._startup
+            self._startup_over = True
+            if startup is None or startup.ended:
+                return
+            startup.ended = True
+        if startup.recording:
+            startup.span.set_attributes({semconv.STARTUP_END: how, **attributes.startup_end(process_memory())})
+            if signal_name is not None:
+                startup.span.set_attribute(semconv.EXIT_SIGNAL, signal_name)
+                startup.span.set_status(Status(StatusCode.ERROR, signal_name))
+        startup.span.end(end_time=end_time)
+        self._settle_handlers()
+
+    def enter_stage(self, name: str, start: dict[str, Any]) -> tuple[Scope, ActiveToken]:
+        """A startup phase outside loading (accelerate's preparation, ``deepspeed.initialize``): a span per call;
+        phases entered inside it (``GatheredParameters``) are aggregated into it, as into a load."""
+        stack = _active.get()
+        scope = Scope(ScopeKind.STAGE, name, self._start(name, start, stack[-1] if stack else None))
+        self._raise_rss_peak(self._measure_from_now(scope))
+        self._open_stages.add(scope)
+        try:  # a rank stopped here ends its stage and startup (termination.py), as it ends its loads
+            self.handlers.install()
+        except Exception as error:
+            warn_once("signals", f"cannot watch termination signals ({type(error).__name__}: {error})")
+        token = _active.set(stack + (scope,))
+        self._update_state(self._state_phase, scope)
+        return scope, token
+
+    def exit_stage(
+        self, scope: Scope, token: ActiveToken, extra: dict[str, Any], error: BaseException | None, prepares: bool
+    ) -> None:
+        """``prepares``: the strategy's preparation, whose end (the outermost one's) ends the rank's startup."""
+        _active.reset(token)
+        self._measure_until_now(scope)
+        for phase in scope.phases.values():
+            self._finish(phase, phase.last_end)
+        self._open_stages.discard(scope)
+        self._finish(scope, error=error, extra=extra)
+        self._last_activity = time.time_ns()
+        self._update_state(self._state_phase, scope)
+        if prepares and not any(open.kind is ScopeKind.STAGE for open in _active.get()):
+            self._end_startup(semconv.STARTUP_END_PREPARATION)
+        self._settle_handlers()
+
+    def stage_span(self, name: str, start_time: int, start: dict[str, Any], error: BaseException | None = None) -> None:
+        """A startup phase made after the fact (``init_process_group``: its trace is known only once it returned)."""
+        stack = _active.get()
+        scope = Scope(ScopeKind.STAGE, name, self._start(name, start, stack[-1] if stack else None, start_time))
+        self._finish(scope, error=error)
+        self._last_activity = time.time_ns()
 
     def _measure_from_now(self, scope: Scope) -> Memory:
         reading = process_memory()
@@ -397,7 +534,7 @@ class Tracing:
     def enter_phase(self, name: str) -> tuple[Scope, ActiveToken]:
         """A phase entered several times in one load (transformers' per-file ``load_state_dict``) is ONE span."""
         stack = _active.get()
-        load = current_load()
+        load = _owner()
         phase = load.phases.get(name) if load is not None else None
         if phase is None:
             phase = Scope(ScopeKind.PHASE, name, self._start(name, None, stack[-1] if stack else None), load)
@@ -498,6 +635,8 @@ class Tracing:
                 span.set_attributes(attributes.load_end(scope, extra or {}))
             elif scope.kind is ScopeKind.PHASE:
                 span.set_attributes(attributes.phase_end(scope))
+            elif scope.kind is ScopeKind.STAGE:
+                span.set_attributes(attributes.stage_end(scope, extra or {}))
             else:
                 span.set_attributes(attributes.file_end(scope))
             if error is not None:

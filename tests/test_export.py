@@ -33,8 +33,11 @@ def test_default_directory_and_otlp_json_shape(tmp_path):
     (file,) = (tmp_path / "loadtrace-traces" / "job-1").glob("*.jsonl")
     assert stat.S_IMODE(file.stat().st_mode) == 0o600
     assert stat.S_IMODE(file.parent.stat().st_mode) == 0o700
-    (line,) = file.read_text().splitlines()
-    data = json.loads(line)
+    lines = [json.loads(line) for line in file.read_text().splitlines()]
+    # One line per span as it ends: the file's, then (at exit) the process's startup, which it hung from.
+    names = [data["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["name"] for data in lines]
+    assert names == ["safetensors.open", "loadtrace.startup"]
+    data = lines[0]
     resource_spans = data["resourceSpans"][0]
     span = resource_spans["scopeSpans"][0]["spans"][0]
     assert len(span["traceId"]) == 32 and int(span["traceId"], 16)
@@ -64,7 +67,7 @@ def test_otel_service_name_and_resource_attributes_are_honoured(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     (file,) = (tmp_path / "t").glob("*.jsonl")
-    resource = json.loads(file.read_text())["resourceSpans"][0]["resource"]["attributes"]
+    resource = json.loads(file.read_text().splitlines()[0])["resourceSpans"][0]["resource"]["attributes"]
     values = {a["key"]: next(iter(a["value"].values())) for a in resource}
     assert values["service.name"] == "pretrain-7b"
     assert values["team"] == "ml-infra" and values["deployment.environment"] == "prod"

@@ -1,5 +1,6 @@
 """instrument() / uninstrument() are exact inverses, idempotent, and reach names bound with `from x import y`."""
 
+import accelerate.utils as accelerate_utils
 import pytest
 import safetensors
 import torch
@@ -27,6 +28,10 @@ def targets():
         found[hook.name] = original
     found["modeling_utils.safe_open"] = modeling_utils.safe_open
     found["modeling_utils.convert_and_load_state_dict_in_model"] = modeling_utils.convert_and_load_state_dict_in_model
+    # Bound with ``from x import y`` before loadtrace came: torch.distributed's own broadcast (what accelerate calls as
+    # ``dist.broadcast``) and accelerate.utils' fsdp2_load_full_state_dict.
+    found["torch.distributed.broadcast"] = torch.distributed.broadcast
+    found["accelerate.utils.fsdp2_load_full_state_dict"] = accelerate_utils.fsdp2_load_full_state_dict
     return found
 
 

@@ -74,6 +74,8 @@ def test_static_rendezvous_ranks_share_a_trace_and_jobs_do_not(tmp_path):
         assert sorted(s.resource["loadtrace.rank"] for s in opens) == [0, 1]
         (trace_id,) = {s.trace_id for s in spans}
         (root,) = [s for s in spans if s.name == "loadtrace.job"]
-        assert all(s.parent_span_id == root.span_id for s in opens)
+        startups = {s.resource["loadtrace.rank"]: s for s in spans if s.name == "loadtrace.startup"}
+        assert sorted(startups) == [0, 1] and all(s.parent_span_id == root.span_id for s in startups.values())
+        assert all(s.parent_span_id == startups[s.resource["loadtrace.rank"]].span_id for s in opens)
         traces.append(trace_id)
     assert traces[0] != traces[1]

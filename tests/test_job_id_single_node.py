@@ -145,7 +145,9 @@ def assert_one_trace(traces: Path, output: str, source: str) -> None:
     assert len({s.trace_id for s in spans}) == 1, {(s.resource["loadtrace.rank"], s.trace_id) for s in loads}
     assert {s.resource["loadtrace.job.id_source"] for s in loads} == {source}
     (root,) = [s for s in spans if s.name == "loadtrace.job"]
-    assert all(s.parent_span_id == root.span_id for s in loads)
+    startups = {s.resource["loadtrace.rank"]: s for s in spans if s.name == "loadtrace.startup"}
+    assert all(s.parent_span_id == root.span_id for s in startups.values())
+    assert all(s.parent_span_id == startups[s.resource["loadtrace.rank"]].span_id for s in loads)
     assert "found no job id" not in output
 
 

@@ -7,6 +7,13 @@ from .registry import Hook
 
 
 def all_hooks() -> list[Hook]:
-    from . import safetensors, torch, torchelastic, transformers
+    from . import accelerate, deepspeed, safetensors, torch, torchelastic, transformers
 
-    return [*safetensors.HOOKS, *torch.HOOKS, *transformers.HOOKS, *torchelastic.HOOKS]
+    return [
+        *safetensors.HOOKS,
+        *torch.HOOKS,
+        *transformers.HOOKS,
+        *accelerate.HOOKS,
+        *deepspeed.HOOKS,
+        *torchelastic.HOOKS,
+    ]

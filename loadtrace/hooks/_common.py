@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 from .. import semconv, spans
@@ -55,3 +56,47 @@ class FileCall:
             self.tracing.close_file(scope, error)
             return result
         return self.on_result(result, scope)
+
+
+class Broadcasts:
+    """The weight bytes ``torch.distributed.broadcast`` moved while a broadcast phase is open on this thread
+    (``accelerate.fsdp2_load_full_state_dict``): a call whose source is this rank sent its tensor's bytes, any other
+    call received them. Counted after the call returned, from the tensor it was given (``nbytes``: its local data)."""
+
+    __slots__ = ("sent", "received", "tensors")
+
+    def __init__(self) -> None:
+        self.sent = self.received = self.tensors = 0
+
+    def attributes(self) -> dict[str, int]:
+        return {
+            semconv.BROADCAST_BYTES_SENT: self.sent,
+            semconv.BROADCAST_BYTES_RECEIVED: self.received,
+            semconv.BROADCAST_TENSORS: self.tensors,
+        }
+
+
+broadcasts: ContextVar[Broadcasts | None] = ContextVar("loadtrace_broadcasts", default=None)
+
+
+class Stage:
+    """A startup phase outside loading (accelerate's preparation, ``deepspeed.initialize``): a span from the call to
+    its return; ``prepares``: its end ends the rank's startup (``loadtrace.startup``)."""
+
+    __slots__ = ("tracing", "scope", "token", "prepares", "counted", "counting")
+
+    def __init__(self, tracing: spans.Tracing, name: str, start: dict[str, Any], prepares: bool, counts: bool = False):
+        self.tracing = tracing
+        self.prepares = prepares
+        self.scope, self.token = tracing.enter_stage(name, start)
+        self.counted = Broadcasts() if counts else None
+        self.counting = broadcasts.set(self.counted) if counts else None
+
+    def done(self, result: Any, error: BaseException | None) -> Any:
+        extra: dict[str, Any] = {}
+        if self.counting is not None:
+            broadcasts.reset(self.counting)
+        if self.counted is not None:
+            extra = self.counted.attributes()
+        self.tracing.exit_stage(self.scope, self.token, extra, error, self.prepares)
+        return result

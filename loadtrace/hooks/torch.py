@@ -1,4 +1,5 @@
-"""torch: bytes created by ``zeros_like`` / ``empty_like`` during a load, ``torch.load`` files, and the job id.
+"""torch: bytes created by ``zeros_like`` / ``empty_like`` during a load, ``torch.load`` files, the rendezvous
+(``init_process_group``, and the job id through its store), and the bytes ``broadcast`` moves in a broadcast phase.
 
 ``zeros_like`` is called constantly in training: its hooks are in place only while a load is open, and even then a
 call from a thread that is not loading returns at the first check.
@@ -13,8 +14,8 @@ from types import FrameType
 from typing import Any
 
 from .. import semconv, spans
-from ._common import FileCall, file_attributes, tensor_bytes
-from .registry import Hook
+from ._common import Broadcasts, FileCall, broadcasts, file_attributes, tensor_bytes
+from .registry import Hook, fault
 
 _SKIP_DIRS: tuple[str, ...] = ()
 
@@ -112,27 +113,76 @@ def torch_load(instance, args, kwargs):
     return FileCall(tracing, semconv.SPAN_TORCH_LOAD, attributes, loaded)
 
 
-class PublishJobId:
-    """After ``init_process_group``: a job without a usable id gets one from rank 0 through the store."""
+class Rendezvous:
+    """``init_process_group``: a job without a usable id gets one from rank 0 through the store; then the call
+    becomes a ``torch.init_process_group`` span, made after the fact so that it lands in the job's trace."""
 
-    def __init__(self, tracing: spans.Tracing):
+    __slots__ = ("tracing", "backend", "started")
+
+    def __init__(self, tracing: spans.Tracing, backend: Any):
         self.tracing = tracing
+        self.backend = backend
+        self.started = time.time_ns()
 
     def done(self, result: Any, error: BaseException | None) -> Any:
+        backend = self.backend
         if error is None:
             import torch.distributed as dist
 
-            store = dist.distributed_c10d._get_default_store()
-            self.tracing.job.adopt_from_store(store, dist.get_rank())
-            self.tracing.job_changed()
+            if not self.tracing.job.known:
+                try:
+                    store = dist.distributed_c10d._get_default_store()
+                    self.tracing.job.adopt_from_store(store, dist.get_rank())
+                    self.tracing.job_changed()
+                except Exception as problem:
+                    fault("torch.init_process_group (job id)", problem)
+            try:
+                backend = dist.get_backend()
+            except Exception:
+                pass  # what was asked for, then
+        start = {semconv.RENDEZVOUS_BACKEND: str(backend)} if backend is not None else {}
+        self.tracing.stage_span(semconv.SPAN_INIT_PROCESS_GROUP, self.started, start, error)
         return result
 
 
 def init_process_group(instance, args, kwargs):
     tracing = spans.tracing()
-    if tracing is None or tracing.job.known:
+    if tracing is None:
         return None
-    return PublishJobId(tracing)
+    return Rendezvous(tracing, kwargs.get("backend", args[0] if args else None))
+
+
+class Broadcast:
+    __slots__ = ("counted", "tensor", "src", "group", "group_src")
+
+    def __init__(self, counted: Broadcasts, args: tuple, kwargs: dict):
+        self.counted = counted
+        self.tensor = kwargs.get("tensor", args[0] if args else None)
+        self.src = kwargs.get("src", args[1] if len(args) > 1 else None)
+        self.group = kwargs.get("group", args[2] if len(args) > 2 else None)
+        self.group_src = kwargs.get("group_src")
+
+    def done(self, result: Any, error: BaseException | None) -> Any:
+        if error is None and self.tensor is not None:
+            import torch.distributed as dist
+
+            source = self.src
+            if source is None and self.group_src is not None:
+                source = dist.get_global_rank(self.group or dist.group.WORLD, self.group_src)  # type: ignore[arg-type]
+            nbytes = tensor_bytes(self.tensor)
+            if source == dist.get_rank():
+                self.counted.sent += nbytes
+            else:
+                self.counted.received += nbytes
+            self.counted.tensors += 1
+        return result
+
+
+def broadcast(instance, args, kwargs):
+    """Counted only while a broadcast phase is open on this thread (accelerate's ``fsdp2_load_full_state_dict``);
+    elsewhere (training) the call passes at the first check."""
+    counted = broadcasts.get()
+    return Broadcast(counted, args, kwargs) if counted is not None else None
 
 
 HOOKS = [
@@ -140,4 +190,5 @@ HOOKS = [
     Hook("torch", "empty_like", _materializer("empty_like"), while_loading=True),
     Hook("torch", "load", torch_load),
     Hook("torch.distributed.distributed_c10d", "init_process_group", init_process_group),
+    Hook("torch.distributed.distributed_c10d", "broadcast", broadcast),
 ]
