@@ -143,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PCT",
         help="exit 1 when B's startup (its slowest rank) is more than PCT percent slower than A's (for CI)",
     )
+    compare_.add_argument(
+        "--wide", action="store_true", help="the table in exact bytes, not human sizes (as --format json has them)"
+    )
     compare_.set_defaults(run=run_compare)
 
     timeline_ = commands.add_parser(
@@ -461,7 +464,7 @@ def run_compare(args: argparse.Namespace) -> int:
     job_a = pick_job(jobs_a, args.a_job, args.a, "--a-job", both)
     job_b = pick_job(jobs_b, args.b_job, args.b, "--b-job")
     result = compare(job_a, job_b, args.a, args.b, skipped_a, skipped_b)
-    print(json.dumps(to_json(result), indent=2) if args.format == "json" else render.compare_table(result))
+    print(json.dumps(to_json(result), indent=2) if args.format == "json" else render.compare_table(result, args.wide))
     if args.fail_if_slower is None:
         return EXIT_OK
     return slower_verdict(job_a, job_b, args.fail_if_slower)

@@ -25,7 +25,10 @@ FORECAST_COLUMNS = (
     *("rank", "fixed B", "+ once per job B", "+ own share B", "+ duplicated B", "+ not model B", "= peak RSS B"),
     "range B",
 )
+# The forecast's columns in human sizes, to fit WIDTH; ``--wide`` shows FORECAST_COLUMNS, in exact bytes.
+FORECAST_NARROW_COLUMNS = tuple(name.removesuffix(" B") for name in FORECAST_COLUMNS)
 COMPARE_COLUMNS = ("phase", "rank", "metric", "A", "B", "B - A", "B / A")
+COMPARE_COUNTS = frozenset({"seconds", "count"})  # every other compare metric is bytes: a human size in the table
 WIDTH = 120  # a line of prose (compare's "same:" names) wraps here
 
 
@@ -84,14 +87,15 @@ def ranges(numbers: Sequence[int]) -> str:
 _SIZE = re.compile(r"(\d) (?=[kMGTP]?B\b)")
 
 
-def wrapped(text: str, indent: str) -> str:
-    """Prose wrapped at WIDTH, every line indented; URLs, identifiers and sizes (``1.0 MB``) are never broken."""
+def wrapped(text: str, indent: str, hanging: str | None = None) -> str:
+    """Prose wrapped at WIDTH, every line indented (the second on by ``hanging`` where given); URLs, identifiers and
+    sizes (``1.0 MB``) are never broken."""
     kept = _SIZE.sub("\\1\u00a0", text)
     lines = textwrap.fill(
         kept,
         width=WIDTH,
         initial_indent=indent,
-        subsequent_indent=indent,
+        subsequent_indent=indent if hanging is None else hanging,
         break_long_words=False,
         break_on_hyphens=False,
     )
@@ -139,7 +143,7 @@ def report_table(report: Report, wide: bool = False) -> str:
     if report.skipped_state_files:
         blocks.append(f"{report.skipped_state_files} corrupt, truncated or foreign state files skipped")
     if report.forecast is not None:
-        blocks.append(forecast_text(report.forecast))
+        blocks.append(forecast_text(report.forecast, wide))
     return "\n\n".join(blocks)
 
 
@@ -210,8 +214,10 @@ def findings_text(findings: list[Finding]) -> str:
     return "\n".join(lines)
 
 
-def forecast_text(forecast: Forecast) -> str:
-    """The forecast block: per rank, per node with its range, the node's memory and a verdict nobody can miss."""
+def forecast_text(forecast: Forecast, wide: bool = False) -> str:
+    """The forecast block: per rank, per node with its range, the node's memory and a verdict nobody can miss.
+    The table in human sizes (exact bytes with ``wide``, and in the JSON); its prose wrapped at WIDTH."""
+    cell = number if wide else size
     basis, node = forecast.basis, forecast.basis.node
     given = basis.target.given_as
     lines = [
@@ -223,14 +229,16 @@ def forecast_text(forecast: Forecast) -> str:
     categories = basis.categories
     rows = []
     for rank, peak in forecast.per_rank_peak_bytes.items():
-        cells = [str(rank), number(categories.fixed.ranks[rank].to_bytes)]
+        cells = [str(rank), cell(categories.fixed.ranks[rank].to_bytes)]
         for category in categories.scaled:
             entry = category.ranks.get(rank)
-            cells.append(number(entry.to_growth_bytes) if entry else "-")
+            cells.append(cell(entry.to_growth_bytes) if entry else "-")
         low, high = forecast.per_rank_peak_range_bytes[rank]
-        cells += [number(basis.ranks[rank].not_model_bytes), number(peak), f"{number(low)} - {number(high)}"]
+        cells += [cell(basis.ranks[rank].not_model_bytes), cell(peak), f"{cell(low)} - {cell(high)}"]
         rows.append(cells)
-    lines.append("  " + table(FORECAST_COLUMNS, rows).replace("\n", "\n  "))
+    columns = FORECAST_COLUMNS if wide else FORECAST_NARROW_COLUMNS
+    lines.append("  " + table(columns, rows).replace("\n", "\n  "))
+    prose = len(lines)
     profiles = " + ".join(f"{profile.count} x rank {profile.rank}" for profile in node.profiles)
     low, high = forecast.per_node_peak_range_bytes
     lines.append(
@@ -249,7 +257,8 @@ def forecast_text(forecast: Forecast) -> str:
         lines.append(f"  {what}: {human_bytes(memory)} ({node.node_memory_source})")
         lines.append("  verdict: " + verdict_text(forecast))
     lines.append("  basis: " + basis.text)
-    return "\n".join(lines)
+    title = wrapped(lines[0], "", "    ")
+    return "\n".join([title, *lines[1:prose], *(wrapped(line.lstrip(), "  ", "    ") for line in lines[prose:])])
 
 
 def verdict_text(forecast: Forecast) -> str:
@@ -285,17 +294,24 @@ def compared_job_text(side: ComparedJob) -> str:
     return text + (f"  run {side.run + 1}" if side.run else "")
 
 
-def compare_table(comparison: Comparison) -> str:
-    """The phase rows, then each parameter that differs with both values, then one line naming those that agree."""
+def compare_table(comparison: Comparison, wide: bool = False) -> str:
+    """The phase rows (bytes in human sizes; exact with ``wide``, and in the JSON), then each parameter that differs
+    with both values, then one line naming those that agree."""
+
+    def cell(metric: str, value: float | int | None, sign: bool = False) -> str:
+        if wide or metric in COMPARE_COUNTS or value is None or isinstance(value, float):
+            return signed(value) if sign else number(value)
+        return ("+" if sign and value > 0 else "") + size(value)
+
     lines = [f"A: {compared_job_text(comparison.a)}", f"B: {compared_job_text(comparison.b)}", ""]
     rows = [
         [
             row.phase,
             str(row.rank),
             row.metric,
-            number(row.a),
-            number(row.b),
-            signed(row.difference),
+            cell(row.metric, row.a),
+            cell(row.metric, row.b),
+            cell(row.metric, row.difference, sign=True),
             "-" if row.ratio is None else f"{row.ratio:.2f}x",
         ]
         for row in comparison.phases

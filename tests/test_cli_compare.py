@@ -40,7 +40,10 @@ def test_compare_table_lists_phases_then_what_differs(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("A: ") and "\nB: " in out
     materialize = [line for line in out.splitlines() if line.split()[:3] == ["materialize", "1", "bytes"]]
-    assert materialize and materialize[0].split()[3:] == ["1,009,216", "64", "-1,009,152", "0.00x"]
+    assert materialize and materialize[0].split()[3:] == ["1.0", "MB", "64", "B", "-1.0", "MB", "0.00x"]
+    assert main(["compare", job_dir(tmp_path, "5.12.0"), job_dir(tmp_path, "5.24.0"), "--wide"]) == 0
+    wide = [line for line in capsys.readouterr().out.splitlines() if line.split()[:3] == ["materialize", "1", "bytes"]]
+    assert wide[0].split()[3:] == ["1,009,216", "64", "-1,009,152", "0.00x"]  # exact bytes, as in the JSON
     assert "what differs:" in out and "loadtrace.lib.transformers  5.12.0  5.24.0" in out
 
 
