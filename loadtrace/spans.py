@@ -6,6 +6,9 @@ are tracked per thread of control (a context variable), so a ``zeros_like`` is c
 called; file scopes belong to the load that opened them, so reads made in transformers' worker threads are charged to
 the right file and load without any context crossing threads.
 
+OpenTelemetry is imported, and the process's SDK, files, monitor thread and state built, at the first span of any kind
+(``Tracing.provider``): a process that never opens one pays for none of it.
+
 The state file says at every moment what the process is doing and has done (status, the load and phase open, every
 count), exact even at a SIGKILL; a termination signal while loading ends the open spans with what they counted
 (termination.py); a load that raises says so (``error.type``) and the exception goes on unchanged.
@@ -21,17 +24,20 @@ import time
 from collections.abc import Iterable
 from contextvars import ContextVar, Token
 from enum import Enum
-from typing import Any, Protocol
-
-from opentelemetry import trace
-from opentelemetry.trace import Status, StatusCode
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import attributes, context, semconv, statefile, termination
 from ._log import warn_once
+from .activation import importing
 from .ledger import Ledger
 from .memory import Memory, Peak, limits, oom_kill_count, process_memory
-from .provider import Provider, bounded
 from .settings import Settings
+from .termination import bounded
+
+if TYPE_CHECKING:
+    from opentelemetry import trace
+
+    from .provider import Provider
 
 
 class ScopeKind(Enum):
@@ -119,9 +125,8 @@ class Tracing:
     ):
         self.settings = settings
         self.job = context.Job(settings.job_id)
-        self.provider = Provider(
-            settings, self.job, tracer_provider, at_exit=self.shutdown, on_sample=self._raise_rss_peak
-        )
+        self._given = tracer_provider
+        self._provider: Provider | None = None  # made at the first span: see ``provider``
         self.listener = listener
         self.handlers = termination.Handlers(self._terminated)
         self._open_files: set[Scope] = set()  # ended at exit if the job never closed them
@@ -135,9 +140,28 @@ class Tracing:
         self._shut_down = False
 
     @property
+    def provider(self) -> Provider:
+        """This process's OpenTelemetry set-up (provider.py), made by the first span of any kind: the SDK is imported
+        then, from whichever thread opens it, with forks held back meanwhile (``activation.importing``)."""
+        provider = self._provider
+        if provider is None:
+            with importing():
+                if self._provider is None:
+                    from .provider import Provider
+
+                    made = Provider(
+                        self.settings, self.job, self._given, at_exit=self.shutdown, on_sample=self._raise_rss_peak
+                    )
+                    made.build()  # the SDK, files, state and monitor now, while forks wait
+                    self._provider = made
+                provider = self._provider
+        return provider
+
+    @property
     def state(self) -> statefile.Writer | None:
         """The process's state file, once the first span made the provider (None before, or in a forked child)."""
-        return self.provider.state
+        provider = self._provider
+        return provider.state if provider is not None else None
 
     def shutdown(self) -> None:
         """End the files the job left open, then flush (bounded); the state says the process exited (not died)."""
@@ -146,7 +170,8 @@ class Tracing:
         self._shut_down = True
         self._update_state(self._exited)
         self.handlers.restore()
-        self.provider.shutdown()
+        if self._provider is not None:
+            self._provider.shutdown()
 
     def _exited(self, state: statefile.Writer) -> None:
         if state["status"] != statefile.STATUS_SIGNALLED:
@@ -165,7 +190,8 @@ class Tracing:
         self._loose_phases = set()
         self._loads_open = 0
         self._lock = threading.Lock()
-        self.provider.after_fork()
+        if self._provider is not None:
+            self._provider.after_fork()
 
     def job_changed(self) -> None:
         """The job id was adopted from the process group's store: the state names the job and trace spans go to."""
@@ -191,7 +217,7 @@ class Tracing:
         # The job's own exception, raised on unchanged. Its message can name files: kept only when paths may be shown.
         if not self.settings.redact_paths:
             span.record_exception(error)
-        span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+        self.provider.set_error(span, type(error).__name__)
 
     # The state file ---------------------------------------------------------------------------------------------
 
@@ -319,7 +345,8 @@ class Tracing:
 
         def work() -> None:
             self._end_open_scopes(name)
-            self.provider.force_flush(max(0.0, deadline - time.monotonic()))
+            if self._provider is not None:
+                self._provider.force_flush(max(0.0, deadline - time.monotonic()))
 
         if not bounded(work, timeout_s, "loadtrace-signal-flush"):
             warn_once("export", f"gave up flushing spans after {timeout_s:g} s on {name}")
@@ -344,8 +371,8 @@ class Tracing:
     def _start(
         self, name: str, start: dict[str, Any] | None, parent: Scope | None, start_time: int | None = None
     ) -> trace.Span:
-        parent_context = trace.set_span_in_context(parent.span) if parent is not None else self.provider.job_context()
-        return self.provider.tracer.start_span(name, context=parent_context, attributes=start, start_time=start_time)
+        provider = self._provider or self.provider
+        return provider.start_span(name, parent.span if parent is not None else None, start, start_time)
 
     def _measure_from_now(self, scope: Scope) -> Memory:
         reading = process_memory()
@@ -498,7 +525,7 @@ class Tracing:
                     span.set_attribute(semconv.ERROR_TYPE, type(error).__name__)
             if signal_name is not None:
                 span.set_attribute(semconv.EXIT_SIGNAL, signal_name)
-                span.set_status(Status(StatusCode.ERROR, signal_name))
+                self.provider.set_error(span, signal_name)
         span.end(end_time=end_time)
 
     # Records from hooks -----------------------------------------------------------------------------------------
