@@ -31,6 +31,8 @@ from ._log import warn_once
 from .activation import importing
 from .ledger import Ledger
 from .memory import Memory, Peak, limits, oom_kill_count, process_memory
+from .monitor import Monitor
+from .monitor import record as monitor_record
 from .settings import Settings
 from .termination import bounded
 
@@ -354,6 +356,10 @@ class Tracing:
     def _end_open_scopes(self, signal_name: str) -> None:
         """Files, then phases, then loads (innermost first): each with its attributes so far."""
         reading = process_memory()
+        monitor = self._monitor()
+        if monitor is not None:
+            phases = [*self._loose_phases, *(phase for load in self._open_loads for phase in load.phases.values())]
+            monitor.settle(phases, reading)
         for file in list(self._open_files):
             self._open_files.discard(file)
             self._finish(file, signal_name=signal_name)
@@ -374,19 +380,42 @@ class Tracing:
         provider = self._provider or self.provider
         return provider.start_span(name, parent.span if parent is not None else None, start, start_time)
 
+    def _monitor(self) -> Monitor | None:
+        provider = self._provider
+        return provider.monitor if provider is not None else None
+
     def _measure_from_now(self, scope: Scope) -> Memory:
+        """A load's memory at its start, read here and now (exact: its storage reads and high-water mark start here)."""
         reading = process_memory()
         scope.memory_before = reading
         scope.peak = Peak.starting_at(reading)
-        if self.provider.monitor is not None:
-            self.provider.monitor.opened(scope)
+        monitor = self._monitor()
+        if monitor is not None:
+            monitor.opened(scope)
         return reading
 
-    def _measure_until_now(self, scope: Scope) -> None:
+    def _measure_until_now(self, scope: Scope) -> Memory:
         scope.memory_after = reading = process_memory()
-        if self.provider.monitor is not None:
-            self.provider.monitor.closed(scope)
+        monitor = self._monitor()
+        if monitor is not None:
+            monitor.closed(scope)
         self._raise_rss_peak(reading)
+        return reading
+
+    def _phase_boundary(self, phase: Scope, left: bool) -> None:
+        """A phase's memory when entered or left: read by the monitor thread at once, off the loading thread (here
+        only when there is no monitor)."""
+        monitor = self._monitor()
+        if monitor is None:
+            reading = process_memory()
+            monitor_record(phase, left, reading)
+            self._raise_rss_peak(reading)
+            return
+        if left:
+            monitor.closed(phase)
+        else:
+            monitor.opened(phase)
+        monitor.mark(phase, left)
 
     def start_load(self, name: str, start: dict[str, Any]) -> tuple[Scope, ActiveToken]:
         stack = _active.get()
@@ -405,7 +434,10 @@ class Tracing:
         _active.reset(token)
         if self.listener is not None:
             self.listener.load_closed()
-        self._measure_until_now(scope)
+        reading = self._measure_until_now(scope)
+        monitor = self._monitor()
+        if monitor is not None:
+            monitor.settle(scope.phases.values(), reading)  # boundaries the monitor has not read yet: now
         for phase in scope.phases.values():
             self._finish(phase, phase.last_end)
         for file in scope.files:
@@ -424,9 +456,9 @@ class Tracing:
                 load.phases[name] = phase
             else:
                 self._loose_phases.add(phase)
-            self._raise_rss_peak(self._measure_from_now(phase))
-        elif self.provider.monitor is not None:
-            self.provider.monitor.opened(phase)
+            self._phase_boundary(phase, left=False)
+        elif (monitor := self._monitor()) is not None:
+            monitor.opened(phase)
         phase.calls += 1
         token = _active.set(stack + (phase,))
         self._update_state(self._state_phase, phase)
@@ -435,11 +467,14 @@ class Tracing:
     def exit_phase(self, phase: Scope, token: ActiveToken, error: BaseException | None) -> None:
         _active.reset(token)
         phase.last_end = time.time_ns()
-        self._measure_until_now(phase)
+        self._phase_boundary(phase, left=True)
         if error is not None and phase.recording and not phase.ended:
             self._record_error(phase.span, error)
         if phase.load is None:
             self._loose_phases.discard(phase)
+            monitor = self._monitor()
+            if monitor is not None:
+                monitor.settle((phase,), process_memory())  # a phase outside loads ends now: its span needs them
             self._finish(phase, phase.last_end)
         self._update_state(self._state_phase, phase)
 
