@@ -16,6 +16,7 @@ from typing import Any
 
 from . import semconv
 from ._log import warn_once
+from .activation import HOOKED_PACKAGES as HOOKED_LIBRARIES  # their versions go on the resource
 
 # Where each launcher puts rank, local rank, world size, local world size, node rank; first match wins.
 LAUNCHERS: tuple[tuple[str, tuple[str, str, str, str | None, str | None]], ...] = (
@@ -49,7 +50,6 @@ JOB_ID_VARIABLES = (
 # TORCHELASTIC_RUN_ID=none on every node of every job: trusting it would merge unrelated jobs into one trace.
 PLACEHOLDER_JOB_IDS = frozenset({"", "none", "null", "default", "unknown", "0"})
 
-HOOKED_LIBRARIES = ("torch", "transformers", "safetensors", "accelerate", "deepspeed")
 STORE_KEY = "loadtrace/job_id"
 # Where a job id came from (``loadtrace.job.id_source``) besides the variable's own name.
 SOURCE_EXPLICIT = "LOADTRACE_JOB_ID"

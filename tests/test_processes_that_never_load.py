@@ -137,6 +137,13 @@ def test_a_fork_while_the_first_span_imports_the_sdk_does_not_hang_the_child(tmp
     assert int(count) >= 3 and hung == "0", result.stdout
 
 
+def test_every_hook_lives_in_a_watched_package():
+    from loadtrace.activation import HOOKED_PACKAGES
+    from loadtrace.hooks import all_hooks
+
+    assert {hook.module.partition(".")[0] for hook in all_hooks()} <= set(HOOKED_PACKAGES)
+
+
 def test_the_pth_entry_takes_the_same_values_as_on_as_settings():
     source = open(_activate.__file__).read()
     assert '("1", "true", "yes", "on")' in source and settings.TRUE == frozenset({"1", "true", "yes", "on"})

@@ -71,7 +71,20 @@ def bench_never(rounds: int, work: Path) -> dict[str, Any]:
             arm["extra_min_rss_mb"] = arm["min_rss_mb"] - off["min_rss_mb"]
             arm["extra_median_rss_mb"] = arm["median_rss_mb"] - off["median_rss_mb"]
         result[title] = arms
+    result["import_us"] = activation_import_us(envs["LOADTRACE=1"], rounds)
     return result
+
+
+def activation_import_us(env: dict[str, str], rounds: int) -> float:
+    """What ``LOADTRACE=1`` adds to a bare interpreter's start, measured inside it: the cumulative ``-X importtime``
+    of ``loadtrace._activate`` (everything the ``.pth`` line imports), the minimum over ``rounds`` processes."""
+    best = float("inf")
+    for _ in range(rounds):
+        err = subprocess.run([PY, "-X", "importtime", "-c", "pass"], env=env, capture_output=True, text=True).stderr
+        for line in err.splitlines():
+            if line.rstrip().endswith("loadtrace._activate"):
+                best = min(best, float(line.split("|")[1]))
+    return best
 
 
 # fit ----------------------------------------------------------------------------------------------------------------
@@ -102,10 +115,11 @@ def cmd_fit(argv: list[str]) -> int:
             for arm in order:
                 hooks.install() if arm == "on" else hooks.uninstall()
                 gc.collect()
-                c0, t0 = time.process_time(), time.perf_counter()
+                c0, l0, t0 = time.process_time(), time.thread_time(), time.perf_counter()
                 model = AutoModelForCausalLM.from_pretrained(ckpt)
                 row[arm] = time.perf_counter() - t0
                 row[arm + " cpu"] = time.process_time() - c0
+                row[arm + " thread"] = time.thread_time() - l0
                 del model
             hooks.install()
             rows.append(row)
@@ -131,7 +145,9 @@ def bench_fit(ckpts: list[tuple[Path, int, int]], rounds: int, work: Path) -> di
     """``ckpts``: (directory, tensors, files) of two checkpoints."""
     out = work / "results" / "fit.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    env = clean_env(LOADTRACE="1", LOADTRACE_DIR=str(work / "traces" / "fit"))
+    # Every tensor read on the loading thread (transformers' own switch), so that thread's CPU time holds all of
+    # loadtrace's per-tensor work: the steadiest measure on a shared machine, where other jobs' CPU is not in it.
+    env = clean_env(LOADTRACE="1", LOADTRACE_DIR=str(work / "traces" / "fit"), HF_DEACTIVATE_ASYNC_LOAD="1")
     run_checked(
         worker("_fit", rounds, out, *(c for c, _, _ in ckpts)), env, 3600, work / "results" / "fit.log", cwd=work
     )
@@ -140,7 +156,7 @@ def bench_fit(ckpts: list[tuple[Path, int, int]], rounds: int, work: Path) -> di
     for ckpt, tensors, files in ckpts:
         mine = [row for row in rows if row["ckpt"] == str(ckpt)]
         entry: dict[str, Any] = {"tensors": tensors, "files": files, "rounds": len(mine)}
-        for unit, suffix in (("wall", ""), ("cpu", " cpu")):
+        for unit, suffix in (("wall", ""), ("cpu", " cpu"), ("thread", " thread")):
             off = [row["off" + suffix] for row in mine]
             entry[f"{unit}_off_median_s"] = statistics.median(off)
             entry[f"{unit}_on_median_ms"] = (
@@ -158,7 +174,7 @@ def bench_fit(ckpts: list[tuple[Path, int, int]], rounds: int, work: Path) -> di
         sizes.append(entry)
     fit: dict[str, Any] = {"sizes": sizes}
     (small, large) = sorted(sizes, key=lambda entry: entry["tensors"])
-    for unit in ("wall", "cpu"):
+    for unit in ("wall", "cpu", "thread"):
         for stat in ("median", "min"):
             a, b = small[f"{unit}_on_{stat}_ms"], large[f"{unit}_on_{stat}_ms"]
             per_tensor_us = (b - a) / (large["tensors"] - small["tensors"]) * 1e3
@@ -167,7 +183,37 @@ def bench_fit(ckpts: list[tuple[Path, int, int]], rounds: int, work: Path) -> di
                 "fixed_ms": a - per_tensor_us * small["tensors"] / 1e3,
             }
     fit["first_span_ms"] = first_span_ms()
+    fit["slice_us"] = slice_cost_us()
     return fit
+
+
+SLICE_COST = r"""
+import json, time, safetensors, safetensors.torch, torch, loadtrace
+path = "/tmp/loadtrace-bench-slices.safetensors"
+safetensors.torch.save_file({f"t{i}": torch.ones(64) for i in range(2000)}, path)
+names = [f"t{i}" for i in range(2000)]
+bare = safetensors.safe_open(path, framework="pt")
+loadtrace.instrument()
+with loadtrace.traced_load("slices"):
+    traced = safetensors.safe_open(path, framework="pt")
+    best = {"bare": 1e9, "traced": 1e9}
+    for _ in range(40):
+        for label, handle in (("bare", bare), ("traced", traced)):
+            t = time.thread_time_ns()
+            for name in names:
+                handle.get_slice(name)[...]
+            best[label] = min(best[label], (time.thread_time_ns() - t) / len(names) / 1e3)
+print(json.dumps(best))
+"""
+
+
+def slice_cost_us() -> dict[str, float]:
+    """``get_slice(name)[...]`` per tensor, bare and through loadtrace's proxies (best of 40 interleaved blocks of
+    2,000, thread CPU time): the per-tensor floor of a default-detail load."""
+    env = clean_env(LOADTRACE_DIR="/tmp/loadtrace-bench-slices")
+    found = json.loads(subprocess.run([PY, "-c", SLICE_COST], env=env, capture_output=True, text=True).stdout)
+    found["extra"] = found["traced"] - found["bare"]
+    return found
 
 
 # state --------------------------------------------------------------------------------------------------------------

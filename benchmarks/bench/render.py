@@ -308,7 +308,7 @@ def render_never(never: dict[str, Any]) -> list[str]:
     ]
     rows = []
     for title, arms in never.items():
-        if title == "rounds":
+        if title in ("rounds", "import_us"):
             continue
         for arm, e in arms.items():
             rows.append(
@@ -326,7 +326,13 @@ def render_never(never: dict[str, Any]) -> list[str]:
             )
     headers = ["process", "arm", "min ms", "median ms", "extra min ms", "extra median ms"]
     headers += ["peak RSS MB (min)", "extra peak MB (min)", "extra peak MB (median)"]
-    return [*out, table(headers, rows)]
+    exact = (
+        f"\nMeasured inside the process (`-X importtime`, min of {never['rounds']}): all that `loadtrace.pth` imports "
+        f"with `LOADTRACE=1` takes {never['import_us'] / 1e3:.2f} ms."
+        if "import_us" in never
+        else ""
+    )
+    return [*out, table(headers, rows), exact]
 
 
 def render_fit(fit: dict[str, Any]) -> list[str]:
@@ -341,17 +347,22 @@ def render_fit(fit: dict[str, Any]) -> list[str]:
                 f"{e['wall_on_min_ms']:+.1f} ({e['wall_null_min_ms']:+.1f})",
                 f"{e['wall_ratio_median']:.3f} ({e['wall_null_ratio_median']:.3f})",
                 f"{e['cpu_on_median_ms']:+.1f} ({e['cpu_null_median_ms']:+.1f})",
+                f"{e['thread_on_median_ms']:+.1f} ({e['thread_null_median_ms']:+.1f})",
+                f"{e['thread_on_min_ms']:+.1f} ({e['thread_null_min_ms']:+.1f})",
             ]
         )
     headers = ["checkpoint", "rounds", "off s (median)", "on - off ms, median pair (null)"]
     headers += ["min on - min off ms (null)", "on / off median ratio (null)", "CPU on - off ms, median pair (null)"]
+    headers += ["loading thread CPU on - off ms, median pair (null)", "loading thread CPU, min on - min off ms (null)"]
     fits = [
         f"{name}: {fit[key]['fixed_ms']:+.2f} ms per load + {fit[key]['per_tensor_us']:+.3f} µs per tensor"
         for key, name in (
+            ("thread_min", "**loading thread CPU, minima**"),
+            ("thread_median", "loading thread CPU, median pairs"),
             ("wall_median", "wall, median pairs"),
             ("wall_min", "wall, minima"),
-            ("cpu_median", "CPU, median pairs"),
-        )  # fmt: skip
+            ("cpu_median", "process CPU, median pairs"),
+        )
     ]
     return [
         "\n### Default detail: fixed cost per load and cost per tensor (warm loads in one process, hooks off / on / "
@@ -359,7 +370,10 @@ def render_fit(fit: dict[str, Any]) -> list[str]:
         table(headers, rows),
         "\nFit through the two sizes: " + "; ".join(fits) + ". "
         f"Once per process, the first span sets up OpenTelemetry (import and provider): {fit['first_span_ms']:.1f} ms "
-        "(min of 5 processes that imported torch and transformers).",
+        "(min of 5 processes that imported torch and transformers). "
+        f"`get_slice(name)[...]` per tensor: {fit['slice_us']['bare']:.2f} µs bare, {fit['slice_us']['traced']:.2f} µs "
+        f"through loadtrace's proxies, **{fit['slice_us']['extra']:+.2f} µs** (best of 40 interleaved blocks, thread "
+        "CPU time).",
     ]
 
 
