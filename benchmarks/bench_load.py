@@ -19,6 +19,9 @@ What it measures (see benchmarks/README.md for the figures and why each method w
 (c) spans per rank at default detail, on that checkpoint and on a ~20,000-tensor one.
 (d) ``loadtrace report DIR --format json`` over 64 ranks' files of the 20,000-tensor load.
 (e) ``torch.zeros_like`` / ``empty_like`` outside a load: bare vs wrapped by loadtrace.
+(never, fit, state) issue 16: processes that never load (``python -c pass``, ``import torch``) with ``LOADTRACE=1``
+    vs unset; the fixed cost per load and the cost per tensor, fitted over warm loads of two sizes in one process;
+    what the dying-rank state and the termination handlers cost per load (``bench/cost.py``).
 
 Run it with the venv's Python (it must have torch, transformers and an installed loadtrace); ``--only a,acct`` runs
 parts. Internal subcommands (``_load``, ``_ab``, ``_account``, ``_micro``, ``_checkpoint``, ``_unpatched``) are the
@@ -39,6 +42,7 @@ from typing import Any
 from bench.ab import bench_ab, cmd_ab
 from bench.account import bench_account, cmd_account
 from bench.common import loadavg, log
+from bench.cost import bench_fit, bench_never, bench_state, cmd_fit, cmd_state
 from bench.loads import cmd_load, interleave, run_load
 from bench.micro import bench_micro, cmd_micro
 from bench.render import render
@@ -56,8 +60,10 @@ WORKERS = {
     "_micro": cmd_micro,
     "_checkpoint": cmd_checkpoint,
     "_unpatched": cmd_unpatched,
+    "_fit": cmd_fit,
+    "_state": cmd_state,
 }
-PARTS = "a,b,ddp,acct,ab,c,d,e"
+PARTS = "never,fit,state,a,b,ddp,acct,ab,c,d,e"
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -79,6 +85,21 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def commit() -> str:
+    """The measured code's commit (and whether the tree differs from it)."""
+    import subprocess
+
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True).stdout
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "loadtrace"], cwd=here.parent, capture_output=True, text=True
+        ).stdout
+    except OSError:
+        return "?"
+    return head.strip() + (" + uncommitted changes" if dirty.strip() else "")
+
+
 def meta(quick: bool) -> dict[str, Any]:
     import importlib.metadata as md
 
@@ -89,6 +110,7 @@ def meta(quick: bool) -> dict[str, Any]:
         "torch": md.version("torch"),
         "transformers": md.version("transformers"),
         "mode": "quick" if quick else "full",
+        "commit": commit(),
         "loadavg_start": loadavg(),
     }
 
@@ -130,7 +152,25 @@ def spans_and_report(res: dict[str, Any], args: argparse.Namespace, many_dir: Pa
         res["report"] = bench_report(args.work / "report-64", 3 if args.quick else 7, args.work)
 
 
+def run_cost(res: dict[str, Any], args: argparse.Namespace, moe_dir: Path, many_dir: Path) -> None:
+    """Issue 16: processes that never load; the fixed / per-tensor fit; the dying-rank state and signal handlers."""
+    if "never" in args.parts:
+        rounds = 6 if args.quick else 20
+        log(f"(never) processes that never load: {rounds} interleaved rounds")
+        res["never"] = bench_never(rounds, args.work)
+    if "fit" in args.parts:
+        rounds = 3 if args.quick else 12
+        log(f"(fit) warm loads of two sizes, hooks off / on / off: {rounds} rounds")
+        moe, many = res["checkpoints"]["moe"], res["checkpoints"]["many"]
+        sizes = [(moe_dir, moe["tensors"], len(moe["files"])), (many_dir, many["tensors"], len(many["files"]))]
+        res["fit"] = bench_fit(sizes, rounds, args.work)
+    if "state" in args.parts:
+        log("(state) state file and termination handlers per load")
+        res["state"] = bench_state(moe_dir, args.work)
+
+
 def run_parts(res: dict[str, Any], args: argparse.Namespace, moe_dir: Path, many_dir: Path) -> None:
+    run_cost(res, args, moe_dir, many_dir)
     if "a" in args.parts:
         log("(a) interpreter start")
         res["start"] = bench_start(args.work, 10 if args.quick else 40)

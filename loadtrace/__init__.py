@@ -1,14 +1,16 @@
 """loadtrace: OpenTelemetry spans for distributed model loading.
 
 Set ``LOADTRACE=1`` in a job's environment and nothing else, or call ``instrument()`` yourself. Importing this package
-is cheap: OpenTelemetry and the hooks load only when tracing is turned on.
+is cheap (it runs in every process of a traced job): the hooks load with the first hooked library, OpenTelemetry at
+the first span.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import TracebackType
+    from typing import Any
 
 __version__ = "0.1.0"
 __all__ = ["instrument", "uninstrument", "traced_load", "__version__"]
@@ -19,46 +21,44 @@ def instrument(**kwargs: Any) -> None:
 
     ``tracer_provider=`` sends spans to your own provider instead of loadtrace's files / OTLP export.
     """
-    from .instrumentor import LoadtraceInstrumentor
+    from . import activation
 
-    instrumentor = LoadtraceInstrumentor()
-    if not instrumentor.is_instrumented_by_opentelemetry:  # idempotent without BaseInstrumentor's warning
-        instrumentor.instrument(**kwargs)
+    activation.instrument(kwargs.get("settings"), kwargs.get("tracer_provider"))
 
 
 def uninstrument() -> None:
     """Remove every hook ``instrument()`` installed, exactly; flush what was traced. Idempotent."""
-    from .instrumentor import LoadtraceInstrumentor
+    from . import activation
 
-    instrumentor = LoadtraceInstrumentor()
-    if instrumentor.is_instrumented_by_opentelemetry:
-        instrumentor.uninstrument()
+    activation.uninstrument()
 
 
-@contextmanager
-def traced_load(name: str) -> Iterator[None]:
+class traced_load:  # noqa: N801 - used as a function: ``with loadtrace.traced_load(name):``
     """Trace your own loading code as one load: a ``loadtrace.load`` span (``semconv.SPAN_LOAD``) with the load totals.
 
     A no-op when loadtrace is not instrumented.
     """
-    from . import semconv, spans
 
-    tracing = spans.tracing()
-    opened = None
-    if tracing is not None:
-        try:
-            opened = tracing.start_load(semconv.SPAN_LOAD, {semconv.LOAD_NAME: name})
-        except Exception:
-            pass
-    error: BaseException | None = None
-    try:
-        yield
-    except BaseException as raised:
-        error = raised
-        raise
-    finally:
-        if tracing is not None and opened is not None:
+    def __init__(self, name: str):
+        self.name = name
+        self._tracing: Any = None
+        self._opened: Any = None
+
+    def __enter__(self) -> None:
+        from . import semconv, spans
+
+        self._tracing = tracing = spans.tracing()
+        if tracing is not None:
             try:
-                tracing.end_load(*opened, {}, error)
+                self._opened = tracing.start_load(semconv.SPAN_LOAD, {semconv.LOAD_NAME: self.name})
+            except Exception:
+                pass
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        if self._tracing is not None and self._opened is not None:
+            try:
+                self._tracing.end_load(*self._opened, {}, error)
             except Exception:
                 pass

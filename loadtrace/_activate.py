@@ -1,16 +1,21 @@
-"""Imported by ``loadtrace.pth`` at interpreter start when ``LOADTRACE`` is set: settings, then instrument.
+"""Imported by ``loadtrace.pth`` at interpreter start when ``LOADTRACE`` is set: watch for the first hooked library
+(``activation.watch``).
 
-Runs in every process of the job, before the job's own code; it must never raise.
+Runs in every process of the job, before the job's own code, and most never load anything: it imports only modules
+the interpreter has already loaded, and must never raise.
 """
 
+import os
+
 try:
-    from .settings import from_env
+    if os.environ.get("LOADTRACE", "").strip().lower() in ("1", "true", "yes", "on"):  # settings.TRUE (tested)
+        from .activation import watch
 
-    _settings = from_env()
-    if _settings.enabled and not _settings.sdk_disabled:
-        from .instrumentor import LoadtraceInstrumentor
+        watch()
+    else:  # a value the .pth line lets through but settings does not take as on: said once
+        from .settings import from_env
 
-        LoadtraceInstrumentor().instrument(settings=_settings)
+        from_env()
 except Exception as _error:  # pragma: no cover - the last line of defence
     from ._log import warn_once
 

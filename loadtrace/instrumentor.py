@@ -1,4 +1,8 @@
-"""loadtrace as an OpenTelemetry instrumentation (``opentelemetry_instrumentor`` entry point ``loadtrace``)."""
+"""loadtrace as an OpenTelemetry instrumentation (``opentelemetry_instrumentor`` entry point ``loadtrace``).
+
+The work is ``activation.instrument`` / ``uninstrument``, which ``loadtrace.instrument()`` and ``LOADTRACE=1`` use too
+(without importing ``opentelemetry.instrumentation``: ~80 ms); this class only adapts them to ``BaseInstrumentor``.
+"""
 
 from __future__ import annotations
 
@@ -8,44 +12,35 @@ from typing import Any
 # That module says ``# type: ignore`` of itself, so mypy sees no names in it (and none where OTel is not installed).
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined, unused-ignore]
 
-from . import settings as settings_module
-from . import spans
-from .hooks import all_hooks
+from . import activation
+from .activation import registry as registry
 from .hooks.registry import Registry
 
 
 class LoadtraceInstrumentor(BaseInstrumentor):
     """Hooks safetensors, torch and transformers where they are installed; none is required.
 
-    One per process (``BaseInstrumentor`` is a singleton), and the owner of this process's loadtrace state: the hook
-    registry, kept for the process's life (wrapt keeps post-import hooks forever), and the ``spans.Tracing`` that
-    the hooks read, made anew by each ``instrument()``.
+    One per process (``BaseInstrumentor`` is a singleton). Whether it is instrumented is the process's state, however
+    it was instrumented (``loadtrace.instrument()``, ``LOADTRACE=1`` or this class).
     """
 
-    _registry: Registry | None = None
+    @property  # type: ignore[misc, unused-ignore]
+    def _is_instrumented_by_opentelemetry(self) -> bool:
+        return activation.instrumented()
+
+    @_is_instrumented_by_opentelemetry.setter
+    def _is_instrumented_by_opentelemetry(self, value: bool) -> None:
+        pass  # BaseInstrumentor sets it after (un)instrumenting: activation already knows
 
     @property
     def registry(self) -> Registry:
-        if self._registry is None:
-            self._registry = Registry(all_hooks())
-        return self._registry
+        return activation.registry()
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return ()
 
     def _instrument(self, **kwargs: Any) -> None:
-        current = kwargs.get("settings") or settings_module.from_env()
-        spans.set_tracing(spans.Tracing(current, kwargs.get("tracer_provider"), listener=self.registry))
-        self.registry.install()
+        activation.instrument(kwargs.get("settings"), kwargs.get("tracer_provider"))
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        self.registry.uninstall()
-        tracing = spans.tracing()
-        spans.set_tracing(None)
-        if tracing is not None:
-            tracing.shutdown()
-
-
-def registry() -> Registry:
-    """The process's hook registry (benchmarks take hooks out and put them back between loads)."""
-    return LoadtraceInstrumentor().registry
+        activation.uninstrument()

@@ -1,9 +1,10 @@
 """This process's OpenTelemetry SDK and state file: resource, span processors, the job's root span, the bounded flush.
 
-Set up on first use, so processes that never load anything (the launcher, pip, a DataLoader worker) create no files
-and say nothing; set up again in a forked child, which is a process of its own. The state file (statefile.py) is made
-with it: beside the trace file, or in a private temporary directory when spans go only over OTLP, or in anonymous
-memory when neither can be written (the same code runs either way), and announced to a witnessing launcher.
+Imported and set up at the first span (``spans.Tracing.provider``), so processes that never load anything (the
+launcher, pip, a DataLoader worker) import no OpenTelemetry, create no files and say nothing; set up again in a forked
+child, which is a process of its own. The state file (statefile.py) is made with it: beside the trace file, or in a
+private temporary directory when spans go only over OTLP, or in anonymous memory when neither can be written (the same
+code runs either way), and announced to a witnessing launcher.
 """
 
 from __future__ import annotations
@@ -14,19 +15,21 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from . import __version__, context, export, semconv, statefile, witness
 from ._log import warn_once
 from .memory import Memory
 from .monitor import Monitor
 from .settings import Settings
+from .termination import bounded
 
 # The state files of this process, by path: a second ``instrument()`` reuses its predecessor's rather than truncating
 # a file whose pages old proxies may still count into (a store past the end of a mapped file is a SIGBUS).
@@ -64,6 +67,10 @@ class Provider:
                 if self._tracer is None:
                     self._tracer = self._build()
         return self._tracer
+
+    def build(self) -> None:
+        """Set up now rather than at the first ``tracer``."""
+        _ = self.tracer
 
     def _build(self) -> trace.Tracer:
         try:
@@ -162,6 +169,17 @@ class Provider:
         for processor in processors:
             processor.on_end(root)
 
+    def start_span(
+        self, name: str, parent: trace.Span | None, attributes: dict[str, Any] | None, start_time: int | None
+    ) -> trace.Span:
+        """A span under ``parent``, else under the job's root span."""
+        context = trace.set_span_in_context(parent) if parent is not None else self.job_context()
+        return self.tracer.start_span(name, context=context, attributes=attributes, start_time=start_time)
+
+    @staticmethod
+    def set_error(span: trace.Span, description: str) -> None:
+        span.set_status(Status(StatusCode.ERROR, description))
+
     def job_context(self) -> otel_context.Context:
         """The OTel context whose parent is the job's root span: every rank derives the same one."""
         trace_id, span_id = semconv.job_trace_ids(self.job.id or self.job.fallback_id())
@@ -204,20 +222,3 @@ def describe(writer: statefile.Writer, identity: dict[str, int], texts: dict[str
         writer[name] = value
     for name, text in texts.items():
         writer.set_text(name, text)
-
-
-def bounded(work: Callable[[], None], timeout_s: float, name: str) -> bool:
-    """Run ``work`` in a daemon thread and wait for it at most ``timeout_s``: whether it finished in time. Its
-    exceptions are swallowed (the job's exit or signal handling goes ahead regardless)."""
-    done = threading.Event()
-
-    def run() -> None:
-        try:
-            work()
-        except Exception:
-            pass
-        finally:
-            done.set()
-
-    threading.Thread(target=run, name=name, daemon=True).start()
-    return done.wait(timeout_s)

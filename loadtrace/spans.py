@@ -6,6 +6,9 @@ are tracked per thread of control (a context variable), so a ``zeros_like`` is c
 called; file scopes belong to the load that opened them, so reads made in transformers' worker threads are charged to
 the right file and load without any context crossing threads.
 
+OpenTelemetry is imported, and the process's SDK, files, monitor thread and state built, at the first span of any kind
+(``Tracing.provider``): a process that never opens one pays for none of it.
+
 The state file says at every moment what the process is doing and has done (status, the load and phase open, every
 count), exact even at a SIGKILL; a termination signal while loading ends the open spans with what they counted
 (termination.py); a load that raises says so (``error.type``) and the exception goes on unchanged.
@@ -21,17 +24,22 @@ import time
 from collections.abc import Iterable
 from contextvars import ContextVar, Token
 from enum import Enum
-from typing import Any, Protocol
-
-from opentelemetry import trace
-from opentelemetry.trace import Status, StatusCode
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import attributes, context, semconv, statefile, summary, termination
 from ._log import warn_once
+from .activation import importing
 from .ledger import Ledger
 from .memory import Memory, Peak, limits, oom_kill_count, process_memory
-from .provider import Provider, bounded
+from .monitor import Monitor
+from .monitor import record as monitor_record
 from .settings import Settings
+from .termination import bounded
+
+if TYPE_CHECKING:
+    from opentelemetry import trace
+
+    from .provider import Provider
 
 
 class ScopeKind(Enum):
@@ -128,9 +136,8 @@ class Tracing:
     ):
         self.settings = settings
         self.job = context.Job(settings.job_id)
-        self.provider = Provider(
-            settings, self.job, tracer_provider, at_exit=self.shutdown, on_sample=self._raise_rss_peak
-        )
+        self._given = tracer_provider
+        self._provider: Provider | None = None  # made at the first span: see ``provider``
         self.listener = listener
         self.handlers = termination.Handlers(self._terminated)
         self._open_files: set[Scope] = set()  # ended at exit if the job never closed them
@@ -154,9 +161,28 @@ class Tracing:
         self._instrumented = time.time_ns()
 
     @property
+    def provider(self) -> Provider:
+        """This process's OpenTelemetry set-up (provider.py), made by the first span of any kind: the SDK is imported
+        then, from whichever thread opens it, with forks held back meanwhile (``activation.importing``)."""
+        provider = self._provider
+        if provider is None:
+            with importing():
+                if self._provider is None:
+                    from .provider import Provider
+
+                    made = Provider(
+                        self.settings, self.job, self._given, at_exit=self.shutdown, on_sample=self._raise_rss_peak
+                    )
+                    made.build()  # the SDK, files, state and monitor now, while forks wait
+                    self._provider = made
+                provider = self._provider
+        return provider
+
+    @property
     def state(self) -> statefile.Writer | None:
         """The process's state file, once the first span made the provider (None before, or in a forked child)."""
-        return self.provider.state
+        provider = self._provider
+        return provider.state if provider is not None else None
 
     def shutdown(self) -> None:
         """End the files the job left open and the startup (where it was never prepared), then flush (bounded); the
@@ -171,8 +197,11 @@ class Tracing:
         self._shut_down = True
         self._update_state(self._exited)
         self.handlers.restore()
-        state, trace_file, exported = self.state, self.provider.trace_file, self.provider.exporting
-        self.provider.shutdown()
+        provider = self._provider
+        if provider is None:
+            return  # no span was ever made here: nothing to flush, nothing to say
+        state, trace_file, exported = provider.state, provider.trace_file, provider.exporting
+        provider.shutdown()
         if exported and state is not None and not (said or self._forked):
             rank = None if state["rank"] < 0 else state["rank"]
             job_id = self.job.id or self.job.fallback_id()
@@ -199,7 +228,8 @@ class Tracing:
         self._startup_lock = threading.Lock()
         self._open_stages = set()
         self._startup, self._startup_over = None, True  # the parent's startup; a child's spans hang from the job
-        self.provider.after_fork()
+        if self._provider is not None:
+            self._provider.after_fork()
 
     def job_changed(self) -> None:
         """The job id was adopted from the process group's store: the state names the job and trace spans go to."""
@@ -230,7 +260,7 @@ class Tracing:
         # The job's own exception, raised on unchanged. Its message can name files: kept only when paths may be shown.
         if not self.settings.redact_paths:
             span.record_exception(error)
-        span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+        self.provider.set_error(span, type(error).__name__)
 
     # The state file ---------------------------------------------------------------------------------------------
 
@@ -369,7 +399,8 @@ class Tracing:
 
         def work() -> None:
             self._end_open_scopes(name)
-            self.provider.force_flush(max(0.0, deadline - time.monotonic()))
+            if self._provider is not None:
+                self._provider.force_flush(max(0.0, deadline - time.monotonic()))
 
         if not bounded(work, timeout_s, "loadtrace-signal-flush"):
             warn_once("export", f"gave up flushing spans after {timeout_s:g} s on {name}")
@@ -377,6 +408,10 @@ class Tracing:
     def _end_open_scopes(self, signal_name: str) -> None:
         """Files, then phases, then loads (innermost first): each with its attributes so far."""
         reading = process_memory()
+        monitor = self._monitor()
+        if monitor is not None:
+            phases = [*self._loose_phases, *(phase for load in self._open_loads for phase in load.phases.values())]
+            monitor.settle(phases, reading)
         for file in list(self._open_files):
             self._open_files.discard(file)
             self._finish(file, signal_name=signal_name)
@@ -401,8 +436,12 @@ class Tracing:
     ) -> trace.Span:
         if parent is None:
             parent = self._startup_scope()
-        parent_context = trace.set_span_in_context(parent.span) if parent is not None else self.provider.job_context()
-        return self.provider.tracer.start_span(name, context=parent_context, attributes=start, start_time=start_time)
+        provider = self._provider or self.provider
+        return provider.start_span(name, parent.span if parent is not None else None, start, start_time)
+
+    def _monitor(self) -> Monitor | None:
+        provider = self._provider
+        return provider.monitor if provider is not None else None
 
     # The startup -------------------------------------------------------------------------------------------------
 
@@ -419,12 +458,8 @@ class Tracing:
                 started, source = context.process_start_ns(), semconv.STARTUP_START_PROCESS
                 if started is None or started > time.time_ns():
                     started, source = self._instrumented, semconv.STARTUP_START_INSTRUMENT
-                span = self.provider.tracer.start_span(
-                    semconv.SPAN_STARTUP,
-                    context=self.provider.job_context(),
-                    attributes={semconv.STARTUP_START: source},
-                    start_time=started,
-                )
+                attrs = {semconv.STARTUP_START: source}
+                span = self.provider.start_span(semconv.SPAN_STARTUP, None, attrs, started)
                 self._startup = Scope(ScopeKind.STAGE, semconv.SPAN_STARTUP, span)
                 try:  # a rank stopped before its startup is over still writes it (termination.py)
                     self.handlers.install()
@@ -450,7 +485,7 @@ class Tracing:
             startup.span.set_attributes({semconv.STARTUP_END: how, **attributes.startup_end(process_memory())})
             if signal_name is not None:
                 startup.span.set_attribute(semconv.EXIT_SIGNAL, signal_name)
-                startup.span.set_status(Status(StatusCode.ERROR, signal_name))
+                self.provider.set_error(startup.span, signal_name)
         startup.span.end(end_time=end_time)
         self._settle_handlers()
 
@@ -493,18 +528,37 @@ class Tracing:
         self._last_activity = time.time_ns()
 
     def _measure_from_now(self, scope: Scope) -> Memory:
+        """A load's memory at its start, read here and now (exact: its storage reads and high-water mark start here)."""
         reading = process_memory()
         scope.memory_before = reading
         scope.peak = Peak.starting_at(reading)
-        if self.provider.monitor is not None:
-            self.provider.monitor.opened(scope)
+        monitor = self._monitor()
+        if monitor is not None:
+            monitor.opened(scope)
         return reading
 
-    def _measure_until_now(self, scope: Scope) -> None:
+    def _measure_until_now(self, scope: Scope) -> Memory:
         scope.memory_after = reading = process_memory()
-        if self.provider.monitor is not None:
-            self.provider.monitor.closed(scope)
+        monitor = self._monitor()
+        if monitor is not None:
+            monitor.closed(scope)
         self._raise_rss_peak(reading)
+        return reading
+
+    def _phase_boundary(self, phase: Scope, left: bool) -> None:
+        """A phase's memory when entered or left: read by the monitor thread at once, off the loading thread (here
+        only when there is no monitor)."""
+        monitor = self._monitor()
+        if monitor is None:
+            reading = process_memory()
+            monitor_record(phase, left, reading)
+            self._raise_rss_peak(reading)
+            return
+        if left:
+            monitor.closed(phase)
+        else:
+            monitor.opened(phase)
+        monitor.mark(phase, left)
 
     def start_load(self, name: str, start: dict[str, Any]) -> tuple[Scope, ActiveToken]:
         stack = _active.get()
@@ -523,7 +577,10 @@ class Tracing:
         _active.reset(token)
         if self.listener is not None:
             self.listener.load_closed()
-        self._measure_until_now(scope)
+        reading = self._measure_until_now(scope)
+        monitor = self._monitor()
+        if monitor is not None:
+            monitor.settle(scope.phases.values(), reading)  # boundaries the monitor has not read yet: now
         for phase in scope.phases.values():
             self._finish(phase, phase.last_end)
         for file in scope.files:
@@ -542,9 +599,9 @@ class Tracing:
                 load.phases[name] = phase
             else:
                 self._loose_phases.add(phase)
-            self._raise_rss_peak(self._measure_from_now(phase))
-        elif self.provider.monitor is not None:
-            self.provider.monitor.opened(phase)
+            self._phase_boundary(phase, left=False)
+        elif (monitor := self._monitor()) is not None:
+            monitor.opened(phase)
         phase.calls += 1
         token = _active.set(stack + (phase,))
         self._update_state(self._state_phase, phase)
@@ -553,11 +610,14 @@ class Tracing:
     def exit_phase(self, phase: Scope, token: ActiveToken, error: BaseException | None) -> None:
         _active.reset(token)
         phase.last_end = time.time_ns()
-        self._measure_until_now(phase)
+        self._phase_boundary(phase, left=True)
         if error is not None and phase.recording and not phase.ended:
             self._record_error(phase.span, error)
         if phase.load is None:
             self._loose_phases.discard(phase)
+            monitor = self._monitor()
+            if monitor is not None:
+                monitor.settle((phase,), process_memory())  # a phase outside loads ends now: its span needs them
             self._finish(phase, phase.last_end)
         self._update_state(self._state_phase, phase)
 
@@ -645,7 +705,7 @@ class Tracing:
                     span.set_attribute(semconv.ERROR_TYPE, type(error).__name__)
             if signal_name is not None:
                 span.set_attribute(semconv.EXIT_SIGNAL, signal_name)
-                span.set_status(Status(StatusCode.ERROR, signal_name))
+                self.provider.set_error(span, signal_name)
         span.end(end_time=end_time)
 
     # Records from hooks -----------------------------------------------------------------------------------------

@@ -84,3 +84,20 @@ class Handlers:
         except Exception:
             pass
         return None
+
+
+def bounded(work: Callable[[], None], timeout_s: float, name: str) -> bool:
+    """Run ``work`` in a daemon thread and wait for it at most ``timeout_s``: whether it finished in time. Its
+    exceptions are swallowed (the job's exit or signal handling goes ahead regardless)."""
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            work()
+        except Exception:
+            pass
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return done.wait(timeout_s)

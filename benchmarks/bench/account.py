@@ -121,9 +121,10 @@ def counted_load(ckpt: str, trace_dir: Path) -> tuple[Any, dict[str, Any]]:
 
 
 def sdk_of(tracing: Any) -> Any:
-    """The OTel SDK TracerProvider loadtrace built: ``Tracing._provider``, or ``Tracing.provider._sdk`` since
-    ``loadtrace/provider.py`` (issue 10)."""
-    return tracing._provider if hasattr(tracing, "_provider") else tracing.provider._sdk
+    """The OTel SDK TracerProvider loadtrace built: ``Tracing.provider._sdk`` since ``loadtrace/provider.py`` (issue
+    10; since issue 16 ``Tracing._provider`` is that Provider, made at the first span); before, the SDK itself."""
+    provider = tracing.provider
+    return provider._sdk if hasattr(provider, "_sdk") else provider
 
 
 def monitor_of(tracing: Any) -> Any:

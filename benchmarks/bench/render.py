@@ -65,7 +65,8 @@ def render_header(res: dict[str, Any]) -> list[str]:
     moe, many = res["checkpoints"]["moe"], res["checkpoints"]["many"]
     return [
         f"## loadtrace benchmark ({meta['when']}, {meta['cpus']} CPUs, python {meta['python']}, torch "
-        f"{meta['torch']}, transformers {meta['transformers']}, mode {meta['mode']}; load average "
+        f"{meta['torch']}, transformers {meta['transformers']}, mode {meta['mode']}, loadtrace at "
+        f"{meta.get('commit', '?')}; load average "
         f"{meta['loadavg_start']} at start, {meta.get('loadavg_end', '?')} at end)",
         f"\nWorkloads: `{moe['spec']['name']}` {moe['tensors']:,} tensors, {len(moe['files'])} shards, "
         f"{moe['bytes'] / 1e6:.0f} MB; `{many['spec']['name']}` {many['tensors']:,} tensors, "
@@ -296,8 +297,108 @@ def render_micro(micro: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+# issue 16: processes that never load, the fixed / per-tensor fit, the dying-rank state -----------------------------
+
+
+def render_never(never: dict[str, Any]) -> list[str]:
+    out = [
+        f"\n### Processes that never load: `LOADTRACE=1` vs unset ({never['rounds']} interleaved rounds, fresh process "
+        "each)\n",
+        "Extra = that arm minus `off` (min of N, median beside); `off (null)` is `off` run again: the noise.\n",
+    ]
+    rows = []
+    for title, arms in never.items():
+        if title in ("rounds", "import_us"):
+            continue
+        for arm, e in arms.items():
+            rows.append(
+                [
+                    f"`{title}`",
+                    arm,
+                    fmt(e["min_ms"], ".1f"),
+                    fmt(e["median_ms"], ".1f"),
+                    fmt(e["extra_min_ms"], "+.1f"),
+                    fmt(e["extra_median_ms"], "+.1f"),
+                    fmt(e["min_rss_mb"], ".1f"),
+                    fmt(e["extra_min_rss_mb"], "+.2f"),
+                    fmt(e["extra_median_rss_mb"], "+.2f"),
+                ]
+            )
+    headers = ["process", "arm", "min ms", "median ms", "extra min ms", "extra median ms"]
+    headers += ["peak RSS MB (min)", "extra peak MB (min)", "extra peak MB (median)"]
+    exact = (
+        f"\nMeasured inside the process (`-X importtime`, min of {never['rounds']}): all that `loadtrace.pth` imports "
+        f"with `LOADTRACE=1` takes {never['import_us'] / 1e3:.2f} ms."
+        if "import_us" in never
+        else ""
+    )
+    return [*out, table(headers, rows), exact]
+
+
+def render_fit(fit: dict[str, Any]) -> list[str]:
+    rows = []
+    for e in fit["sizes"]:
+        rows.append(
+            [
+                f"{e['tensors']:,} tensors, {e['files']} files",
+                str(e["rounds"]),
+                fmt(e["wall_off_median_s"], ".3f"),
+                f"{e['wall_on_median_ms']:+.1f} ({e['wall_null_median_ms']:+.1f})",
+                f"{e['wall_on_min_ms']:+.1f} ({e['wall_null_min_ms']:+.1f})",
+                f"{e['wall_ratio_median']:.3f} ({e['wall_null_ratio_median']:.3f})",
+                f"{e['cpu_on_median_ms']:+.1f} ({e['cpu_null_median_ms']:+.1f})",
+                f"{e['thread_on_median_ms']:+.1f} ({e['thread_null_median_ms']:+.1f})",
+                f"{e['thread_on_min_ms']:+.1f} ({e['thread_null_min_ms']:+.1f})",
+            ]
+        )
+    headers = ["checkpoint", "rounds", "off s (median)", "on - off ms, median pair (null)"]
+    headers += ["min on - min off ms (null)", "on / off median ratio (null)", "CPU on - off ms, median pair (null)"]
+    headers += ["loading thread CPU on - off ms, median pair (null)", "loading thread CPU, min on - min off ms (null)"]
+    fits = [
+        f"{name}: {fit[key]['fixed_ms']:+.2f} ms per load + {fit[key]['per_tensor_us']:+.3f} µs per tensor"
+        for key, name in (
+            ("thread_min", "**loading thread CPU, minima**"),
+            ("thread_median", "loading thread CPU, median pairs"),
+            ("wall_median", "wall, median pairs"),
+            ("wall_min", "wall, minima"),
+            ("cpu_median", "process CPU, median pairs"),
+        )
+    ]
+    return [
+        "\n### Default detail: fixed cost per load and cost per tensor (warm loads in one process, hooks off / on / "
+        "off (null) rotating)\n",
+        table(headers, rows),
+        "\nFit through the two sizes: " + "; ".join(fits) + ". "
+        f"Once per process, the first span sets up OpenTelemetry (import and provider): {fit['first_span_ms']:.1f} ms "
+        "(min of 5 processes that imported torch and transformers). "
+        f"`get_slice(name)[...]` per tensor: {fit['slice_us']['bare']:.2f} µs bare, {fit['slice_us']['traced']:.2f} µs "
+        f"through loadtrace's proxies, **{fit['slice_us']['extra']:+.2f} µs** (best of 40 interleaved blocks, thread "
+        "CPU time).",
+    ]
+
+
+def render_state(state: dict[str, Any]) -> list[str]:
+    rows = [
+        [name, str(count), fmt(state["costs_ns"][name] / 1e3, ".2f"), fmt(state["per_load_us"][name], ".1f")]
+        for name, count in state["counts"].items()
+    ]
+    total = sum(state["per_load_us"].values())
+    return [
+        "\n### The state kept for a dying rank and the termination handlers, per load (3,219-tensor load)\n",
+        table(["operation", "per load", "µs each (best block)", "µs per load"], rows),
+        f"\nTotal {total:.0f} µs per load. The tensor and byte counts themselves are the read slots' `+=` "
+        "(in the per-tensor cost above).",
+    ]
+
+
 def render(res: dict[str, Any]) -> str:
     out = render_header(res)
+    if "never" in res:
+        out += render_never(res["never"])
+    if "fit" in res:
+        out += render_fit(res["fit"])
+    if "state" in res:
+        out += render_state(res["state"])
     if "start" in res:
         out += render_start(res["start"])
     for key, title, configs in (

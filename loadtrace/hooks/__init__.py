@@ -3,7 +3,10 @@ installs them is ``registry.py``)."""
 
 from __future__ import annotations
 
-from .registry import Hook
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .registry import Hook
 
 
 def all_hooks() -> list[Hook]:
