@@ -19,7 +19,7 @@ from support.jobtree import write_tree
 from loadtrace.analysis import jobs
 from loadtrace.analysis.jobs import jobs_report, jobs_report_of_tree
 from loadtrace.analysis.model import to_json
-from loadtrace.analysis.sources import read_files
+from loadtrace.analysis.sources import SourceError, read_files
 from loadtrace.cli import main
 
 JOBS, RANKS = 30, 8
@@ -112,3 +112,15 @@ def test_ctrl_c_ends_the_workers_too(tmp_path):
     while _processes_reading(big) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _processes_reading(big) == []
+
+
+def test_a_file_a_worker_cannot_read_is_one_line_and_exit_2(tree, capsys, monkeypatch):
+    def unreadable(files, states, parallel=False):
+        raise SourceError(f"{files[0]}: Permission denied")
+
+    monkeypatch.setattr(jobs, "read_sources", unreadable)  # in the forked workers too
+    monkeypatch.setattr(jobs, "_workers", lambda: 2)
+    assert main(["jobs", str(tree)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err.startswith("loadtrace: error: ") and captured.err.endswith(": Permission denied\n")
