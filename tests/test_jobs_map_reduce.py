@@ -124,3 +124,21 @@ def test_a_file_a_worker_cannot_read_is_one_line_and_exit_2(tree, capsys, monkey
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1
     assert captured.err.startswith("loadtrace: error: ") and captured.err.endswith(": Permission denied\n")
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to find processes")
+def test_workers_end_when_their_parent_is_killed(tmp_path):
+    big = write_tree(tmp_path / "big-tree", 200, RANKS)
+    command = [str(Path(sys.executable).with_name("loadtrace")), "jobs", str(big)]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while len(_processes_reading(big)) < 3 and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)  # until both workers are forked
+    process.send_signal(signal.SIGSTOP)  # the workers run out of work and wait for more
+    time.sleep(1)
+    process.kill()  # no chance to end them itself
+    process.wait()
+    deadline = time.monotonic() + 10
+    while _processes_reading(big) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _processes_reading(big) == []

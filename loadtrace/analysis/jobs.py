@@ -12,6 +12,8 @@ import multiprocessing
 import os
 import signal
 import statistics
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -289,10 +291,18 @@ def _part_worker(part: tuple[list[Path], list[Path], Thresholds]) -> _TreePart:
     return _rows_of_folders(*part)
 
 
-def _ignore_interrupts() -> None:
+def _start_worker(parent: int) -> None:
     # Ctrl-C reaches every process of the terminal's group: the parent alone answers it (and ends the workers).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
+
+
+def _exit_with_parent(parent: int) -> None:
+    """A worker whose parent is gone (killed, say) would wait for work forever: it ends within half a second."""
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(1)
 
 
 def _workers() -> int:
@@ -335,7 +345,7 @@ def jobs_report_of_tree(
     # must be whole (and so ended by ``with``) when the parent answers it.
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        pool = multiprocessing.get_context("fork").Pool(workers, initializer=_ignore_interrupts)
+        pool = multiprocessing.get_context("fork").Pool(workers, initializer=_start_worker, initargs=(os.getpid(),))
     except (OSError, multiprocessing.ProcessError):
         return None
     finally:
