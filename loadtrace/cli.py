@@ -25,7 +25,7 @@ from loadtrace import render, render_timeline
 from loadtrace.analysis import jaeger
 from loadtrace.analysis.compare import PICK_HELP, compare, pick_job
 from loadtrace.analysis.forecast import DTYPE_BYTES, ForecastError, Target
-from loadtrace.analysis.jobs import KEYS, check_keys, jobs_report
+from loadtrace.analysis.jobs import KEYS, check_keys, jobs_report, jobs_report_of_tree
 from loadtrace.analysis.model import to_json
 from loadtrace.analysis.ranks import Job, jobs_from_spans
 from loadtrace.analysis.report import report
@@ -445,14 +445,18 @@ def run_jobs(args: argparse.Namespace) -> int:
             raise SourceError("jobs needs a SOURCE (a folder of .jsonl files) or --jaeger URL --service NAME")
         if args.service:
             raise SourceError("--service goes with --jaeger")
-        spans = _spans_from_path(args.source, parallel=True)
+        # A tree of job folders: each CPU reads whole folders and hands back their rows; else one process reads all.
+        result = jobs_report_of_tree(args.source, args.where, group_by, thresholds(args))
+        if result is None:
+            spans = _spans_from_path(args.source, parallel=True)
+            result = jobs_report(spans, args.where, group_by, thresholds(args))
     else:
         if args.source is not None:
             raise SourceError("give either a SOURCE path or --jaeger, not both")
         if not args.service:
             raise SourceError("with --jaeger, give --service NAME [--since 7d]")
         spans = jaeger.search_all(args.jaeger, args.service, jaeger.parse_duration(args.since))
-    result = jobs_report(spans, args.where, group_by, thresholds(args))
+        result = jobs_report(spans, args.where, group_by, thresholds(args))
     print(json.dumps(to_json(result), indent=2) if args.format == "json" else render.jobs_table(result))
     return EXIT_OK
 

@@ -8,16 +8,23 @@ the same in both. docs/report.md, ``loadtrace jobs``, documents the keys, the st
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
+import signal
 import statistics
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .. import semconv as sc
 from .findings import find
 from .model import NOT_IN_JSON
+from .processes import TRACE_ID_HEX, state_trace_id
 from .ranks import Job, jobs_from_spans, str_attr
-from .sources import SourceError, SpanSet, rfc3339_nanos
+from .sources import SourceError, SpanSet, read_sources, rfc3339_nanos, source_files
 from .startup import STARTUP_PHASES, Thresholds, job_startup, startup_findings
 
 # A group is called out when its startup p50 is at least this many times the fastest group's.
@@ -227,16 +234,22 @@ def jobs_report(
 ) -> JobsReport:
     """Rows (oldest first), groups (one per distinct value of the ``group_by`` keys, most jobs first; one group of all
     jobs without keys) and the differences between them. Raises ``SourceError`` when no job is left to show."""
+    found = jobs_from_spans(spans.spans, spans.states)
+    return report_of_rows([job_row(job, limits or Thresholds()) for job in found], where, group_by, spans.skipped_lines)
+
+
+def report_of_rows(
+    all_rows: list[JobRow], where: list[str] | None, group_by: list[str] | None, skipped_lines: int
+) -> JobsReport:
+    """``jobs_report`` of the rows of every job of a source, in job order (``jobs_from_spans``)."""
     pairs = check_keys(where or [], group_by or [])
     keys = group_by or []
-    found = jobs_from_spans(spans.spans, spans.states)
-    if not found:
+    if not all_rows:
         raise SourceError("no jobs found in this source")
-    rows = [job_row(job, limits or Thresholds()) for job in found]
-    rows = [row for row in rows if matches(row, pairs)]
+    rows = [row for row in all_rows if matches(row, pairs)]
     if not rows:
         wanted = " ".join(f"{key}={value}" for key, value in pairs)
-        raise SourceError(f"no job matches --where {wanted} (of {len(found)} jobs)")
+        raise SourceError(f"no job matches --where {wanted} (of {len(all_rows)} jobs)")
     rows.sort(key=lambda row: (row.start_ns, row.trace_id, row.attempt or 0))
     members: dict[tuple[str | None, ...], list[JobRow]] = {}
     for row in rows:
@@ -246,4 +259,108 @@ def jobs_report(
     )
     groups = [group_of(dict(zip(keys, values, strict=True)), members_) for values, members_ in ordered]
     rows_of = {index: members_ for index, (_, members_) in enumerate(ordered)}
-    return JobsReport(rows, groups, differences(groups, rows_of), spans.skipped_lines)
+    return JobsReport(rows, groups, differences(groups, rows_of), skipped_lines)
+
+
+# ``jobs_report_of_tree``: worth starting processes from this many job folders on.
+TREE_MIN_FOLDERS = 16
+TREE_PARTS_PER_WORKER = 4  # smaller parts even out folders of different sizes
+
+
+@dataclass
+class _TreePart:
+    """What one worker hands back for its folders: rows (tiny) instead of spans (what reading costs)."""
+
+    rows: list[tuple[tuple[int, str, int, int], JobRow]]  # (job order key, row)
+    traces: set[str]
+    skipped_lines: int
+    empty: bool  # no span and no state file
+    short_ids: bool  # a state file naming its trace by a prefix: which trace it is depends on every trace read
+
+
+def _rows_of_folders(files: list[Path], states: list[Path], limits: Thresholds) -> _TreePart:
+    spans = read_sources(files, states)
+    found = jobs_from_spans(spans.spans, spans.states)
+    traces = {span.trace_id for span in spans.spans} | {state_trace_id(s.state) for s in spans.states}
+    rows = [((job.start_ns, job.trace_id, job.attempt or 0, job.run), job_row(job, limits)) for job in found]
+    short = any(len(s.state.texts.get("trace_id", "").strip()) < TRACE_ID_HEX for s in spans.states)
+    return _TreePart(rows, traces, spans.skipped_lines, not spans.spans and not spans.states, short)
+
+
+def _part_worker(part: tuple[list[Path], list[Path], Thresholds]) -> _TreePart:
+    return _rows_of_folders(*part)
+
+
+def _start_worker(parent: int) -> None:
+    # Ctrl-C reaches every process of the terminal's group: the parent alone answers it (and ends the workers).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
+
+
+def _exit_with_parent(parent: int) -> None:
+    """A worker whose parent is gone (killed, say) would wait for work forever: it ends within half a second."""
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(1)
+
+
+def _workers() -> int:
+    return min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, 16)
+
+
+def jobs_report_of_tree(
+    path: str | os.PathLike[str],
+    where: list[str] | None = None,
+    group_by: list[str] | None = None,
+    limits: Thresholds | None = None,
+    workers: int | None = None,
+) -> JobsReport | None:
+    """``jobs_report(read_files(path))``, the same report, by one forked process per CPU, each reading whole folders
+    and handing back only their jobs' rows (map), grouped here (reduce). None where that cannot give the same rows or
+    gains nothing, for the caller to read the source in one process: a file, one CPU, few folders, no ``fork``, a
+    job whose files lie in folders of different parts, a state file naming its trace only in part, or no span at all.
+    """
+    workers = workers or _workers()
+    root = Path(path)
+    if workers < 2 or not root.is_dir() or "fork" not in multiprocessing.get_all_start_methods():
+        return None
+    files, states = source_files(root)
+    folders: dict[Path, tuple[list[Path], list[Path]]] = {}
+    for file in files:
+        folders.setdefault(file.parent, ([], []))[0].append(file)
+    for state in states:
+        folders.setdefault(state.parent, ([], []))[1].append(state)
+    if len(folders) < TREE_MIN_FOLDERS:
+        return None
+    count = min(len(folders), workers * TREE_PARTS_PER_WORKER)
+    parts: list[tuple[list[Path], list[Path], Thresholds]] = [([], [], limits or Thresholds()) for _ in range(count)]
+    for index, folder in enumerate(sorted(folders)):
+        parts[index % count][0].extend(folders[folder][0])
+        parts[index % count][1].extend(folders[folder][1])
+    for part in parts:
+        part[0].sort()  # the order read_files reads them in
+        part[1].sort()
+    # Ctrl-C held back while the workers are forked: a worker must not die of it before it ignores it, and the pool
+    # must be whole (and so ended by ``with``) when the parent answers it.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        pool = multiprocessing.get_context("fork").Pool(workers, initializer=_start_worker, initargs=(os.getpid(),))
+    except (OSError, multiprocessing.ProcessError):
+        return None
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    try:
+        with pool:
+            done = pool.map(_part_worker, parts, chunksize=1)
+    except (OSError, multiprocessing.ProcessError):
+        return None
+    if all(part.empty for part in done) or any(part.short_ids for part in done):
+        return None
+    seen: set[str] = set()
+    for answer in done:
+        if answer.traces & seen:
+            return None  # a job across parts: only one process sees it whole
+        seen |= answer.traces
+    rows = [row for _, row in sorted((item for part in done for item in part.rows), key=lambda item: item[0])]
+    return report_of_rows(rows, where, group_by, sum(part.skipped_lines for part in done))
