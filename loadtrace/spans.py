@@ -361,7 +361,7 @@ class Tracing:
         self._update_state(update, scope)
         self._last_activity = time.time_ns()
         if last and not self._open_stages and not self._awaits_preparation:
-            self._end_startup(semconv.STARTUP_END_LOAD)
+            self._end_startup(semconv.STARTUP_END_LOAD, memory=scope.memory_after)
         self._settle_handlers()
 
     def _settle_handlers(self) -> None:
@@ -472,9 +472,12 @@ class Tracing:
         still open or none ended)."""
         return None if self._open_loads or self._open_stages else self._last_activity
 
-    def _end_startup(self, how: str, end_time: int | None = None, signal_name: str | None = None) -> None:
+    def _end_startup(
+        self, how: str, end_time: int | None = None, signal_name: str | None = None, memory: Memory | None = None
+    ) -> None:
         """End the rank's startup: ``how`` it ended (``STARTUP_END_*`` or the signal's name) and the process's memory
-        and storage reads since it started (the kernel's counters are from the process's start, as the span is)."""
+        and storage reads since it started (the kernel's counters are from the process's start, as the span is).
+        ``memory``: the reading the load or stage that ends it took at its end (no second read on that thread)."""
         with self._startup_lock:
             startup = self._startup
             self._startup_over = True
@@ -482,7 +485,9 @@ class Tracing:
                 return
             startup.ended = True
         if startup.recording:
-            startup.span.set_attributes({semconv.STARTUP_END: how, **attributes.startup_end(process_memory())})
+            startup.span.set_attributes(
+                {semconv.STARTUP_END: how, **attributes.startup_end(memory or process_memory())}
+            )
             if signal_name is not None:
                 startup.span.set_attribute(semconv.EXIT_SIGNAL, signal_name)
                 self.provider.set_error(startup.span, signal_name)
@@ -517,7 +522,7 @@ class Tracing:
         self._last_activity = time.time_ns()
         self._update_state(self._state_phase, scope)
         if prepares and not any(open.kind is ScopeKind.STAGE for open in _active.get()):
-            self._end_startup(semconv.STARTUP_END_PREPARATION)
+            self._end_startup(semconv.STARTUP_END_PREPARATION, memory=scope.memory_after)
         self._settle_handlers()
 
     def stage_span(self, name: str, start_time: int, start: dict[str, Any], error: BaseException | None = None) -> None:
