@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from support.multirank import COUNT_WORKER, TRACE_ROOT
+from support.pagecache import evict
 from support.torchrun import torchrun
 from support.venvs import discover
 
@@ -24,15 +25,6 @@ pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(not VENVS, reason="no venv with torchrun and transformers (see tests/support/venvs.py)"),
 ]
-
-
-def evict(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def node_of(capsys, cwd: Path) -> dict:

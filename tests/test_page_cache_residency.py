@@ -14,22 +14,13 @@ import safetensors
 import safetensors.torch
 import torch
 from _inmemory import traced
+from support.pagecache import evict
 
 import loadtrace
 from loadtrace import memory
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 REPO = Path(__file__).resolve().parents[1]
-
-
-def evict(path: Path, offset: int = 0, length: int = 0) -> None:
-    """Drop the file's pages (a range of them) from the page cache; dirty pages are written first, or they stay."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def touch_pages(path: Path, pages: list[int]) -> None:

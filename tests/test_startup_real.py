@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from support.multirank import TRACE_ROOT
+from support.pagecache import evict
 from support.torchrun import torchrun
 from support.venvs import REPO, discover
 
@@ -100,15 +101,6 @@ def test_jobs_of_clusters_alpha_and_beta_group_right(twins, tmp_path, capsys):
         "alpha; read phase " + (difference.rsplit("read phase ", 1)[-1])
     )
     assert main(["jobs", str(both), "--where", "cluster=gamma"]) == 2
-
-
-def evict(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def rename_host(folder: Path, rank: int, host: str) -> None:
