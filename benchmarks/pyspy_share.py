@@ -46,13 +46,20 @@ def main(argv: list[str]) -> int:
     total = own = idle = 0
     by_line: collections.Counter[str] = collections.Counter()
     by_callee: collections.Counter[str] = collections.Counter()
+    by_thread: collections.Counter[str] = collections.Counter()
     with open(argv[0]) as handle:
         for raw in handle:
             stack, _, count = raw.rstrip("\n").rpartition(" ")
+            if not count.isdigit():
+                continue  # a stack py-spy could not read whole
             frames = []
             for text in stack.split(";"):
                 match = FRAME.match(text)
-                frames.append((match["function"], match["path"], int(match["line"])) if match else (text, "", 0))
+                if match is None:
+                    frames.append((text, "", 0))
+                    continue
+                # A proxy module's file name carries a note after a space (call_through_proxies): the path precedes it.
+                frames.append((match["function"], match["path"].split(" ")[0], int(match["line"])))
             if any(function == "_find_and_load" for function, _, _ in frames):
                 continue
             n = int(count)
@@ -69,6 +76,7 @@ def main(argv: list[str]) -> int:
                 idle += n
                 continue
             own += n
+            by_thread["a background thread" if frames[0][0].startswith("Thread.") else "the loading thread"] += n
             by_line[f"{function} ({path}:{line})  {code[:70]}"] += n
             callee = frames[ours[-1] + 1] if ours[-1] + 1 < len(frames) else None
             by_callee[f"{function} -> {callee[0]} ({callee[1]})" if callee else f"{function} (itself)"] += n
@@ -79,6 +87,8 @@ def main(argv: list[str]) -> int:
         f"{total} samples outside imports and idle waits ({idle} idle samples of loadtrace threads left out); "
         f"loadtrace's own: {own} ({own / total * 100:.2f} %)"
     )
+    for thread, n in by_thread.most_common():
+        print(f"  on {thread}: {n} ({n / total * 100:.2f} %)")
     print("\nby line:")
     for key, n in by_line.most_common(15):
         print(f"  {n:6d} {n / total * 100:5.2f} %  {key}")

@@ -126,3 +126,39 @@ def test_a_rename_counts_only_when_the_key_changes():
 
     assert not renames(WeightRenaming("model.norm.weight", "model.norm.weight"))
     assert renames(WeightRenaming("transformer.norm.weight", "model.norm.weight"))
+
+
+def test_the_index_total_is_read_from_its_head_and_equals_a_full_parse(checkpoint, tmp_path):
+    """Before the load only the index's ``metadata.total_size`` is wanted: read from the file's first bytes when it
+    opens with it (transformers writes it so), else from the whole JSON; the same number either way."""
+    import json
+
+    from loadtrace.hooks.transformers import _total_size_ahead, checkpoint_tensor_bytes
+
+    path, summary = checkpoint
+    index = path / "model.safetensors.index.json"
+    content = json.loads(index.read_text())
+    assert _total_size_ahead(str(index)) == content["metadata"]["total_size"] == summary["bytes"]
+    assert checkpoint_tensor_bytes(path, {}, headers=False) == summary["bytes"]
+    # Written the other way round (weight map first): nothing ahead, the whole file is parsed.
+    turned = tmp_path / "turned"
+    turned.mkdir()
+    (turned / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": content["weight_map"], "metadata": content["metadata"]}, indent=2)
+    )
+    assert _total_size_ahead(str(turned / "model.safetensors.index.json")) is None
+    assert checkpoint_tensor_bytes(turned, {}, headers=False) == summary["bytes"]
+
+
+def test_held_bytes_count_each_tensor_once_by_device():
+    """Tied weights are one tensor; parameters and buffers by device type, against ``parameters()``/``buffers()``."""
+    from loadtrace.hooks.transformers import held_bytes
+
+    model = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10), torch.nn.BatchNorm1d(10))
+    model[1].weight = model[0].weight  # tied, as an LM head and its embeddings
+    model[2].to("meta")
+    expected: dict[str, int] = {}
+    for tensor in (*model.parameters(), *model.buffers()):
+        expected[tensor.device.type] = expected.get(tensor.device.type, 0) + tensor.nbytes
+    assert held_bytes(model, partitioned=False) == expected
+    assert expected["cpu"] == (10 * 4 + 10) * 4 and expected["meta"] > 0

@@ -265,6 +265,7 @@ def test_cgroup_version_and_directory_are_learnt(tmp_path, monkeypatch):
     (v2 / "memory.max").write_text("1000\n")
     (v2 / "memory.events").write_text("oom 0\noom_kill 3\n")
     monkeypatch.setattr(memory, "_cgroup_dir", lambda: (str(v2), 2))
+    monkeypatch.setattr(memory, "_cgroup_files", None)  # found once per process: here, once per directory
     found = memory.limits()
     assert (found.cgroup_version, found.cgroup_dir, found.cgroup_max) == (2, str(v2), 1000)
     assert memory.oom_kill_count(found.cgroup_dir) == 3
@@ -273,6 +274,7 @@ def test_cgroup_version_and_directory_are_learnt(tmp_path, monkeypatch):
     (v1 / "memory.usage_in_bytes").write_text("10\n")
     (v1 / "memory.limit_in_bytes").write_text(str(1 << 62))  # v1's "unlimited"
     monkeypatch.setattr(memory, "_cgroup_dir", lambda: (str(v1), 1))
+    monkeypatch.setattr(memory, "_cgroup_files", None)
     found = memory.limits()
     assert (found.cgroup_version, found.cgroup_max, found.limit[1]) == (1, None, statefile.LIMIT_NODE)
 
@@ -284,6 +286,7 @@ def test_the_limit_is_on_the_load_span_and_in_the_state_from_its_start(tmp_path,
     (cgroup / "memory.limit_in_bytes").write_text("4096\n")
     (cgroup / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 7\n")
     monkeypatch.setattr(memory, "_cgroup_dir", lambda: (str(cgroup), 1))
+    monkeypatch.setattr(memory, "_cgroup_files", None)
     with traced() as t:
         with loadtrace.traced_load("limited"):
             current = state()

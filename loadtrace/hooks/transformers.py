@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import sys
+from collections.abc import Iterable
 from typing import Any
 
 from .. import semconv, spans
@@ -59,15 +62,46 @@ def strategy(kwargs: dict | None = None) -> str:
 
 
 def held_bytes(model: Any, partitioned: bool) -> dict[str, int]:
-    """Bytes of parameters and buffers the model holds, by device type (ZeRO-3: this rank's partitions)."""
+    """Bytes of parameters and buffers the model holds, by device type (ZeRO-3: this rank's partitions), each tensor
+    once (tied weights are one tensor)."""
     held: dict[str, int] = {}
-    for tensor in (*model.parameters(), *model.buffers()):
-        # Only ZeRO-3 parameters have a partition; looking for one on a plain tensor costs a caught AttributeError.
-        partition = getattr(tensor, "ds_tensor", None) if partitioned else None
-        counted = partition if partition is not None else tensor
-        device = counted.device.type
-        held[device] = held.get(device, 0) + tensor_bytes(counted)
+    seen: set[int] = set()
+    dtensor = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)  # none made if never imported
+    for tensor in _parameters_and_buffers(model):
+        if id(tensor) in seen:
+            continue
+        seen.add(id(tensor))
+        if partitioned:
+            # Only ZeRO-3 parameters have a partition; looking for one on a plain tensor costs a caught AttributeError.
+            partition = getattr(tensor, "ds_tensor", None)
+            tensor = partition if partition is not None else tensor
+        if dtensor is not None and isinstance(tensor, dtensor):
+            tensor = tensor._local_tensor  # its ``nbytes`` is the global size
+        device = "cpu" if tensor.is_cpu else tensor.device.type  # ``device`` makes an object per call: CPU skips it
+        held[device] = held.get(device, 0) + tensor.nbytes
     return held
+
+
+def _parameters_and_buffers(model: Any) -> Iterable[Any]:
+    """Every module's own parameters and buffers: what ``parameters()`` and ``buffers()`` walk, without the dotted
+    names they build for each module (most of their time). A model that is no plain ``nn.Module`` tree: theirs."""
+    try:
+        modules, stack, seen = [], [model], set()
+        while stack:
+            module = stack.pop()
+            if id(module) not in seen:
+                seen.add(id(module))
+                modules.append(module)
+                stack.extend(module._modules.values())
+        return [
+            tensor
+            for module in modules
+            for tensors in (module._parameters, module._buffers)
+            for tensor in tensors.values()
+            if tensor is not None
+        ]
+    except (AttributeError, TypeError):
+        return [*model.parameters(), *model.buffers()]
 
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
@@ -146,6 +180,8 @@ def checkpoint_tensor_bytes(checkpoint: Any, kwargs: dict, headers: bool = True)
     cold/warm measure (``loadtrace.file.cached_bytes_at_open``) would then see what loadtrace itself read."""
     variant = kwargs.get("variant")
     index = _locate(checkpoint, _variant("model.safetensors.index.json", variant), kwargs)
+    if index is not None and not headers and (total := _total_size_ahead(index)) is not None:
+        return total
     if index is not None:
         try:
             with open(index) as file:
@@ -161,6 +197,21 @@ def checkpoint_tensor_bytes(checkpoint: Any, kwargs: dict, headers: bool = True)
         return _size(total) or None
     single = _locate(checkpoint, _variant("model.safetensors", variant), kwargs) if headers else None
     return safetensors_tensor_bytes(single) if single is not None else None
+
+
+# ``{"metadata": {"total_size": N, ...}, "weight_map": {...}}``, as transformers and huggingface_hub write it.
+_TOTAL_SIZE_AHEAD = re.compile(rb'^\s*\{\s*"metadata"\s*:\s*\{[^{}]*?"total_size"\s*:\s*(\d+)\s*[,}]')
+
+
+def _total_size_ahead(index: str) -> int | None:
+    """An index's ``metadata.total_size`` when the file opens with it: parsing all of a large index's JSON (3,219
+    entries: ~1 ms) to read one number at the top would be most of a load's tracing cost. None: parse it all."""
+    try:
+        with open(index, "rb") as file:
+            found = _TOTAL_SIZE_AHEAD.match(file.read(4096))
+    except OSError:
+        return None
+    return int(found[1]) or None if found else None
 
 
 MAX_ARGUMENT = 4096  # characters of a ``str()``-ed argument kept on the span (a per-module device map can be long)
