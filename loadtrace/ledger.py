@@ -22,8 +22,5 @@ class Ledger:
     def add_materialized(self, site: str, device: str, nbytes: int) -> None:
         self.materialized.append((site, device, nbytes))
 
-    def add_conversion(self, operations: tuple[str, ...], nbytes: int) -> None:
-        self.conversions.append((operations, nbytes))
-
     def add_error(self, where: str) -> None:
         self.errors.append(where)

@@ -273,12 +273,15 @@ class Tracing:
         try:
             update(state)
         except Exception as error:
-            warn_once(
-                "state",
-                f"cannot update the state file ({type(error).__name__}: {error}); "
-                f"counted in {semconv.HOOK_ERRORS} on its load span",
-            )
-            self.record_fault("state", scope)
+            self._state_failed(error, scope)
+
+    def _state_failed(self, error: Exception, scope: Scope | None = None) -> None:
+        warn_once(
+            "state",
+            f"cannot update the state file ({type(error).__name__}: {error}); "
+            f"counted in {semconv.HOOK_ERRORS} on its load span",
+        )
+        self.record_fault("state", scope)
 
     def _raise_rss_peak(self, reading: Memory) -> None:
         """The state's ``rss_peak``: the highest VmRSS seen during the open load (the monitor's samples and the
@@ -721,14 +724,18 @@ class Tracing:
         self._update_state(lambda state: state.add(statefile.device_column(device), nbytes))
 
     def record_conversion(self, operations: tuple[str, ...], nbytes: int) -> None:
+        # Once per converted weight, inside the load's hottest loop: the fewest steps (see ``_update_state``).
+        record = (operations, nbytes)
         for scope in _active.get():
-            scope.ledger.add_conversion(operations, nbytes)
-
-        def update(state: statefile.Writer) -> None:
-            state.add("conversions", 1)
-            state.add("conversion_bytes", nbytes)
-
-        self._update_state(update)
+            scope.ledger.conversions.append(record)
+        provider = self._provider
+        state = provider.state if provider is not None else None
+        if state is not None:
+            try:
+                state.add("conversions", 1)
+                state.add("conversion_bytes", nbytes)
+            except Exception as error:
+                self._state_failed(error)
 
     def record_fault(self, where: str, scope: Scope | None = None) -> None:
         """Count a fault on the load it belongs to: the scope's (a file read in a worker thread), else this thread's."""
