@@ -16,7 +16,7 @@ from typing import Any
 import wrapt
 
 from .. import semconv, spans
-from ._common import FileCall, file_attributes
+from ._common import FileCall, file_attributes_and_head
 from .registry import Hook, call_through_proxies, fault
 
 # Free-threaded Python (3.13t, the GIL off): the ``+=`` on a read slot is no longer indivisible, so reads count under a
@@ -266,22 +266,20 @@ def open_file(instance, args, kwargs):
         tracing.close_file(scope)
         return handle
 
-    attributes = file_attributes(tracing, path)
+    attributes, head = file_attributes_and_head(tracing, path, 8)
     size = attributes.get(semconv.FILE_SIZE)
-    if size is not None and (data := data_bytes(path, size)) is not None:
+    if size is not None and (data := data_bytes(head, size)) is not None:
         attributes[semconv.FILE_TENSOR_BYTES] = data
     return FileCall(tracing, semconv.SPAN_SAFETENSORS_OPEN, attributes, opened)
 
 
-def data_bytes(path: Any, size: int) -> int | None:
-    """The bytes of a safetensors file's tensors: what follows its 8-byte header length and its JSON header. Exact
-    (the format pads inside the header), and one 8-byte read: a tensor-parallel job that reads slices still tells
-    the model's size. None for a file that is not safetensors-shaped."""
-    try:
-        with open(path, "rb") as file:
-            length = int.from_bytes(file.read(8), "little")
-    except (OSError, TypeError, ValueError):
+def data_bytes(head: bytes, size: int) -> int | None:
+    """The bytes of a safetensors file's tensors, from its first 8 bytes (``head``: the header's length) and its size:
+    what follows the length and the JSON header. Exact (the format pads inside the header): a tensor-parallel job that
+    reads slices still tells the model's size. None for a file that is not safetensors-shaped."""
+    if len(head) != 8:
         return None
+    length = int.from_bytes(head, "little")
     data = size - 8 - length
     return data if length > 0 and data >= 0 else None
 
