@@ -176,6 +176,8 @@ def test_without_residency_the_attributes_are_absent(disk_dir, monkeypatch):
             with safetensors.safe_open(str(path), framework="pt") as handle:
                 handle.get_tensor("b")
     assert "loadtrace.file.cached_bytes_at_open" not in t.one("safetensors.open").attributes
+    tensor_bytes = sum(tensor.nbytes for tensor in TENSORS.values())
+    assert t.one("safetensors.open").attributes[semconv.FILE_TENSOR_BYTES] == tensor_bytes  # the header still read
     load = t.one("loadtrace.load").attributes
     assert "loadtrace.io.checkpoint_cold_bytes" not in load and "loadtrace.io.checkpoint_file_bytes" not in load
 
