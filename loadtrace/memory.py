@@ -6,6 +6,8 @@ Every reader returns zeros rather than raising where a file is missing (another 
 from __future__ import annotations
 
 import ctypes
+import errno
+import mmap
 import os
 import stat
 import sys
@@ -207,20 +209,20 @@ def oom_kill_count(cgroup_dir: str | None) -> int | None:
 # Page-cache residency of a file (issue 12) --------------------------------------------------------------------------
 #
 # ``cachestat(2)`` (Linux 6.5+) counts a file's cached pages in one call (10-90 µs for a 400 MB file here, cold to
-# warm, Python included); where it is missing or refused (an older kernel, a seccomp profile), ``mincore(2)`` on a
-# read-only shared mapping asks page by page (1-3 ms for that file). Both read the kernel's page cache exactly, and
-# neither reads the file.
+# warm, Python included: the kernel walks the file's pages); where it is missing or refused (an older kernel, a seccomp
+# profile), ``mincore(2)`` on a read-only shared mapping asks page by page (1-3 ms for that file). Both read the
+# kernel's page cache exactly, and neither reads the file.
 
 _CACHESTAT = 451  # the same number on every architecture that has it (the unified syscall table)
 _CACHESTAT_MACHINES = frozenset({"x86_64", "aarch64", "arm64", "riscv64", "ppc64le", "s390x"})
 _WINDOW = 1 << 30  # mincore maps and asks at most this much at a time: one vector byte per page (256 KiB here)
 _LOW_BIT = bytes(value & 1 for value in range(256))  # mincore: bit 0 of each byte says resident, the rest is reserved
 _libc: Any = None  # libc through ctypes, typed; False where there is none (not Linux)
-_use_cachestat = True  # turned off for the process at the first ENOSYS / EPERM
+_use_cachestat = True  # turned off for the process where the machine has none, and at the first ENOSYS / EPERM
 
 
 def _load_libc() -> Any:
-    global _libc
+    global _libc, _use_cachestat
     if _libc is None:
         _libc = False
         if sys.platform.startswith("linux"):
@@ -247,6 +249,8 @@ def _load_libc() -> Any:
                     ]
 
                 libc.cachestat_range, libc.cachestat_t = CachestatRange, Cachestat
+                if os.uname().machine not in _CACHESTAT_MACHINES:
+                    _use_cachestat = False
                 _libc = libc
             except (OSError, AttributeError):
                 pass
@@ -257,8 +261,7 @@ def cached_bytes(path: str | os.PathLike[str]) -> int | None:
     """Bytes of the file at ``path`` in the page cache now: what reading it whole would not fetch from storage (the
     last page counts only the file's bytes in it). None where it cannot be known: not Linux, not a regular file, both
     calls refused; never a guess."""
-    libc = _load_libc()
-    if not libc:
+    if not _load_libc():
         return None
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
@@ -266,25 +269,27 @@ def cached_bytes(path: str | os.PathLike[str]) -> int | None:
         return None
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return None
-        found = _cachestat(libc, fd, info.st_size) if _use_cachestat else None
-        return found if found is not None else _mincore(libc, fd, info.st_size)
-    except (OSError, ValueError):
+        return cached_bytes_of(fd, info.st_size) if stat.S_ISREG(info.st_mode) else None
+    except OSError:
         return None
     finally:
         os.close(fd)
 
 
+def cached_bytes_of(fd: int, size: int) -> int | None:
+    """``cached_bytes`` of a regular file the caller has open (``fd``), ``size`` bytes long."""
+    libc = _load_libc()
+    if not libc:
+        return None
+    try:
+        found = _cachestat(libc, fd, size) if _use_cachestat else None
+        return found if found is not None else _mincore(libc, fd, size)
+    except (OSError, ValueError):
+        return None
+
+
 def _cachestat(libc: Any, fd: int, size: int) -> int | None:
     global _use_cachestat
-    import ctypes
-    import errno
-    import mmap
-
-    if os.uname().machine not in _CACHESTAT_MACHINES:
-        _use_cachestat = False
-        return None
 
     def pages(offset: int, length: int) -> int | None:  # length 0: to the end of the file
         found = libc.cachestat_t()
@@ -310,9 +315,6 @@ def _cachestat(libc: Any, fd: int, size: int) -> int | None:
 
 
 def _mincore(libc: Any, fd: int, size: int) -> int | None:
-    import ctypes
-    import mmap
-
     page = mmap.PAGESIZE
     vector = (ctypes.c_ubyte * (min(size, _WINDOW) // page + 1))()
     resident = 0

@@ -1,5 +1,6 @@
 """safetensors reads are counted exactly, on one span per file, whichever thread reads."""
 
+import gc
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -9,6 +10,8 @@ import torch
 from _inmemory import traced
 
 import loadtrace
+from loadtrace import semconv
+from loadtrace.hooks import safetensors as safetensors_hooks
 
 TENSORS = {
     "a": torch.arange(12, dtype=torch.float32).reshape(3, 4),  # 48 B
@@ -95,3 +98,60 @@ def test_the_proxy_is_transparent(checkpoint):
         assert isinstance(handle, type(safetensors.safe_open.__wrapped__(str(checkpoint), framework="pt")))
         assert sorted(handle.keys()) == sorted(TENSORS)
         assert handle.metadata() == {"format": "pt"} or handle.metadata() is None or isinstance(handle.metadata(), dict)
+
+
+def test_a_slice_answers_like_the_librarys(checkpoint):
+    library = safetensors.safe_open(str(checkpoint), framework="pt")  # not traced yet
+    plain = library.get_slice("c")
+    with pytest.raises(Exception) as missing:
+        library.get_slice("no_such_tensor")
+    with traced() as t:
+        with safetensors.safe_open(str(checkpoint), framework="pt") as handle:
+            piece = handle.get_slice("c")
+            assert isinstance(piece, type(plain)) and not isinstance(piece, torch.Tensor)
+            assert (piece.get_shape(), piece.get_dtype()) == (plain.get_shape(), plain.get_dtype())
+            assert hasattr(piece, "get_dtype") and not hasattr(piece, "no_such_attribute")
+            assert torch.equal(piece[...], plain[...]) and torch.equal(piece[1:, :2], plain[1:, :2])
+            with pytest.raises(missing.type, match=str(missing.value)):
+                handle.get_slice("no_such_tensor")
+    span = t.one("safetensors.open")
+    assert span.attributes["loadtrace.read.tensors"] == 2
+    assert span.attributes["loadtrace.read.bytes"] == 336 + 1 * 2 * 7 * 8  # c[1:, :2]: a (1, 2, 7) int64 part
+    assert span.attributes[semconv.READ_PARTIAL_TENSORS] == 1
+    assert span.attributes[semconv.READ_PARTIAL_BYTES] == 1 * 2 * 7 * 8
+
+
+def test_a_dropped_handle_ends_its_span_at_once(checkpoint):
+    """Nothing of the proxy's (its own ``get_slice`` included) refers back to it: the job dropping the handle ends
+    the file's span then, not at some later garbage collection."""
+    with traced() as t:
+        with loadtrace.traced_load("drop"):
+            handle = safetensors.safe_open(str(checkpoint), framework="pt")
+            piece = handle.get_slice("a")
+            gc.disable()
+            try:
+                del handle
+                assert [s.name for s in t.spans()] == ["safetensors.open"]
+            finally:
+                gc.enable()
+            piece[...]  # a slice outliving its handle still reads, and still counts into its file
+    assert t.one("safetensors.open").attributes["loadtrace.read.tensors"] == 0  # ended before the read
+    assert t.one("loadtrace.load").attributes["loadtrace.read.bytes"] == 48
+
+
+def test_without_a_gil_reads_count_under_the_files_lock(checkpoint, monkeypatch):
+    """Free-threaded Python: the slot's ``+=`` is no longer indivisible, so the proxies count under a lock."""
+    monkeypatch.setattr(safetensors_hooks, "_gil_enabled", lambda: False)
+    with traced() as t:
+        with safetensors.safe_open(str(checkpoint), framework="pt") as handle:
+            assert type(handle) is safetensors_hooks.LockedSafeOpen
+            slices = [handle.get_slice(name) for name in TENSORS for _ in range(50)]
+            assert all(type(piece) is safetensors_hooks.LockedCountingSlice for piece in slices)
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(lambda piece: piece[...], slices))
+            handle.get_tensor("b")
+            handle.get_tensors()
+    span = t.one("safetensors.open")
+    total = sum(x.nbytes for x in TENSORS.values())
+    assert span.attributes["loadtrace.read.tensors"] == 50 * 3 + 1 + 3
+    assert span.attributes["loadtrace.read.bytes"] == 50 * total + 10 + total

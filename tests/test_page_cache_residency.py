@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,9 @@ from _inmemory import traced
 from support.pagecache import evict
 
 import loadtrace
-from loadtrace import memory
+from loadtrace import memory, semconv, spans
+from loadtrace.hooks import safetensors as safetensors_hooks
+from loadtrace.hooks._common import file_attributes_and_head
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 REPO = Path(__file__).resolve().parents[1]
@@ -173,5 +176,48 @@ def test_without_residency_the_attributes_are_absent(disk_dir, monkeypatch):
             with safetensors.safe_open(str(path), framework="pt") as handle:
                 handle.get_tensor("b")
     assert "loadtrace.file.cached_bytes_at_open" not in t.one("safetensors.open").attributes
+    tensor_bytes = sum(tensor.nbytes for tensor in TENSORS.values())
+    assert t.one("safetensors.open").attributes[semconv.FILE_TENSOR_BYTES] == tensor_bytes  # the header still read
     load = t.one("loadtrace.load").attributes
     assert "loadtrace.io.checkpoint_cold_bytes" not in load and "loadtrace.io.checkpoint_file_bytes" not in load
+
+
+def test_one_open_reads_the_residency_before_the_header(disk_dir, kernel_path):
+    """The safetensors hook opens a file once, reads its residency first (what the job found: the hook's own read of
+    the header's length comes after it), then that length: the same cached bytes as ``cached_bytes`` gives, and the
+    file's exact tensor bytes, cold and warm."""
+    path = disk_dir / "model.safetensors"
+    safetensors.torch.save_file(TENSORS, str(path))
+    size, tensor_bytes = path.stat().st_size, sum(tensor.nbytes for tensor in TENSORS.values())
+    evict(path)
+    with traced() as t:
+        attributes, head = file_attributes_and_head(spans.tracing(), path, 8)
+        assert attributes[semconv.FILE_CACHED_BYTES_AT_OPEN] == 0 < memory.cached_bytes(path)  # then the head read
+        assert attributes[semconv.FILE_SIZE] == size and safetensors_hooks.data_bytes(head, size) == tensor_bytes
+        read_whole(path)
+        assert file_attributes_and_head(spans.tracing(), path, 8) == (
+            attributes | {semconv.FILE_CACHED_BYTES_AT_OPEN: size},
+            head,
+        )
+        for cold in (True, False):
+            if cold:
+                evict(path)
+            expected = memory.cached_bytes(path)
+            with safetensors.safe_open(str(path), framework="pt") as handle:
+                handle.get_tensor("b")
+            span = t.spans("safetensors.open")[-1]
+            assert span.attributes[semconv.FILE_CACHED_BYTES_AT_OPEN] == expected == (0 if cold else size)
+            assert span.attributes[semconv.FILE_TENSOR_BYTES] == tensor_bytes
+
+
+def test_a_file_that_is_not_regular_is_never_opened(tmp_path):
+    """A FIFO's open would wait for its writer (and a read would take the job's bytes): its path and size only."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    found = []
+    with traced():
+        probe = threading.Thread(target=lambda: found.append(file_attributes_and_head(spans.tracing(), fifo, 8)))
+        probe.daemon = True
+        probe.start()
+        probe.join(30)
+    assert found == [({semconv.FILE_PATH: str(fifo), semconv.FILE_SIZE: 0}, b"")]

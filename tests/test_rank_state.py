@@ -389,10 +389,13 @@ from loadtrace import spans
 with loadtrace.traced_load("parent"):
     f = safetensors.safe_open(sys.argv[1], framework="pt")
     f.get_tensor("w")
+    piece = f.get_slice("w")
     pid = os.fork()
     if pid == 0:
         for _ in range(5):
             f.get_tensor("w")  # a handle inherited from the parent: not the parent's reads
+            f.get_slice("w")[...]
+            piece[...]  # nor a slice it made
         os._exit(0)
     os.waitpid(pid, 0)
     print("parent", spans.tracing().state.path, flush=True)

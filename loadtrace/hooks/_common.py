@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import stat
 import time
 from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
 from .. import semconv, spans
-from ..memory import cached_bytes
+from ..memory import cached_bytes_of
 
 
 def tensor_bytes(tensor: Any) -> int:
@@ -20,17 +21,37 @@ def tensor_bytes(tensor: Any) -> int:
 
 def file_attributes(tracing: spans.Tracing, path: Any) -> dict[str, Any]:
     """A file's path, size and, before the library opens it, how much of it the page cache holds (Linux)."""
+    return file_attributes_and_head(tracing, path, 0)[0]
+
+
+def file_attributes_and_head(tracing: spans.Tracing, path: Any, head: int) -> tuple[dict[str, Any], bytes]:
+    """``file_attributes``, and the file's first ``head`` bytes (fewer where it is shorter, none where it cannot be
+    read). The file is opened once, and its page-cache residency read before anything of it is: it is what the job
+    found. Only a regular file is opened: a FIFO's open would wait for its writer."""
     attributes: dict[str, Any] = {}
-    if isinstance(path, (str, os.PathLike)):
-        attributes[semconv.FILE_PATH] = tracing.path(path)
-        try:
-            attributes[semconv.FILE_SIZE] = os.stat(path).st_size
-        except OSError:
-            return attributes
-        cached = cached_bytes(path)
+    if not isinstance(path, (str, os.PathLike)):
+        return attributes, b""
+    attributes[semconv.FILE_PATH] = tracing.path(path)
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):  # ValueError: a NUL in the path (the library says so to the job)
+        return attributes, b""
+    attributes[semconv.FILE_SIZE] = info.st_size
+    if not stat.S_ISREG(info.st_mode):
+        return attributes, b""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return attributes, b""
+    try:
+        cached = cached_bytes_of(fd, info.st_size)
         if cached is not None:
             attributes[semconv.FILE_CACHED_BYTES_AT_OPEN] = cached
-    return attributes
+        return attributes, os.read(fd, head) if head else b""  # a new descriptor reads from the start
+    except OSError:
+        return attributes, b""
+    finally:
+        os.close(fd)
 
 
 class FileCall:

@@ -4,6 +4,11 @@
 proxy (wrapt ``ObjectProxy``) that counts what ``get_tensor``, ``get_tensors`` and indexing a ``get_slice`` result
 return. Counting is two ``+=`` per tensor on the file's read slot, a memory-mapped pair of integers the kernel keeps if
 the process is killed (statefile.py); a span per tensor only with ``LOADTRACE_DETAIL=tensor``.
+
+``get_slice(name)[...]`` is how transformers reads every tensor: what it costs on top of the library's own call is
+the per-tensor cost of a default-detail load. Hence a plain class for the slice (``CountingSlice``) rather than a
+wrapt proxy, a ``get_slice`` of each file's own that reaches the library and the slot through its closure
+(``counting_get_slice``), and the generic attribute lookup on the file's proxy.
 """
 
 from __future__ import annotations
@@ -11,13 +16,14 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import wrapt
 
-from .. import semconv, spans
-from ._common import FileCall, file_attributes
-from .registry import Hook, call_through_proxies, fault
+from .. import semconv, spans, statefile
+from ._common import FileCall, file_attributes_and_head
+from .registry import Hook, call_through, call_through_proxies, fault
 
 # Free-threaded Python (3.13t, the GIL off): the ``+=`` on a read slot is no longer indivisible, so reads count under a
 # lock there. Checked per file: a GIL turned back on later (an extension that needs it) leaves the lock merely unneeded.
@@ -27,7 +33,14 @@ _gil_enabled = getattr(sys, "_is_gil_enabled", lambda: True)
 class TracedSafeOpen(wrapt.ObjectProxy):
     """The opened file: every tensor read through it counts into the file's read slot (``spans.Scope.slot``)."""
 
+    # A subclass of wrapt's proxy looks up every attribute through wrapt's ``__getattribute__``, called as a slot
+    # wrapper: ~150 ns an attribute here, several per tensor. The generic lookup finds the same things (the proxy's own
+    # attributes, wrapt's descriptors such as ``__wrapped__`` and ``__class__``, the ``__module__`` and ``__doc__``
+    # wrapt copied from the wrapped object) in ~35 ns, and wrapt's ``__getattr__`` still forwards everything else.
+    __getattribute__ = object.__getattribute__
+
     _self_locking: bool | None = False  # count under a lock: never here, always (LockedSafeOpen), None: without a GIL
+    _self_counting_slices = True  # slices from ``counting_get_slice`` (PerTensorSafeOpen's make spans instead)
 
     def __init__(self, wrapped: Any, scope: spans.Scope, tracing: spans.Tracing):
         super().__init__(wrapped)
@@ -35,21 +48,14 @@ class TracedSafeOpen(wrapt.ObjectProxy):
         self._self_tracing = tracing
         slot = scope.slot if scope.slot is not None else spans.detached_slot()
         locking = not _gil_enabled() if self._self_locking is None else self._self_locking
-        lock = threading.Lock() if locking else None
         self._self_slot = slot
-        self._self_lock = lock
+        self._self_lock = threading.Lock() if locking else None
         self._self_counted_keys = False
-        # The class of this file's slices: the slot is a class attribute, so creating one per tensor runs wrapt's
-        # own (C) initialiser and nothing else.
-        members: dict[str, Any] = {
-            "_self_slot": slot,
-            "_self_scope": scope,
-            "_self_partial": scope.ledger.partial_reads,
-        }
-        base: type[CountingSlice] = CountingSlice
-        if lock is not None:
-            base, members["_self_lock"] = LockedCountingSlice, lock
-        self._self_slice = type(base.__name__, (base,), members)
+        if self._self_counting_slices:
+            # This file's own ``get_slice``, set on the proxy: wrapt keeps an attribute whose name the class has on
+            # the proxy itself (the method below), where the job's lookup finds it before the method.
+            counting = counting_get_slice(wrapped.get_slice, slot, scope, self._self_lock)
+            self._self_get_slice = self.get_slice = counting  # type: ignore[method-assign]
 
     def keys(self):
         # Counted when the job lists them (transformers always does): listing them ourselves costs ~0.1 ms a file.
@@ -122,7 +128,36 @@ class TracedSafeOpen(wrapt.ObjectProxy):
         return tensors
 
     def get_slice(self, name):
-        return self._self_slice(self.__wrapped__.get_slice(name))
+        return self._self_get_slice(name)  # shadowed on each proxy by the same function (``__init__``)
+
+
+@call_through
+def counting_get_slice(
+    read: Callable[[str], Any], slot: statefile.ReadSlot, scope: spans.Scope, lock: Any
+) -> Callable[[str], CountingSlice]:
+    """A file's ``get_slice``: the library's slice (``read``) in a ``CountingSlice`` that counts into the file's slot.
+    What it needs is in its closure: no lookup on the file's proxy, and no reference to it (its ``__del__`` ends the
+    file's span when the job drops it: a cycle would leave that to the garbage collector)."""
+    if lock is None:
+
+        def get_slice(name):
+            piece = CountingSlice()
+            piece._slice = read(name)
+            piece._slot = slot
+            piece._scope = scope
+            return piece
+
+    else:
+
+        def get_slice(name):
+            piece = LockedCountingSlice()
+            piece._slice = read(name)
+            piece._slot = slot
+            piece._scope = scope
+            piece._lock = lock
+            return piece
+
+    return get_slice
 
 
 def partial_read(piece: Any, tensor: Any, nbytes: int, partial: list[int]) -> None:
@@ -136,45 +171,64 @@ def partial_read(piece: Any, tensor: Any, nbytes: int, partial: list[int]) -> No
         partial.append(nbytes)
 
 
-class CountingSlice(wrapt.ObjectProxy):
-    """Bytes are read when a slice is indexed, possibly in another thread: they go to the file it came from. This
-    is the per-tensor hot path of a default-detail load: two ``+=`` on the file's read slot, no call (an index other
-    than ``...`` also checks for a partial read). Subclassed per file (``TracedSafeOpen``) with that file's
-    ``_self_slot``, ``_self_scope`` and ``_self_partial``."""
+class CountingSlice:
+    """A slice: bytes are read when it is indexed, possibly in another thread, and they count into the file it came
+    from. This is the per-tensor hot path of a default-detail load: two ``+=`` on the file's read slot, no call (an
+    index other than ``...`` also checks for a partial read). One is made per tensor, so it is a plain class that
+    ``counting_get_slice`` fills (no ``__init__`` to run) rather than a wrapt proxy (~0.3 µs to make, ~150 ns for each
+    attribute it reads). It answers for the library's slice: ``get_shape``, ``get_dtype``, ``isinstance``
+    (``__class__``), and anything else through ``__getattr__``."""
 
-    _self_slot: Any = None
-    _self_scope: Any = None
-    _self_partial: Any = None
+    __slots__ = ("_slice", "_slot", "_scope")
+
+    _slice: Any  # the library's slice
+    _slot: statefile.ReadSlot  # the file's: its ``counts`` are swapped for private memory in a forked child
+    _scope: spans.Scope
 
     def __getitem__(self, index):
-        tensor = self.__wrapped__[index]
+        tensor = self._slice[index]
         try:
             nbytes = tensor.nbytes  # first: nothing but the two += may run between reading and writing a count
-            counts = self._self_slot.counts
+            counts = self._slot.counts
             counts[0] += 1
             counts[1] += nbytes
             if index is not Ellipsis:
-                partial_read(self.__wrapped__, tensor, nbytes, self._self_partial)
+                partial_read(self._slice, tensor, nbytes, self._scope.ledger.partial_reads)
         except Exception as error:
-            fault(semconv.SPAN_SAFETENSORS_READ, error, self._self_scope)
+            fault(semconv.SPAN_SAFETENSORS_READ, error, self._scope)
         return tensor
+
+    def get_shape(self):
+        return self._slice.get_shape()
+
+    def get_dtype(self):
+        return self._slice.get_dtype()
+
+    @property  # type: ignore[misc]
+    def __class__(self):  # isinstance() sees the library's slice, as through a wrapt proxy
+        return type(self._slice)
+
+    def __getattr__(self, name):  # what a later safetensors may give its slices
+        return getattr(self._slice, name)
 
 
 class LockedCountingSlice(CountingSlice):
     """The same without a GIL: the two ``+=`` under the file's lock."""
 
-    _self_lock: Any = None
+    __slots__ = ("_lock",)
+
+    _lock: Any
 
     def __getitem__(self, index):
-        tensor = self.__wrapped__[index]
+        tensor = self._slice[index]
         try:
             nbytes = tensor.nbytes
-            with self._self_lock:
-                self._self_slot.add(nbytes)
+            with self._lock:
+                self._slot.add(nbytes)
             if index is not Ellipsis:
-                partial_read(self.__wrapped__, tensor, nbytes, self._self_partial)
+                partial_read(self._slice, tensor, nbytes, self._scope.ledger.partial_reads)
         except Exception as error:
-            fault(semconv.SPAN_SAFETENSORS_READ, error, self._self_scope)
+            fault(semconv.SPAN_SAFETENSORS_READ, error, self._scope)
         return tensor
 
 
@@ -193,6 +247,7 @@ class PerTensorSafeOpen(TracedSafeOpen):
     """``LOADTRACE_DETAIL=tensor``: the same counts, plus a span for each tensor read."""
 
     _self_locking = None
+    _self_counting_slices = False
 
     def _self_read(self, name: str, tensor: Any, started: int) -> None:
         self._self_count(tensor)
@@ -266,22 +321,20 @@ def open_file(instance, args, kwargs):
         tracing.close_file(scope)
         return handle
 
-    attributes = file_attributes(tracing, path)
+    attributes, head = file_attributes_and_head(tracing, path, 8)
     size = attributes.get(semconv.FILE_SIZE)
-    if size is not None and (data := data_bytes(path, size)) is not None:
+    if size is not None and (data := data_bytes(head, size)) is not None:
         attributes[semconv.FILE_TENSOR_BYTES] = data
     return FileCall(tracing, semconv.SPAN_SAFETENSORS_OPEN, attributes, opened)
 
 
-def data_bytes(path: Any, size: int) -> int | None:
-    """The bytes of a safetensors file's tensors: what follows its 8-byte header length and its JSON header. Exact
-    (the format pads inside the header), and one 8-byte read: a tensor-parallel job that reads slices still tells
-    the model's size. None for a file that is not safetensors-shaped."""
-    try:
-        with open(path, "rb") as file:
-            length = int.from_bytes(file.read(8), "little")
-    except (OSError, TypeError, ValueError):
+def data_bytes(head: bytes, size: int) -> int | None:
+    """The bytes of a safetensors file's tensors, from its first 8 bytes (``head``: the header's length) and its size:
+    what follows the length and the JSON header. Exact (the format pads inside the header): a tensor-parallel job that
+    reads slices still tells the model's size. None for a file that is not safetensors-shaped."""
+    if len(head) != 8:
         return None
+    length = int.from_bytes(head, "little")
     data = size - 8 - length
     return data if length > 0 and data >= 0 else None
 
@@ -307,5 +360,8 @@ HOOKS = [
     Hook("safetensors.torch", "load", load_bytes),
 ]
 
-# The proxies' methods stand between the job and safetensors: warnings raised below them name the job's line.
+# The proxies' methods stand between the job and safetensors: warnings raised below them name the job's line. The
+# slices are plain classes, marked the same way (``counting_get_slice`` is marked where it is defined).
 call_through_proxies(__name__)
+for _method in (*vars(CountingSlice).values(), *vars(LockedCountingSlice).values()):
+    call_through(_method)

@@ -48,10 +48,10 @@ def inject(kind: str) -> None:
 
         init = hook.TracedSafeOpen.__init__
 
-        def broken_counts(self, *args, **kwargs):
-            init(self, *args, **kwargs)
-            self._self_slot = BrokenSlot()
-            self._self_slice._self_slot = BrokenSlot()
+        def broken_counts(self, wrapped, scope, tracing):
+            scope.slot, working = BrokenSlot(), scope.slot  # what the proxy and its slices count into
+            init(self, wrapped, scope, tracing)
+            scope.slot = working  # the file's span still reads its counts
 
         hook.TracedSafeOpen.__init__ = broken_counts
         return
