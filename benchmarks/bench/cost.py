@@ -5,15 +5,17 @@
   spawned DataLoader worker, which imports torch and so loadtrace's hooks). Wall time around the process and its own
   peak RSS (``os.wait4``'s ``ru_maxrss``); the minimum of N for each arm, medians beside.
 - ``fit``: in ONE process, warm ``from_pretrained`` loads of two checkpoints (3,219 and 20,259 tensors), loadtrace's
-  hooks removed (off, and off again: the null) and installed (on) between loads, in rotating order. Per size the
+  hooks removed (off, and off again: the null) and installed (on) between loads, in all 6 orders in turn. Per size the
   median of the paired differences on - off (and null - off); a line through the two sizes splits the cost into a
-  fixed cost per load and a cost per tensor.
+  fixed cost per load and a cost per tensor. Whole loads scatter by ±100 ms here: a bound, not the figure (``own``
+  in own.py is the figure).
 - ``state``: what the state kept for a dying rank and the termination handlers cost per load: each operation's cost
   (the best of many blocks) times how often one real load does it (counted during that load).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import statistics
@@ -90,10 +92,15 @@ def activation_import_us(env: dict[str, str], rounds: int) -> float:
 # fit ----------------------------------------------------------------------------------------------------------------
 
 FIT_ARMS = ["off", "on", "off (null)"]
+# Round r runs the arms in the order FIT_ORDERS[r % 6]: over 6 rounds every arm follows every other arm twice and comes
+# first (after the other checkpoint's last load) twice. A rotation of one order made `off (null)` always follow `on`
+# (or open the round), and the null came out 115 ms faster than `off`: the order, not the hooks.
+FIT_ORDERS = list(itertools.permutations(FIT_ARMS))
 
 
 def cmd_fit(argv: list[str]) -> int:
-    """Worker (``LOADTRACE=1``): ``_fit ROUNDS OUT CKPT...``: warm loads of each checkpoint, hooks off / on / off."""
+    """Worker (``LOADTRACE=1``): ``_fit ROUNDS SETTLE OUT CKPT...``: warm loads of each checkpoint, hooks off / on /
+    off; with SETTLE 1, each timed load follows an untimed one of the same checkpoint and arm."""
     import gc
 
     from transformers import AutoModelForCausalLM
@@ -102,7 +109,7 @@ def cmd_fit(argv: list[str]) -> int:
     from loadtrace.instrumentor import registry
 
     hf_logging.disable_progress_bar()
-    rounds, out, ckpts = int(argv[0]), argv[1], argv[2:]
+    rounds, settle, out, ckpts = int(argv[0]), argv[1] == "1", argv[2], argv[3:]
     hooks = registry()
     assert hooks.active, "start this worker with LOADTRACE=1"
     for ckpt in ckpts:  # imports, the tracer, the first span: not measured here (``never`` and ``first_span`` are)
@@ -110,10 +117,12 @@ def cmd_fit(argv: list[str]) -> int:
     rows: list[dict[str, Any]] = []
     for r in range(rounds):
         for ckpt in ckpts:
-            row: dict[str, Any] = {"ckpt": ckpt}
-            order = FIT_ARMS[r % 3 :] + FIT_ARMS[: r % 3]
+            order = FIT_ORDERS[r % len(FIT_ORDERS)]
+            row: dict[str, Any] = {"ckpt": ckpt, "order": order}
             for arm in order:
                 hooks.install() if arm == "on" else hooks.uninstall()
+                if settle:  # what the previous load left behind (heap, page cache, spans) is then the arm's own
+                    AutoModelForCausalLM.from_pretrained(ckpt)
                 gc.collect()
                 c0, l0, t0 = time.process_time(), time.thread_time(), time.perf_counter()
                 model = AutoModelForCausalLM.from_pretrained(ckpt)
@@ -141,16 +150,15 @@ def first_span_ms() -> float:
     return min(values)
 
 
-def bench_fit(ckpts: list[tuple[Path, int, int]], rounds: int, work: Path) -> dict[str, Any]:
-    """``ckpts``: (directory, tensors, files) of two checkpoints."""
+def bench_fit(ckpts: list[tuple[Path, int, int]], rounds: int, work: Path, settle: bool = True) -> dict[str, Any]:
+    """``ckpts``: (directory, tensors, files) of two checkpoints; ``settle``: an untimed load before each timed one."""
     out = work / "results" / "fit.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     # Every tensor read on the loading thread (transformers' own switch), so that thread's CPU time holds all of
     # loadtrace's per-tensor work: the steadiest measure on a shared machine, where other jobs' CPU is not in it.
     env = clean_env(LOADTRACE="1", LOADTRACE_DIR=str(work / "traces" / "fit"), HF_DEACTIVATE_ASYNC_LOAD="1")
-    run_checked(
-        worker("_fit", rounds, out, *(c for c, _, _ in ckpts)), env, 3600, work / "results" / "fit.log", cwd=work
-    )
+    command = worker("_fit", rounds, int(settle), out, *(c for c, _, _ in ckpts))
+    run_checked(command, env, 3600, work / "results" / "fit.log", cwd=work)
     rows = json.loads(out.read_text())
     sizes = []
     for ckpt, tensors, files in ckpts:
@@ -172,7 +180,7 @@ def bench_fit(ckpts: list[tuple[Path, int, int]], rounds: int, work: Path) -> di
                 row["off (null)" + suffix] / row["off" + suffix] for row in mine
             )
         sizes.append(entry)
-    fit: dict[str, Any] = {"sizes": sizes}
+    fit: dict[str, Any] = {"sizes": sizes, "settle": settle}
     (small, large) = sorted(sizes, key=lambda entry: entry["tensors"])
     for unit in ("wall", "cpu", "thread"):
         for stat in ("median", "min"):
