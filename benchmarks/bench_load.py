@@ -171,7 +171,7 @@ def run_cost(res: dict[str, Any], args: argparse.Namespace, moe_dir: Path, many_
         res["own"] = bench_own(sizes, rounds, args.work)
     if "fit" in args.parts:
         rounds = 6 if args.quick else 12
-        log(f"(fit) warm loads of two sizes, hooks off / on / off (null) in all 6 orders: {rounds} rounds")
+        log(f"(fit) warm loads of two sizes, hooks off / on / off (null) in all 6 orders, settled: {rounds} rounds")
         res["fit"] = bench_fit(sizes, rounds, args.work)
     if "state" in args.parts:
         log("(state) state file and termination handlers per load")

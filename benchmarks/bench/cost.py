@@ -5,7 +5,8 @@
   spawned DataLoader worker, which imports torch and so loadtrace's hooks). Wall time around the process and its own
   peak RSS (``os.wait4``'s ``ru_maxrss``); the minimum of N for each arm, medians beside.
 - ``fit``: in ONE process, warm ``from_pretrained`` loads of two checkpoints (3,219 and 20,259 tensors), loadtrace's
-  hooks removed (off, and off again: the null) and installed (on) between loads, in all 6 orders in turn. Per size the
+  hooks removed (off, and off again: the null) and installed (on) between loads, in all 6 orders in turn, each timed
+  load after an untimed one of the same checkpoint and arm. Per size the
   median of the paired differences on - off (and null - off); a line through the two sizes splits the cost into a
   fixed cost per load and a cost per tensor. Whole loads scatter by ±100 ms here: a bound, not the figure (``own``
   in own.py is the figure).
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import PY, best_ns, clean_env, run_checked, worker
+from .stats import median_ci
 
 PROGRAMS = {"python -c pass": "pass", 'python -c "import torch"': "import torch"}
 NEVER_ARMS = ["off", "LOADTRACE=1", "off (null)"]
@@ -93,8 +95,9 @@ def activation_import_us(env: dict[str, str], rounds: int) -> float:
 
 FIT_ARMS = ["off", "on", "off (null)"]
 # Round r runs the arms in the order FIT_ORDERS[r % 6]: over 6 rounds every arm follows every other arm twice and comes
-# first (after the other checkpoint's last load) twice. A rotation of one order made `off (null)` always follow `on`
-# (or open the round), and the null came out 115 ms faster than `off`: the order, not the hooks.
+# first twice. A rotation of one order made `off (null)` always follow `on` (or open the round), and the null came out
+# 115 ms faster than `off`: the order, not the hooks. And by default (``settle``) each timed load follows an untimed
+# one of its own checkpoint and arm: the load before leaves up to +70 ms behind (the other checkpoint's, measured).
 FIT_ORDERS = list(itertools.permutations(FIT_ARMS))
 
 
@@ -173,6 +176,9 @@ def bench_fit(ckpts: list[tuple[Path, int, int]], rounds: int, work: Path, settl
             entry[f"{unit}_null_median_ms"] = (
                 statistics.median(row["off (null)" + suffix] - row["off" + suffix] for row in mine) * 1e3
             )
+            for arm, key in (("on", "on"), ("off (null)", "null")):
+                ci = median_ci([(row[arm + suffix] - row["off" + suffix]) * 1e3 for row in mine])
+                entry[f"{unit}_{key}_ci_ms"] = ci
             entry[f"{unit}_on_min_ms"] = (min(row["on" + suffix] for row in mine) - min(off)) * 1e3
             entry[f"{unit}_null_min_ms"] = (min(row["off (null)" + suffix] for row in mine) - min(off)) * 1e3
             entry[f"{unit}_ratio_median"] = statistics.median(row["on" + suffix] / row["off" + suffix] for row in mine)

@@ -145,7 +145,9 @@ def cmd_own(argv: list[str]) -> int:
     assert not activation.registry().active, "start this worker without LOADTRACE: the meter goes in first"
     meter = Meter()
     # Every hook wrapper is made by this one factory, when a hook is installed or a while-loading hook put in place.
-    hook_registry._wrapper = meter.wrapper_factory(hook_registry._wrapper)
+    factory = getattr(hook_registry, "_wrapper", None)
+    assert factory is not None, "loadtrace.hooks.registry._wrapper (the hook wrapper factory) is gone: update the meter"
+    hook_registry._wrapper = meter.wrapper_factory(factory)
 
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging

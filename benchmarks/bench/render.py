@@ -335,44 +335,53 @@ def render_never(never: dict[str, Any]) -> list[str]:
     return [*out, table(headers, rows), exact]
 
 
+def ci_text(ci: list[float] | None) -> str:
+    return "" if not ci else f" [{ci[0]:+.0f}, {ci[1]:+.0f}]"
+
+
 def render_fit(fit: dict[str, Any]) -> list[str]:
     rows = []
     for e in fit["sizes"]:
-        rows.append(
-            [
-                f"{e['tensors']:,} tensors, {e['files']} files",
-                str(e["rounds"]),
-                fmt(e["wall_off_median_s"], ".3f"),
-                f"{e['wall_on_median_ms']:+.1f} ({e['wall_null_median_ms']:+.1f})",
-                f"{e['wall_on_min_ms']:+.1f} ({e['wall_null_min_ms']:+.1f})",
-                f"{e['wall_ratio_median']:.3f} ({e['wall_null_ratio_median']:.3f})",
-                f"{e['cpu_on_median_ms']:+.1f} ({e['cpu_null_median_ms']:+.1f})",
-                f"{e['thread_on_median_ms']:+.1f} ({e['thread_null_median_ms']:+.1f})",
-                f"{e['thread_on_min_ms']:+.1f} ({e['thread_null_min_ms']:+.1f})",
-            ]
-        )
-    headers = ["checkpoint", "rounds", "off s (median)", "on - off ms, median pair (null)"]
-    headers += ["min on - min off ms (null)", "on / off median ratio (null)", "CPU on - off ms, median pair (null)"]
-    headers += ["loading thread CPU on - off ms, median pair (null)", "loading thread CPU, min on - min off ms (null)"]
+        for unit, what in (("wall", "wall"), ("thread", "loading thread CPU"), ("cpu", "process CPU")):
+            rows.append(
+                [
+                    f"{e['tensors']:,} tensors, {e['files']} files",
+                    what,
+                    str(e["rounds"]),
+                    fmt(e[f"{unit}_off_median_s"], ".3f"),
+                    f"{e[f'{unit}_on_median_ms']:+.1f}{ci_text(e.get(f'{unit}_on_ci_ms'))}",
+                    f"{e[f'{unit}_null_median_ms']:+.1f}{ci_text(e.get(f'{unit}_null_ci_ms'))}",
+                    f"{e[f'{unit}_on_min_ms']:+.1f}",
+                    f"{e[f'{unit}_null_min_ms']:+.1f}",
+                ]
+            )
+    headers = ["checkpoint", "measure", "rounds", "off s (median)", "on - off ms, median pair [95 % interval]"]
+    headers += ["null: off again - off ms, median pair [95 % interval]", "min on - min off ms", "min null - min off ms"]
     fits = [
         f"{name}: {fit[key]['fixed_ms']:+.2f} ms per load + {fit[key]['per_tensor_us']:+.3f} µs per tensor"
         for key, name in (
-            ("thread_min", "**loading thread CPU, minima**"),
-            ("thread_median", "loading thread CPU, median pairs"),
             ("wall_median", "wall, median pairs"),
-            ("wall_min", "wall, minima"),
+            ("thread_median", "loading thread CPU, median pairs"),
+            ("thread_min", "loading thread CPU, minima"),
             ("cpu_median", "process CPU, median pairs"),
         )
     ]
+    settle = (
+        " Before each timed load, an untimed one of the same checkpoint with the same arm: whatever a load leaves "
+        "behind (heap, spans still exporting) the next timed one finds from its own arm."
+        if fit.get("settle")
+        else ""
+    )
     return [
         "\n### Default detail, whole loads: hooks off / on / off again (warm loads in one process, a bound)\n",
         "What is measured: the same warm loads timed whole, loadtrace's hooks removed (`off`), installed (`on`) and "
-        "removed again (`off (null)`, the noise) between loads, the three in all 6 orders in turn so that each "
-        "follows each other equally often. On - off per round, the median over rounds (null in brackets: near 0 when "
-        "the pairing is fair). Whole loads here scatter by ±100 ms, so this bounds the cost; the metered figure above "
-        "is the cost.\n",
+        "removed again (`off (null)`: the same as `off`, so its difference is the noise) between loads, the three in "
+        f"all 6 orders in turn, so that each follows each other equally often.{settle} Per round the difference to "
+        "`off`; the median over rounds with a distribution-free 95 % interval (order statistics). A fair pairing puts "
+        "the null's interval around 0. Whole loads here scatter by ±100 ms and more (other jobs' CPU, even in a "
+        "thread's clock), so this only bounds the cost; the metered figure above is the cost.\n",
         table(headers, rows),
-        "\nFit through the two sizes: " + "; ".join(fits) + ". "
+        "\nFit through the two sizes (noise-dominated, for the record): " + "; ".join(fits) + ". "
         f"Once per process, the first span sets up OpenTelemetry (import and provider): {fit['first_span_ms']:.1f} ms "
         "(min of 5 processes that imported torch and transformers). "
         f"`get_slice(name)[...]` per tensor: {fit['slice_us']['bare']:.2f} µs bare, {fit['slice_us']['traced']:.2f} µs "
@@ -402,6 +411,9 @@ def own_rows(own: dict[str, Any]) -> list[list[str]]:
     bias = ["clock-read bias, subtracted above (calls x mean empty interval)"]
     for e in sizes:
         bias += ["", fmt(e["bias_ms"], ".2f"), ""]
+    reads = ["the meter's own clock reads (2 per metered call: they slow the load, not in the figures)"]
+    for e in sizes:
+        reads += ["", fmt(e["calls"] * own["bias"]["pair_ns"] / 1e6, ".2f"), ""]
     monitor = ["monitor thread CPU (beside the loading thread, not in the total)"]
     for e in sizes:
         m = e["monitor_ms"]
@@ -409,7 +421,7 @@ def own_rows(own: dict[str, Any]) -> list[list[str]]:
     thread = ["the whole load, loading thread CPU (for scale)"]
     for e in sizes:
         thread += ["", fmt(e["thread_s"]["min"] * 1e3, ".0f"), fmt(e["thread_s"]["median"] * 1e3, ".0f")]
-    return [*rows, total, bias, monitor, thread]
+    return [*rows, total, bias, reads, monitor, thread]
 
 
 def render_own(own: dict[str, Any]) -> list[str]:
