@@ -77,6 +77,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, help="interleaved rounds, 1 rank (default 5; --quick 1)")
     parser.add_argument("--ddp-rounds", type=int, help="interleaved rounds, torchrun 2 ranks (default 3; --quick 1)")
     parser.add_argument("--loads", type=int, help="loads per process (default 3; --quick 2)")
+    parser.add_argument(
+        "--fit-settle", action="store_true", help="fit: an untimed load of the same arm before each timed one"
+    )
     parser.add_argument("--only", default=PARTS, help=f"comma-separated parts: {PARTS}")
     parser.add_argument("--json", help="also write every raw figure here")
     parser.add_argument("--markdown", help="also write the table here")
@@ -170,9 +173,10 @@ def run_cost(res: dict[str, Any], args: argparse.Namespace, moe_dir: Path, many_
         log(f"(own) loadtrace's own time on the loading thread, metered in warm loads of two sizes: {rounds} rounds")
         res["own"] = bench_own(sizes, rounds, args.work)
     if "fit" in args.parts:
-        rounds = 6 if args.quick else 12
-        log(f"(fit) warm loads of two sizes, hooks off / on / off (null) in all 6 orders, settled: {rounds} rounds")
-        res["fit"] = bench_fit(sizes, rounds, args.work)
+        rounds = 6 if args.quick else 18
+        how = ", each after an untimed one of its arm" if args.fit_settle else ""
+        log(f"(fit) warm loads of two sizes, hooks off / on / off (null) in all 6 orders{how}: {rounds} rounds")
+        res["fit"] = bench_fit(sizes, rounds, args.work, args.fit_settle)
     if "state" in args.parts:
         log("(state) state file and termination handlers per load")
         res["state"] = bench_state(moe_dir, args.work)

@@ -5,8 +5,8 @@
   spawned DataLoader worker, which imports torch and so loadtrace's hooks). Wall time around the process and its own
   peak RSS (``os.wait4``'s ``ru_maxrss``); the minimum of N for each arm, medians beside.
 - ``fit``: in ONE process, warm ``from_pretrained`` loads of two checkpoints (3,219 and 20,259 tensors), loadtrace's
-  hooks removed (off, and off again: the null) and installed (on) between loads, in all 6 orders in turn, each timed
-  load after an untimed one of the same checkpoint and arm. Per size the
+  hooks removed (off, and off again: the null) and installed (on) between loads, in all 6 orders in turn (or, with
+  ``settle``, each timed load after an untimed one of the same checkpoint and arm). Per size the
   median of the paired differences on - off (and null - off); a line through the two sizes splits the cost into a
   fixed cost per load and a cost per tensor. Whole loads scatter by ±100 ms here: a bound, not the figure (``own``
   in own.py is the figure).
@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import resource
 import statistics
 import subprocess
 import time
@@ -96,8 +97,10 @@ def activation_import_us(env: dict[str, str], rounds: int) -> float:
 FIT_ARMS = ["off", "on", "off (null)"]
 # Round r runs the arms in the order FIT_ORDERS[r % 6]: over 6 rounds every arm follows every other arm twice and comes
 # first twice. A rotation of one order made `off (null)` always follow `on` (or open the round), and the null came out
-# 115 ms faster than `off`: the order, not the hooks. And by default (``settle``) each timed load follows an untimed
-# one of its own checkpoint and arm: the load before leaves up to +70 ms behind (the other checkpoint's, measured).
+# 115 ms faster than `off`: the order, not the hooks. A load right after a traced one page-faults ~70,000 fewer
+# pages here (minor faults, counted per load), 100-200 ms of system time: what the load before leaves behind. With
+# ``settle`` each timed load follows an untimed one of its own checkpoint and arm instead: each arm in its steady state
+# (a job traces every load or none), where that carry-over counts for the arm that causes it.
 FIT_ORDERS = list(itertools.permutations(FIT_ARMS))
 
 
@@ -127,9 +130,11 @@ def cmd_fit(argv: list[str]) -> int:
                 if settle:  # what the previous load left behind (heap, page cache, spans) is then the arm's own
                     AutoModelForCausalLM.from_pretrained(ckpt)
                 gc.collect()
+                f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
                 c0, l0, t0 = time.process_time(), time.thread_time(), time.perf_counter()
                 model = AutoModelForCausalLM.from_pretrained(ckpt)
                 row[arm] = time.perf_counter() - t0
+                row[arm + " faults"] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
                 row[arm + " cpu"] = time.process_time() - c0
                 row[arm + " thread"] = time.thread_time() - l0
                 del model
@@ -153,7 +158,7 @@ def first_span_ms() -> float:
     return min(values)
 
 
-def bench_fit(ckpts: list[tuple[Path, int, int]], rounds: int, work: Path, settle: bool = True) -> dict[str, Any]:
+def bench_fit(ckpts: list[tuple[Path, int, int]], rounds: int, work: Path, settle: bool = False) -> dict[str, Any]:
     """``ckpts``: (directory, tensors, files) of two checkpoints; ``settle``: an untimed load before each timed one."""
     out = work / "results" / "fit.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -185,6 +190,7 @@ def bench_fit(ckpts: list[tuple[Path, int, int]], rounds: int, work: Path, settl
             entry[f"{unit}_null_ratio_median"] = statistics.median(
                 row["off (null)" + suffix] / row["off" + suffix] for row in mine
             )
+        entry["faults_median"] = {arm: statistics.median(row[arm + " faults"] for row in mine) for arm in FIT_ARMS}
         sizes.append(entry)
     fit: dict[str, Any] = {"sizes": sizes, "settle": settle}
     (small, large) = sorted(sizes, key=lambda entry: entry["tensors"])

@@ -367,10 +367,15 @@ def render_fit(fit: dict[str, Any]) -> list[str]:
         )
     ]
     settle = (
-        " Before each timed load, an untimed one of the same checkpoint with the same arm: whatever a load leaves "
-        "behind (heap, spans still exporting) the next timed one finds from its own arm."
+        " Before each timed load, an untimed one of the same checkpoint with the same arm: each arm in its steady "
+        "state, whatever a load leaves behind for the next counted for the arm that leaves it."
         if fit.get("settle")
         else ""
+    )
+    faults = "; ".join(
+        f"{e['tensors']:,} tensors: " + ", ".join(f"{arm} {n:,.0f}" for arm, n in e["faults_median"].items())
+        for e in fit["sizes"]
+        if "faults_median" in e
     )
     return [
         "\n### Default detail, whole loads: hooks off / on / off again (warm loads in one process, a bound)\n",
@@ -381,7 +386,10 @@ def render_fit(fit: dict[str, Any]) -> list[str]:
         "the null's interval around 0. Whole loads here scatter by ±100 ms and more (other jobs' CPU, even in a "
         "thread's clock), so this only bounds the cost; the metered figure above is the cost.\n",
         table(headers, rows),
-        "\nFit through the two sizes (noise-dominated, for the record): " + "; ".join(fits) + ". "
+        (f"\nMinor page faults per load (median): {faults}. " if faults else "\n")
+        + "Fit through the two sizes (noise-dominated, for the record): "
+        + "; ".join(fits)
+        + ". "
         f"Once per process, the first span sets up OpenTelemetry (import and provider): {fit['first_span_ms']:.1f} ms "
         "(min of 5 processes that imported torch and transformers). "
         f"`get_slice(name)[...]` per tensor: {fit['slice_us']['bare']:.2f} µs bare, {fit['slice_us']['traced']:.2f} µs "
@@ -421,7 +429,11 @@ def own_rows(own: dict[str, Any]) -> list[list[str]]:
     thread = ["the whole load, loading thread CPU (for scale)"]
     for e in sizes:
         thread += ["", fmt(e["thread_s"]["min"] * 1e3, ".0f"), fmt(e["thread_s"]["median"] * 1e3, ".0f")]
-    return [*rows, total, bias, reads, monitor, thread]
+    share = ["the total as a share of the load's loading thread CPU, %"]
+    for e in sizes:
+        found = e.get("share_pct")
+        share += ["", "-", "-"] if found is None else ["", fmt(found["min"], ".2f"), fmt(found["median"], ".2f")]
+    return [*rows, total, bias, reads, monitor, thread, share]
 
 
 def render_own(own: dict[str, Any]) -> list[str]:
