@@ -97,8 +97,9 @@ def activation_import_us(env: dict[str, str], rounds: int) -> float:
 FIT_ARMS = ["off", "on", "off (null)"]
 # Round r runs the arms in the order FIT_ORDERS[r % 6]: over 6 rounds every arm follows every other arm twice and comes
 # first twice. A rotation of one order made `off (null)` always follow `on` (or open the round), and the null came out
-# 115 ms faster than `off`: the order, not the hooks. A load right after a traced one page-faults ~70,000 fewer
-# pages here (minor faults, counted per load), 100-200 ms of system time: what the load before leaves behind. With
+# 115 ms faster than `off`: the order, not the hooks. What the load before leaves behind moves the next one's minor
+# page faults (counted per load) between ~35,000 and ~150,000 here, 100-200 ms of system time: after a traced load,
+# ~70,000 fewer, measured in a row of loads with hooks off (an untraced load after a traced one faults least). With
 # ``settle`` each timed load follows an untimed one of its own checkpoint and arm instead: each arm in its steady state
 # (a job traces every load or none), where that carry-over counts for the arm that causes it.
 FIT_ORDERS = list(itertools.permutations(FIT_ARMS))
