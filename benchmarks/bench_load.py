@@ -19,9 +19,11 @@ What it measures (see benchmarks/README.md for the figures and why each method w
 (c) spans per rank at default detail, on that checkpoint and on a ~20,000-tensor one.
 (d) ``loadtrace report DIR --format json`` over 64 ranks' files of the 20,000-tensor load.
 (e) ``torch.zeros_like`` / ``empty_like`` outside a load: bare vs wrapped by loadtrace.
-(never, fit, state) issue 16: processes that never load (``python -c pass``, ``import torch``) with ``LOADTRACE=1``
-    vs unset; the fixed cost per load and the cost per tensor, fitted over warm loads of two sizes in one process;
-    what the dying-rank state and the termination handlers cost per load (``bench/cost.py``).
+(never, fit, own, state) issue 16: processes that never load (``python -c pass``, ``import torch``) with
+    ``LOADTRACE=1`` vs unset; the fixed cost per load and the cost per tensor, fitted over warm loads of two sizes:
+    loadtrace's own time on the loading thread, metered inside the loads (``own``, ``bench/own.py``), and whole loads
+    with the hooks off / on / off in one process, a bound (``fit``); what the dying-rank state and the termination
+    handlers cost per load (``bench/cost.py``).
 
 Run it with the venv's Python (it must have torch, transformers and an installed loadtrace); ``--only a,acct`` runs
 parts. Internal subcommands (``_load``, ``_ab``, ``_account``, ``_micro``, ``_checkpoint``, ``_unpatched``) are the
@@ -45,6 +47,7 @@ from bench.common import loadavg, log
 from bench.cost import bench_fit, bench_never, bench_state, cmd_fit, cmd_state
 from bench.loads import cmd_load, interleave, run_load
 from bench.micro import bench_micro, cmd_micro
+from bench.own import bench_own, cmd_own
 from bench.render import render
 from bench.report64 import bench_report, make_64_ranks, rank_files
 from bench.spans import span_counts
@@ -61,9 +64,10 @@ WORKERS = {
     "_checkpoint": cmd_checkpoint,
     "_unpatched": cmd_unpatched,
     "_fit": cmd_fit,
+    "_own": cmd_own,
     "_state": cmd_state,
 }
-PARTS = "never,fit,state,a,b,ddp,acct,ab,c,d,e"
+PARTS = "never,fit,own,state,a,b,ddp,acct,ab,c,d,e"
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -73,6 +77,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, help="interleaved rounds, 1 rank (default 5; --quick 1)")
     parser.add_argument("--ddp-rounds", type=int, help="interleaved rounds, torchrun 2 ranks (default 3; --quick 1)")
     parser.add_argument("--loads", type=int, help="loads per process (default 3; --quick 2)")
+    parser.add_argument(
+        "--fit-settle", action="store_true", help="fit: an untimed load of the same arm before each timed one"
+    )
     parser.add_argument("--only", default=PARTS, help=f"comma-separated parts: {PARTS}")
     parser.add_argument("--json", help="also write every raw figure here")
     parser.add_argument("--markdown", help="also write the table here")
@@ -153,17 +160,23 @@ def spans_and_report(res: dict[str, Any], args: argparse.Namespace, many_dir: Pa
 
 
 def run_cost(res: dict[str, Any], args: argparse.Namespace, moe_dir: Path, many_dir: Path) -> None:
-    """Issue 16: processes that never load; the fixed / per-tensor fit; the dying-rank state and signal handlers."""
+    """Issue 16: processes that never load; loadtrace's own time per load and the whole-load fit; the dying-rank state
+    and signal handlers."""
     if "never" in args.parts:
         rounds = 6 if args.quick else 20
         log(f"(never) processes that never load: {rounds} interleaved rounds")
         res["never"] = bench_never(rounds, args.work)
+    moe, many = res["checkpoints"]["moe"], res["checkpoints"]["many"]
+    sizes = [(moe_dir, moe["tensors"], len(moe["files"])), (many_dir, many["tensors"], len(many["files"]))]
+    if "own" in args.parts:
+        rounds = 3 if args.quick else 8
+        log(f"(own) loadtrace's own time on the loading thread, metered in warm loads of two sizes: {rounds} rounds")
+        res["own"] = bench_own(sizes, rounds, args.work)
     if "fit" in args.parts:
-        rounds = 3 if args.quick else 12
-        log(f"(fit) warm loads of two sizes, hooks off / on / off: {rounds} rounds")
-        moe, many = res["checkpoints"]["moe"], res["checkpoints"]["many"]
-        sizes = [(moe_dir, moe["tensors"], len(moe["files"])), (many_dir, many["tensors"], len(many["files"]))]
-        res["fit"] = bench_fit(sizes, rounds, args.work)
+        rounds = 6 if args.quick else 18
+        how = ", each after an untimed one of its arm" if args.fit_settle else ""
+        log(f"(fit) warm loads of two sizes, hooks off / on / off (null) in all 6 orders{how}: {rounds} rounds")
+        res["fit"] = bench_fit(sizes, rounds, args.work, args.fit_settle)
     if "state" in args.parts:
         log("(state) state file and termination handlers per load")
         res["state"] = bench_state(moe_dir, args.work)

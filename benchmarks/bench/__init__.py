@@ -11,6 +11,8 @@
     spans.py      (c) spans per rank
     report64.py   (d) ``loadtrace report`` over 64 ranks' files
     micro.py      (e) zeros_like / empty_like outside a load
+    cost.py       issue 16: processes that never load, whole loads hooks off / on / off (fit), the dying-rank state
+    own.py        issue 16: loadtrace's own time on the loading thread per load, metered inside real loads (own)
     render.py     the markdown report, one function per section
 
 Each part has ``bench_*`` (run by the orchestrator, in this process) and, where it needs a fresh process, a ``cmd_*``

@@ -5,17 +5,21 @@
   spawned DataLoader worker, which imports torch and so loadtrace's hooks). Wall time around the process and its own
   peak RSS (``os.wait4``'s ``ru_maxrss``); the minimum of N for each arm, medians beside.
 - ``fit``: in ONE process, warm ``from_pretrained`` loads of two checkpoints (3,219 and 20,259 tensors), loadtrace's
-  hooks removed (off, and off again: the null) and installed (on) between loads, in rotating order. Per size the
+  hooks removed (off, and off again: the null) and installed (on) between loads, in all 6 orders in turn (or, with
+  ``settle``, each timed load after an untimed one of the same checkpoint and arm). Per size the
   median of the paired differences on - off (and null - off); a line through the two sizes splits the cost into a
-  fixed cost per load and a cost per tensor.
+  fixed cost per load and a cost per tensor. Whole loads scatter by ±100 ms here: a bound, not the figure (``own``
+  in own.py is the figure).
 - ``state``: what the state kept for a dying rank and the termination handlers cost per load: each operation's cost
   (the best of many blocks) times how often one real load does it (counted during that load).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import resource
 import statistics
 import subprocess
 import time
@@ -23,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import PY, best_ns, clean_env, run_checked, worker
+from .stats import median_ci
 
 PROGRAMS = {"python -c pass": "pass", 'python -c "import torch"': "import torch"}
 NEVER_ARMS = ["off", "LOADTRACE=1", "off (null)"]
@@ -90,10 +95,19 @@ def activation_import_us(env: dict[str, str], rounds: int) -> float:
 # fit ----------------------------------------------------------------------------------------------------------------
 
 FIT_ARMS = ["off", "on", "off (null)"]
+# Round r runs the arms in the order FIT_ORDERS[r % 6]: over 6 rounds every arm follows every other arm twice and comes
+# first twice. A rotation of one order made `off (null)` always follow `on` (or open the round), and the null came out
+# 115 ms faster than `off`: the order, not the hooks. What the load before leaves behind moves the next one's minor
+# page faults (counted per load) between ~35,000 and ~150,000 here, 100-200 ms of system time: after a traced load,
+# ~70,000 fewer, measured in a row of loads with hooks off (an untraced load after a traced one faults least). With
+# ``settle`` each timed load follows an untimed one of its own checkpoint and arm instead: each arm in its steady state
+# (a job traces every load or none), where that carry-over counts for the arm that causes it.
+FIT_ORDERS = list(itertools.permutations(FIT_ARMS))
 
 
 def cmd_fit(argv: list[str]) -> int:
-    """Worker (``LOADTRACE=1``): ``_fit ROUNDS OUT CKPT...``: warm loads of each checkpoint, hooks off / on / off."""
+    """Worker (``LOADTRACE=1``): ``_fit ROUNDS SETTLE OUT CKPT...``: warm loads of each checkpoint, hooks off / on /
+    off; with SETTLE 1, each timed load follows an untimed one of the same checkpoint and arm."""
     import gc
 
     from transformers import AutoModelForCausalLM
@@ -102,7 +116,7 @@ def cmd_fit(argv: list[str]) -> int:
     from loadtrace.instrumentor import registry
 
     hf_logging.disable_progress_bar()
-    rounds, out, ckpts = int(argv[0]), argv[1], argv[2:]
+    rounds, settle, out, ckpts = int(argv[0]), argv[1] == "1", argv[2], argv[3:]
     hooks = registry()
     assert hooks.active, "start this worker with LOADTRACE=1"
     for ckpt in ckpts:  # imports, the tracer, the first span: not measured here (``never`` and ``first_span`` are)
@@ -110,14 +124,18 @@ def cmd_fit(argv: list[str]) -> int:
     rows: list[dict[str, Any]] = []
     for r in range(rounds):
         for ckpt in ckpts:
-            row: dict[str, Any] = {"ckpt": ckpt}
-            order = FIT_ARMS[r % 3 :] + FIT_ARMS[: r % 3]
+            order = FIT_ORDERS[r % len(FIT_ORDERS)]
+            row: dict[str, Any] = {"ckpt": ckpt, "order": order}
             for arm in order:
                 hooks.install() if arm == "on" else hooks.uninstall()
+                if settle:  # what the previous load left behind (heap, page cache, spans) is then the arm's own
+                    AutoModelForCausalLM.from_pretrained(ckpt)
                 gc.collect()
+                f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
                 c0, l0, t0 = time.process_time(), time.thread_time(), time.perf_counter()
                 model = AutoModelForCausalLM.from_pretrained(ckpt)
                 row[arm] = time.perf_counter() - t0
+                row[arm + " faults"] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
                 row[arm + " cpu"] = time.process_time() - c0
                 row[arm + " thread"] = time.thread_time() - l0
                 del model
@@ -141,16 +159,15 @@ def first_span_ms() -> float:
     return min(values)
 
 
-def bench_fit(ckpts: list[tuple[Path, int, int]], rounds: int, work: Path) -> dict[str, Any]:
-    """``ckpts``: (directory, tensors, files) of two checkpoints."""
+def bench_fit(ckpts: list[tuple[Path, int, int]], rounds: int, work: Path, settle: bool = False) -> dict[str, Any]:
+    """``ckpts``: (directory, tensors, files) of two checkpoints; ``settle``: an untimed load before each timed one."""
     out = work / "results" / "fit.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     # Every tensor read on the loading thread (transformers' own switch), so that thread's CPU time holds all of
     # loadtrace's per-tensor work: the steadiest measure on a shared machine, where other jobs' CPU is not in it.
     env = clean_env(LOADTRACE="1", LOADTRACE_DIR=str(work / "traces" / "fit"), HF_DEACTIVATE_ASYNC_LOAD="1")
-    run_checked(
-        worker("_fit", rounds, out, *(c for c, _, _ in ckpts)), env, 3600, work / "results" / "fit.log", cwd=work
-    )
+    command = worker("_fit", rounds, int(settle), out, *(c for c, _, _ in ckpts))
+    run_checked(command, env, 3600, work / "results" / "fit.log", cwd=work)
     rows = json.loads(out.read_text())
     sizes = []
     for ckpt, tensors, files in ckpts:
@@ -165,14 +182,18 @@ def bench_fit(ckpts: list[tuple[Path, int, int]], rounds: int, work: Path) -> di
             entry[f"{unit}_null_median_ms"] = (
                 statistics.median(row["off (null)" + suffix] - row["off" + suffix] for row in mine) * 1e3
             )
+            for arm, key in (("on", "on"), ("off (null)", "null")):
+                ci = median_ci([(row[arm + suffix] - row["off" + suffix]) * 1e3 for row in mine])
+                entry[f"{unit}_{key}_ci_ms"] = ci
             entry[f"{unit}_on_min_ms"] = (min(row["on" + suffix] for row in mine) - min(off)) * 1e3
             entry[f"{unit}_null_min_ms"] = (min(row["off (null)" + suffix] for row in mine) - min(off)) * 1e3
             entry[f"{unit}_ratio_median"] = statistics.median(row["on" + suffix] / row["off" + suffix] for row in mine)
             entry[f"{unit}_null_ratio_median"] = statistics.median(
                 row["off (null)" + suffix] / row["off" + suffix] for row in mine
             )
+        entry["faults_median"] = {arm: statistics.median(row[arm + " faults"] for row in mine) for arm in FIT_ARMS}
         sizes.append(entry)
-    fit: dict[str, Any] = {"sizes": sizes}
+    fit: dict[str, Any] = {"sizes": sizes, "settle": settle}
     (small, large) = sorted(sizes, key=lambda entry: entry["tensors"])
     for unit in ("wall", "cpu", "thread"):
         for stat in ("median", "min"):

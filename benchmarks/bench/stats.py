@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
 
@@ -14,6 +15,18 @@ def med(values: list[float]) -> float | None:
 
 def low(values: list[float]) -> float | None:
     return min(values) if values else None
+
+
+def median_ci(values: list[float], level: float = 0.95) -> tuple[float, float] | None:
+    """A distribution-free interval for the median: the order statistics k and n + 1 - k, k the largest for which
+    the binomial(n, 1/2) coverage is still ``level``; None for fewer than 6 values (no such k)."""
+    ordered, n = sorted(values), len(values)
+    found = None
+    for k in range(1, n // 2 + 1):
+        if 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2**n < level:
+            break
+        found = k
+    return None if found is None else (ordered[found - 1], ordered[n - found])
 
 
 def warm(rank: dict[str, Any], key: str = "wall_s") -> float | None:

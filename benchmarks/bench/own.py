@@ -1,0 +1,247 @@
+"""Issue 16: loadtrace's own time on the loading thread per load, metered inside real warm loads.
+
+Whole-load timings on a shared 2-core machine scatter by ±100 ms, far more than the few ms to resolve. So this part
+times only loadtrace's code, with the loading thread's CPU clock (``time.thread_time_ns``, which other jobs' CPU is not
+in), at the points where it runs on that thread:
+
+- every hook's handler and its ``done``: the hook engine's one wrapper (``hooks/registry.py`` ``_wrapper``) is
+  replaced before any hook is installed by one that times both, exclusive of the wrapped original; hooks are told
+  apart by ``Hook.name``, whatever they are;
+- the tracing's methods called from outside any hook (``spans.Tracing``, whatever its class is called: the file
+  proxy ending its file's span when transformers closes the file);
+- nested loadtrace code (a tracing method inside a handler, a hooked call inside ``done``) counts once, in the
+  outermost piece.
+
+Not in it: the slice proxies' per-tensor work (``get_slice(name)[...]``), timed apart through the public path
+(``cost.slice_cost_us``) and added to the per-tensor figure; and the monitor thread, which runs beside the loading
+thread: its CPU per load is its own line (``time.pthread_getcpuclockid``). Every metered interval also holds about one
+clock read; that bias (calls x the mean empty interval, measured here) is subtracted and stated.
+
+``HF_DEACTIVATE_ASYNC_LOAD=1``: transformers reads every tensor on the loading thread, so all of it is there.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+import time
+from pathlib import Path
+from types import FunctionType
+from typing import Any
+
+from .common import best_ns, clean_env, run_checked, worker
+from .cost import slice_cost_us
+
+OUTSIDE = " (outside hooks)"
+DONE = " done"
+
+
+class Meter:
+    """Thread CPU ns and calls per label, on the loading thread only; other threads' calls pass through, counted."""
+
+    def __init__(self) -> None:
+        self.spent: dict[str, int] = {}
+        self.calls: dict[str, int] = {}
+        self.other_threads = 0
+        self.loading = threading.get_ident()
+        self._inside = False  # in a metered piece of loadtrace code already (loading thread only)
+
+    def reset(self) -> None:
+        self.spent, self.calls, self.other_threads = {}, {}, 0
+
+    def timed(self, label: str, function: Any) -> Any:
+        clock = time.thread_time_ns
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            if threading.get_ident() != self.loading:
+                self.other_threads += 1
+                return function(*args, **kwargs)
+            if self._inside:  # counted in the outer piece
+                return function(*args, **kwargs)
+            self._inside = True
+            started = clock()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                elapsed = clock() - started
+                self._inside = False
+                self.spent[label] = self.spent.get(label, 0) + elapsed
+                self.calls[label] = self.calls.get(label, 0) + 1
+
+        return run
+
+    def wrapper_factory(self, original: Any) -> Any:
+        """A replacement for the hook engine's wrapper factory: the same wrapper, around a hook whose handler and
+        ``done`` are timed."""
+        import dataclasses
+
+        meter = self
+
+        class TimedCall:
+            __slots__ = ("done",)
+
+            def __init__(self, done: Any):
+                self.done = done
+
+        def metered(hook: Any) -> Any:
+            timed_handler = meter.timed(hook.name, hook.handler)
+
+            def handler(instance: Any, args: tuple, kwargs: dict) -> Any:
+                call = timed_handler(instance, args, kwargs)
+                return None if call is None else TimedCall(meter.timed(hook.name + DONE, call.done))
+
+            return original(dataclasses.replace(hook, handler=handler))
+
+        return metered
+
+    def meter_methods(self, cls: type) -> list[str]:
+        """Time every plain function of ``cls`` and its bases (loadtrace's own classes) when called outside a hook."""
+        names = []
+        for base in reversed(cls.__mro__[:-1]):
+            for name, value in vars(base).items():
+                if isinstance(value, FunctionType) and not name.startswith("__"):
+                    setattr(cls, name, self.timed(f"{cls.__name__}.{name}{OUTSIDE}", value))
+                    names.append(name)
+        return names
+
+
+def monitor_clock() -> int | None:
+    """The CPU clock of loadtrace's monitor thread (started by the first load), or None."""
+    for thread in threading.enumerate():
+        if thread.name == "loadtrace-monitor" and thread.ident is not None:
+            try:
+                return time.pthread_getcpuclockid(thread.ident)
+            except (AttributeError, OSError):
+                return None
+    return None
+
+
+def clock_bias_ns(n: int = 200_000) -> dict[str, float]:
+    """``empty``: the mean of ``t = thread_time_ns(); thread_time_ns() - t`` (what a metered interval holds besides
+    the code in it); ``pair``: the best per-iteration cost of two reads (what each metered call adds to the load)."""
+    clock = time.thread_time_ns
+    total = 0
+    for _ in range(n):
+        started = clock()
+        total += clock() - started
+
+    def pairs(count: int) -> None:
+        for _ in range(count):
+            clock()
+            clock()
+
+    return {"empty_ns": total / n, "pair_ns": best_ns(pairs, 20_000)}
+
+
+def cmd_own(argv: list[str]) -> int:
+    """Worker (LOADTRACE unset: it instruments itself once the meter is in): ``_own ROUNDS OUT CKPT...``."""
+    import gc
+
+    from loadtrace import activation, spans
+    from loadtrace.hooks import registry as hook_registry
+
+    rounds, out, ckpts = int(argv[0]), argv[1], argv[2:]
+    assert not activation.registry().active, "start this worker without LOADTRACE: the meter goes in first"
+    meter = Meter()
+    # Every hook wrapper is made by this one factory, when a hook is installed or a while-loading hook put in place.
+    factory = getattr(hook_registry, "_wrapper", None)
+    assert factory is not None, "loadtrace.hooks.registry._wrapper (the hook wrapper factory) is gone: update the meter"
+    hook_registry._wrapper = meter.wrapper_factory(factory)
+
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    import loadtrace
+
+    hf_logging.disable_progress_bar()
+    loadtrace.instrument()
+    for ckpt in ckpts:  # imports, the provider, the first span, the monitor thread: once per process, not here
+        AutoModelForCausalLM.from_pretrained(ckpt)
+    tracing = spans.tracing()
+    assert tracing is not None
+    outside = meter.meter_methods(type(tracing))
+    monitor = monitor_clock()
+    rows: list[dict[str, Any]] = []
+    for r in range(rounds):
+        for ckpt in ckpts[r % len(ckpts) :] + ckpts[: r % len(ckpts)]:
+            gc.collect()
+            meter.reset()
+            m0 = time.clock_gettime_ns(monitor) if monitor is not None else 0
+            c0, w0 = time.thread_time_ns(), time.perf_counter()
+            model = AutoModelForCausalLM.from_pretrained(ckpt)
+            wall, thread_ns = time.perf_counter() - w0, time.thread_time_ns() - c0
+            m1 = time.clock_gettime_ns(monitor) if monitor is not None else 0
+            del model
+            rows.append(
+                {
+                    "ckpt": ckpt,
+                    "spent_ns": meter.spent,
+                    "calls": meter.calls,
+                    "other_threads": meter.other_threads,
+                    "monitor_ns": m1 - m0 if monitor is not None else None,
+                    "thread_ns": thread_ns,
+                    "wall_s": wall,
+                }
+            )
+    result = {"rows": rows, "bias": clock_bias_ns(), "outside_methods": outside}
+    Path(out).write_text(json.dumps(result))
+    return 0
+
+
+def stat(values: list[float]) -> dict[str, float]:
+    return {"min": min(values), "median": statistics.median(values)}
+
+
+def summarize_size(rows: list[dict[str, Any]], empty_ns: float) -> dict[str, Any]:
+    """One checkpoint's loads: per label and in total, ms per load (min and median over loads), less the clock bias."""
+    labels = sorted({label for row in rows for label in row["spent_ns"]})
+    per_label = {}
+    for label in labels:
+        ms = [(row["spent_ns"].get(label, 0) - empty_ns * row["calls"].get(label, 0)) / 1e6 for row in rows]
+        per_label[label] = {**stat(ms), "calls": statistics.median(row["calls"].get(label, 0) for row in rows)}
+    calls = [sum(row["calls"].values()) for row in rows]
+    raw = [sum(row["spent_ns"].values()) / 1e6 for row in rows]
+    total = [r - empty_ns * c / 1e6 for r, c in zip(raw, calls, strict=True)]
+    monitor = [row["monitor_ns"] / 1e6 for row in rows if row["monitor_ns"] is not None]
+    return {
+        "loads": len(rows),
+        "labels": dict(sorted(per_label.items(), key=lambda item: -item[1]["median"])),
+        "total_ms": stat(total),
+        "raw_total_ms": stat(raw),
+        "calls": statistics.median(calls),
+        "bias_ms": statistics.median(calls) * empty_ns / 1e6,
+        "other_thread_calls": max(row["other_threads"] for row in rows),
+        "monitor_ms": stat(monitor) if monitor else None,
+        "thread_s": stat([row["thread_ns"] / 1e9 for row in rows]),
+        # Contention inflates a thread's CPU clock too (from 0.56 to 0.84 s for the same load here): the share of the
+        # load's own thread CPU moves less than the ms.
+        "share_pct": stat([t / (row["thread_ns"] / 1e6) * 100 for t, row in zip(total, rows, strict=True)]),
+        "wall_s": stat([row["wall_s"] for row in rows]),
+    }
+
+
+def bench_own(ckpts: list[tuple[Path, int, int]], rounds: int, work: Path) -> dict[str, Any]:
+    """``ckpts``: (directory, tensors, files) of two checkpoints; ``rounds`` warm loads of each, alternating."""
+    out = work / "results" / "own.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    env = clean_env(LOADTRACE_DIR=str(work / "traces" / "own"), HF_DEACTIVATE_ASYNC_LOAD="1")
+    run_checked(worker("_own", rounds, out, *(c for c, _, _ in ckpts)), env, 3600, work / "results" / "own.log", work)
+    found = json.loads(out.read_text())
+    bias = found["bias"]
+    sizes = []
+    for ckpt, tensors, files in ckpts:
+        mine = [row for row in found["rows"] if row["ckpt"] == str(ckpt)]
+        sizes.append({"tensors": tensors, "files": files, **summarize_size(mine, bias["empty_ns"])})
+    result: dict[str, Any] = {"rounds": rounds, "sizes": sizes, "bias": bias, "outside": found["outside_methods"]}
+    small, large = sorted(sizes, key=lambda entry: entry["tensors"])
+    result["slice_us"] = slice_cost_us()
+    for stat_name in ("min", "median"):
+        a, b = small["total_ms"][stat_name], large["total_ms"][stat_name]
+        slope_us = (b - a) / (large["tensors"] - small["tensors"]) * 1e3
+        result[f"fit_{stat_name}"] = {
+            "fixed_ms": a - slope_us * small["tensors"] / 1e3,
+            "metered_per_tensor_us": slope_us,
+            "per_tensor_us": slope_us + result["slice_us"]["extra"],
+        }
+    return result
