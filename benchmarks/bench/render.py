@@ -393,8 +393,8 @@ def render_fit(fit: dict[str, Any]) -> list[str]:
         f"Once per process, the first span sets up OpenTelemetry (import and provider): {fit['first_span_ms']:.1f} ms "
         "(min of 5 processes that imported torch and transformers). "
         f"`get_slice(name)[...]` per tensor: {fit['slice_us']['bare']:.2f} µs bare, {fit['slice_us']['traced']:.2f} µs "
-        f"through loadtrace's proxies, **{fit['slice_us']['extra']:+.2f} µs** (best of 40 interleaved blocks, thread "
-        "CPU time).",
+        f"through loadtrace's proxies (the best of 400 blocks of each arm), "
+        f"**{fit['slice_us']['extra']:+.2f} µs** (the median of the paired blocks' differences, thread CPU time).",
     ]
 
 
@@ -460,8 +460,9 @@ def render_own(own: dict[str, Any]) -> list[str]:
         f"\nFit of the totals through the two sizes: **{fit['fixed_ms']:.2f} ms per load + "
         f"{fit['metered_per_tensor_us']:.3f} µs per tensor** (minima; medians {fit_med['fixed_ms']:.2f} ms + "
         f"{fit_med['metered_per_tensor_us']:.3f} µs). Not in it: the slice proxies' work per tensor "
-        f"(`get_slice(name)[...]`, {sl['bare']:.2f} µs bare, {sl['traced']:.2f} µs through loadtrace, "
-        f"**{sl['extra']:+.2f} µs**, timed apart: best of 40 interleaved blocks, thread CPU). So per tensor "
+        f"(`get_slice(name)[...]`, {sl['bare']:.2f} µs bare and {sl['traced']:.2f} µs through loadtrace at best, "
+        f"**{sl['extra']:+.2f} µs** more as the median of 400 paired blocks of 200 reads, timed apart in thread CPU, "
+        "the garbage collector's share included). So per tensor "
         f"{fit['metered_per_tensor_us']:.3f} + {sl['extra']:.2f} = **{fit['per_tensor_us']:.2f} µs** (metered slope "
         f"+ slice extra). Targets ≤ {TARGETS['fixed_ms']:g} ms per load and ≤ {TARGETS['per_tensor_us']:g} µs per "
         f"tensor: {verdict(ok)}. The monitor thread's CPU is background work beside the load (it reads memory), "
