@@ -208,8 +208,9 @@ def oom_kill_count(cgroup_dir: str | None) -> int | None:
 
 # Page-cache residency of a file (issue 12) --------------------------------------------------------------------------
 #
-# ``cachestat(2)`` (Linux 6.5+) counts a file's cached pages in one call (10-90 µs for a 400 MB file here, cold to
-# warm, Python included: the kernel walks the file's pages); where it is missing or refused (an older kernel, a seccomp
+# ``cachestat(2)`` (Linux 6.5+) counts a file's cached pages in one call; the kernel walks the file's cached pages, so
+# it is the one cost of tracing that grows with bytes: 10-90 µs for a 400 MB file when issue 12 measured it here, up to
+# ~4 µs per cached MB (1.3 ms for 409 MB) for issue 16. Where it is missing or refused (an older kernel, a seccomp
 # profile), ``mincore(2)`` on a read-only shared mapping asks page by page (1-3 ms for that file). Both read the
 # kernel's page cache exactly, and neither reads the file.
 
