@@ -162,3 +162,21 @@ def test_held_bytes_count_each_tensor_once_by_device():
         expected[tensor.device.type] = expected.get(tensor.device.type, 0) + tensor.nbytes
     assert held_bytes(model, partitioned=False) == expected
     assert expected["cpu"] == (10 * 4 + 10) * 4 and expected["meta"] > 0
+
+
+def test_a_renaming_hook_counts_a_changed_key_and_passes_a_kept_one():
+    """``WeightRenaming.convert`` runs once per checkpoint key no converter takes: a kept key passes at once, a changed
+    one is a ``Rename`` conversion, and outside a load nothing is looked at."""
+    from transformers.core_model_loading import WeightRenaming
+
+    import loadtrace
+    from loadtrace import semconv
+    from loadtrace.hooks.transformers import weight_renaming
+
+    kept = WeightRenaming("model.norm.weight", "model.norm.weight")
+    changed = WeightRenaming("transformer.norm.weight", "model.norm.weight")
+    with traced():
+        assert weight_renaming(changed, (), {}) is None  # no load open
+        with loadtrace.traced_load("renames"):
+            assert weight_renaming(kept, (), {}) is None
+            assert weight_renaming(changed, (), {}).operations == (semconv.RENAME_OP,)

@@ -318,18 +318,26 @@ def weight_conversion(transform, args, kwargs):
     and a quantization op if any. A key kept as it is (most of them) is no conversion and is not counted."""
     if not spans.active():
         return None
-    tracing = spans.tracing()
-    if tracing is None:
-        return None
     operations = getattr(transform, "operations", None)
     if operations:
-        names = tuple(type(op).__name__ for op in operations)
-    else:
-        names = (semconv.RENAME_OP,) if renames(transform) else ()
+        return _conversion(tuple(type(op).__name__ for op in operations), transform)
+    return _conversion((semconv.RENAME_OP,) if renames(transform) else (), transform)
+
+
+def weight_renaming(transform, args, kwargs):
+    """``WeightRenaming.convert``: called for every checkpoint key that no converter takes (nearly every key of a dense
+    model), so a key kept as it is returns at once (a renaming has no ``operations`` to look for)."""
+    if not spans.active():
+        return None
+    return _conversion((semconv.RENAME_OP,) if renames(transform) else (), transform)
+
+
+def _conversion(names: tuple[str, ...], transform: Any) -> Conversion | None:
     quantize = getattr(transform, "quantization_operation", None)
     if quantize is not None:
         names += (type(quantize).__name__,)
-    return Conversion(tracing, names) if names else None
+    tracing = spans.tracing() if names else None
+    return Conversion(tracing, names) if tracing is not None else None
 
 
 HOOKS = [
@@ -342,6 +350,6 @@ HOOKS = [
     ),
     Hook("transformers.core_model_loading", "convert_and_load_state_dict_in_model", _phase(semconv.SPAN_CONVERT)),
     Hook("transformers.core_model_loading", "WeightConverter.convert", weight_conversion),
-    Hook("transformers.core_model_loading", "WeightRenaming.convert", weight_conversion),
+    Hook("transformers.core_model_loading", "WeightRenaming.convert", weight_renaming),
     Hook("transformers.integrations.deepspeed", "_load_state_dict_into_zero3_model", _phase(semconv.SPAN_ZERO3_LOAD)),
 ]
