@@ -20,7 +20,7 @@ import pytest
 from support.torchrun import torchrun
 from support.venvs import REPO, discover
 
-from loadtrace import semconv, statefile
+from loadtrace import semconv, statefile, termination
 from loadtrace.analysis.sources import read_files
 
 VENVS = discover()
@@ -94,6 +94,13 @@ def ckpt(tmp_path_factory) -> Path:
     return path
 
 
+def _as_from_a_terminal() -> None:
+    """The job starts with the termination signals at their default, as from a terminal: a suite run in the
+    background (``cmd &`` in a script) has SIGINT ignored, which the job would inherit and, untraced too, obey."""
+    for name in termination.SIGNALS:
+        signal.signal(getattr(signal, name), signal.SIG_DFL)
+
+
 def run_job(tmp_path: Path, ckpt: Path, *args: str) -> tuple[subprocess.CompletedProcess, list, statefile.State]:
     traces = tmp_path / "traces"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LOADTRACE", "OTEL_"))}
@@ -101,7 +108,12 @@ def run_job(tmp_path: Path, ckpt: Path, *args: str) -> tuple[subprocess.Complete
     script = tmp_path / "job.py"
     script.write_text(JOB)
     result = subprocess.run(
-        [sys.executable, str(script), str(ckpt), *args], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, str(script), str(ckpt), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_as_from_a_terminal,
     )
     (state_path,) = traces.glob(f"*{semconv.STATE_SUFFIX}")
     state = statefile.read(state_path)
