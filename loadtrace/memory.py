@@ -158,7 +158,7 @@ def _cgroup_numbers() -> tuple[str, int | None, int | None, int | None] | None:
         found = _cgroup_dir()
         if found is None:
             return None
-        cgroup, version = found
+        cgroup = found[0]  # the version is the files that answer, found next
         names = _V2_FILES if _read_int(os.path.join(cgroup, "memory.current")) is not None else _V1_FILES
         version = 2 if names is _V2_FILES else 1
         _cgroup_files = (pid, cgroup, version, names)
