@@ -28,119 +28,124 @@ from .settings import Settings
 DEFAULT_ROOT = "loadtrace-traces"
 
 
-def _value(value: Any) -> dict[str, Any]:
+# The JSON is written directly as text: building dicts for ``json.dumps`` tripled the cost of each span, which is paid
+# on the loading thread as the span ends. The strings go through the encoder ``json.dumps`` uses, so the text is what
+# ``json.dumps(..., separators=(",", ":"))`` of the same structure gives, byte for byte (tested).
+_string = json.encoder.encode_basestring_ascii
+_float = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _value(value: Any) -> str:
     if isinstance(value, bool):
-        return {"boolValue": value}
+        return '{"boolValue":true}' if value else '{"boolValue":false}'
     if isinstance(value, int):
-        return {"intValue": str(value)}
-    if isinstance(value, float):
-        return {"doubleValue": value}
+        return '{"intValue":' + _string(str(value)) + "}"
     if isinstance(value, str):
-        return {"stringValue": value}
+        return '{"stringValue":' + _string(value) + "}"
+    if isinstance(value, float):
+        return '{"doubleValue":' + _float(value) + "}"
     if isinstance(value, bytes):
-        return {"bytesValue": base64.b64encode(value).decode()}
+        return '{"bytesValue":' + _string(base64.b64encode(value).decode()) + "}"
     if isinstance(value, (list, tuple)):
-        return {"arrayValue": {"values": [_value(v) for v in value]} if value else {}}
-    return {"stringValue": str(value)}
+        return '{"arrayValue":{"values":[' + ",".join(map(_value, value)) + "]}}" if value else '{"arrayValue":{}}'
+    return '{"stringValue":' + _string(str(value)) + "}"
 
 
-def _attributes(attributes: Any) -> list[dict[str, Any]]:
-    return [{"key": key, "value": _value(value)} for key, value in (attributes or {}).items()]
+def _attributes(attributes: Any) -> str:
+    """A JSON list of OTLP ``KeyValue``s."""
+    items = (attributes or {}).items()
+    return "[" + ",".join('{"key":' + _string(key) + ',"value":' + _value(value) + "}" for key, value in items) + "]"
 
 
-def _span(span: ReadableSpan) -> dict[str, Any]:
-    context = span.context
-    encoded: dict[str, Any] = {"traceId": f"{context.trace_id:032x}", "spanId": f"{context.span_id:016x}"}
-    if span.parent is not None:
-        encoded["parentSpanId"] = f"{span.parent.span_id:016x}"
-    encoded.update(
-        name=span.name,
-        kind=span.kind.value + 1,
-        startTimeUnixNano=str(span.start_time),
-        endTimeUnixNano=str(span.end_time),
+def _span(span: ReadableSpan) -> str:
+    context, parent = span.context, span.parent
+    text = f'{{"traceId":"{context.trace_id:032x}","spanId":"{context.span_id:016x}"'
+    if parent is not None:
+        text += f',"parentSpanId":"{parent.span_id:016x}"'
+    text += (
+        f',"name":{_string(span.name)},"kind":{span.kind.value + 1},'
+        f'"startTimeUnixNano":"{span.start_time}","endTimeUnixNano":"{span.end_time}"'
     )
     if span.attributes:
-        encoded["attributes"] = _attributes(span.attributes)
+        text += ',"attributes":' + _attributes(span.attributes)
     if span.events:
-        encoded["events"] = [
-            {
-                "timeUnixNano": str(e.timestamp),
-                "name": e.name,
-                **({"attributes": _attributes(e.attributes)} if e.attributes else {}),
-            }
-            for e in span.events
-        ]
-    status: dict[str, Any] = {}
-    if span.status.description:
-        status["message"] = span.status.description
-    if span.status.status_code.value:
-        status["code"] = span.status.status_code.value
-    encoded["status"] = status
+        text += ',"events":[' + ",".join(map(_event, span.events)) + "]"
+    status = span.status
+    message = ',"message":' + _string(status.description) if status.description else ""
+    code = f',"code":{status.status_code.value}' if status.status_code.value else ""
+    text += ',"status":{' + (message + code)[1:] + "}"
     # "has is_remote" (0x100) and "is_remote" (0x200) of the parent, as OTel's OTLP encoder sets them.
-    encoded["flags"] = 0x100 | (0x200 if span.parent is not None and span.parent.is_remote else 0)
-    return encoded
+    return text + f',"flags":{0x100 | (0x200 if parent is not None and parent.is_remote else 0)}}}'
 
 
-_TAIL = "]}]}]}"  # what closes the spans' list, their scope's, their resource's and the line's
+def _event(event: Any) -> str:
+    attributes = ',"attributes":' + _attributes(event.attributes) if event.attributes else ""
+    return f'{{"timeUnixNano":"{event.timestamp}","name":{_string(event.name)}{attributes}}}'
+
+
+def _scope(scope: Any) -> str:
+    if not scope:
+        return "{}"
+    return '{"name":' + _string(scope.name) + (',"version":' + _string(scope.version) if scope.version else "") + "}"
+
+
+_TAIL = "]}]}]}\n"  # what closes the spans' list, their scope's, their resource's and the line's
 
 
 class _Encoder:
-    """OTLP JSON straight from the SDK's spans; a process's resource is encoded once."""
+    """OTLP JSON straight from the SDK's spans; a process's resource and scope are encoded once."""
 
     def __init__(self) -> None:
-        self._resources: dict[int, tuple[Any, dict[str, Any]]] = {}
         self._heads: dict[tuple[int, Any], tuple[Any, str]] = {}
 
     def line(self, spans: Sequence[ReadableSpan]) -> str:
-        """One JSON Lines line: spans of one resource and scope (every span a process makes) as the resource's and
-        scope's JSON, encoded once, around the spans' own; anything else through ``traces_data``."""
-        first = spans[0]
-        resource, scope = first.resource, first.instrumentation_scope
-        if any(span.resource is not resource or span.instrumentation_scope != scope for span in spans):
-            return _dumps(self.traces_data(spans)) + "\n"
-        key = (id(resource), scope)
-        head = self._heads.get(key)
-        if head is None or head[0] is not resource:
-            around = _dumps({"resourceSpans": [{"resource": self._resource(resource), "scopeSpans": [
-                {"scope": _scope(scope), "spans": []}]}]})  # fmt: skip
-            head = self._heads[key] = (resource, around[: -len(_TAIL)])
-        return head[1] + ",".join(_dumps(_span(span)) for span in spans) + _TAIL + "\n"
-
-    def traces_data(self, spans: Sequence[ReadableSpan]) -> dict[str, Any]:
-        grouped: dict[tuple[int, Any], list[dict[str, Any]]] = {}
+        """One JSON Lines line (``TracesData``): the spans grouped by resource, then scope, in order of appearance.
+        The common case, spans of one resource and scope (every span a process makes), is the cached text of both
+        around the spans'."""
+        if not spans:
+            return '{"resourceSpans":[]}\n'
+        resource, scope = spans[0].resource, spans[0].instrumentation_scope
+        if all(span.resource is resource and span.instrumentation_scope == scope for span in spans):
+            return self._head(resource, scope) + ",".join(map(_span, spans)) + _TAIL
+        groups: dict[tuple[int, Any], list[str]] = {}
         for span in spans:
-            grouped.setdefault((id(span.resource), span.instrumentation_scope), []).append(_span(span))
-        resource_spans: dict[int, dict[str, Any]] = {}
-        for (resource_id, scope), encoded in grouped.items():
-            entry = resource_spans.get(resource_id)
-            if entry is None:
-                resource = next(s.resource for s in spans if id(s.resource) == resource_id)
-                entry = resource_spans[resource_id] = {"resource": self._resource(resource), "scopeSpans": []}
-            entry["scopeSpans"].append({"scope": _scope(scope), "spans": encoded})
-        return {"resourceSpans": list(resource_spans.values())}
+            groups.setdefault((id(span.resource), span.instrumentation_scope), []).append(_span(span))
+        resources: dict[int, list[str]] = {}
+        for (resource_id, scope), encoded in groups.items():
+            resource = next(span.resource for span in spans if id(span.resource) == resource_id)
+            scopes = resources.setdefault(resource_id, [_resource(resource)])
+            scopes.append('{"scope":' + _scope(scope) + ',"spans":[' + ",".join(encoded) + "]}")
+        entries = (head + ',"scopeSpans":[' + ",".join(scopes) + "]}" for head, *scopes in resources.values())
+        return '{"resourceSpans":[' + ",".join(entries) + "]}\n"
 
-    def _resource(self, resource: Any) -> dict[str, Any]:
-        cached = self._resources.get(id(resource))
+    def _head(self, resource: Any, scope: Any) -> str:
+        key = (id(resource), scope)
+        cached = self._heads.get(key)
         if cached is None or cached[0] is not resource:
-            cached = self._resources[id(resource)] = (resource, {"attributes": _attributes(resource.attributes)})
+            text = (
+                '{"resourceSpans":[' + _resource(resource) + ',"scopeSpans":[{"scope":' + _scope(scope) + ',"spans":['
+            )
+            cached = self._heads[key] = (resource, text)  # the resource held: its id is not reused while cached
         return cached[1]
 
 
-def _scope(scope: Any) -> dict[str, Any]:
-    return {"name": scope.name, **({"version": scope.version} if scope.version else {})} if scope else {}
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
+def _resource(resource: Any) -> str:
+    """A resource entry's ``{"resource":{...}`` (its ``scopeSpans`` follow)."""
+    return '{"resource":{"attributes":' + _attributes(resource.attributes) + "}"
 
 
 _encoder = _Encoder()
-traces_data = _encoder.traces_data
 
 
 def otlp_json(spans: Sequence[ReadableSpan]) -> str:
     """One OTLP JSON Lines line (``TracesData``) for these spans."""
-    return _encoder.line(spans) if spans else _dumps(traces_data(spans)) + "\n"
+    return _encoder.line(spans)
+
+
+def traces_data(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
+    """``TracesData`` for these spans, as the line holds it."""
+    result: dict[str, Any] = json.loads(otlp_json(spans))
+    return result
 
 
 def safe_name(text: str) -> str:
