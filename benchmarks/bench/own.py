@@ -44,11 +44,15 @@ class Meter:
         self.spent: dict[str, int] = {}
         self.calls: dict[str, int] = {}
         self.other_threads = 0
+        self.parts: dict[str, int] = {}
+        self.part_calls: dict[str, int] = {}
         self.loading = threading.get_ident()
         self._inside = False  # in a metered piece of loadtrace code already (loading thread only)
+        self._nested: list[int] = []  # per timed part being run: the time of the parts nested in it so far
 
     def reset(self) -> None:
         self.spent, self.calls, self.other_threads = {}, {}, 0
+        self.parts, self.part_calls = {}, {}
 
     def timed(self, label: str, function: Any) -> Any:
         clock = time.thread_time_ns
@@ -68,6 +72,29 @@ class Meter:
                 self._inside = False
                 self.spent[label] = self.spent.get(label, 0) + elapsed
                 self.calls[label] = self.calls.get(label, 0) + 1
+
+        return run
+
+    def part(self, label: str, function: Any) -> Any:
+        """What ``function`` takes of the metered pieces it runs in, less the parts nested in it: where their time
+        goes. Outside a metered piece (the job's own spans, if any) it is not timed."""
+        clock = time.thread_time_ns
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            if not self._inside or threading.get_ident() != self.loading:
+                return function(*args, **kwargs)
+            nested = self._nested
+            nested.append(0)
+            started = clock()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                elapsed = clock() - started
+                inner = nested.pop()
+                if nested:
+                    nested[-1] += elapsed
+                self.parts[label] = self.parts.get(label, 0) + elapsed - inner
+                self.part_calls[label] = self.part_calls.get(label, 0) + 1
 
         return run
 
@@ -104,6 +131,35 @@ class Meter:
                     setattr(cls, name, self.timed(f"{cls.__name__}.{name}{OUTSIDE}", value))
                     names.append(name)
         return names
+
+
+SPANS = "OpenTelemetry's span calls: start, attributes, end"
+EXPORT = "writing each span as it ends (OTLP JSON, one write)"
+RESIDENCY = "page-cache residency of each file at open (cachestat)"
+READINGS = "memory readings (/proc, cgroup)"
+
+
+def meter_parts(meter: Meter) -> None:
+    """The costs kept for exactness and for the dying rank's spans, timed inside the metered pieces: OpenTelemetry's
+    span calls (the SDK's methods, so every caller) and, apart, loadtrace's writing of each span as it ends; the
+    residency of files; the memory readings (at the names the loading thread's code calls them by)."""
+    from opentelemetry.sdk import trace as sdk_trace
+
+    from loadtrace import attributes, export, spans
+    from loadtrace.hooks import _common
+
+    for cls, name in (
+        (sdk_trace.Tracer, "start_span"),
+        (sdk_trace.Span, "set_attributes"),
+        (sdk_trace.Span, "set_attribute"),
+        (sdk_trace.Span, "end"),
+    ):
+        setattr(cls, name, meter.part(SPANS, getattr(cls, name)))
+    export.WriteAsItEnds.on_end = meter.part(EXPORT, export.WriteAsItEnds.on_end)  # type: ignore[method-assign]
+    _common.cached_bytes_of = meter.part(RESIDENCY, _common.cached_bytes_of)
+    readings = ((spans, "process_memory"), (spans, "limits"), (spans, "oom_kill_count"), (attributes, "limits"))
+    for module, name in readings:
+        setattr(module, name, meter.part(READINGS, getattr(module, name)))
 
 
 def monitor_clock() -> int | None:
@@ -161,6 +217,7 @@ def cmd_own(argv: list[str]) -> int:
     tracing = spans.tracing()
     assert tracing is not None
     outside = meter.meter_methods(type(tracing))
+    meter_parts(meter)
     monitor = monitor_clock()
     rows: list[dict[str, Any]] = []
     for r in range(rounds):
@@ -178,6 +235,8 @@ def cmd_own(argv: list[str]) -> int:
                     "ckpt": ckpt,
                     "spent_ns": meter.spent,
                     "calls": meter.calls,
+                    "parts_ns": meter.parts,
+                    "part_calls": meter.part_calls,
                     "other_threads": meter.other_threads,
                     "monitor_ns": m1 - m0 if monitor is not None else None,
                     "thread_ns": thread_ns,
@@ -193,20 +252,27 @@ def stat(values: list[float]) -> dict[str, float]:
     return {"min": min(values), "median": statistics.median(values)}
 
 
-def summarize_size(rows: list[dict[str, Any]], empty_ns: float) -> dict[str, Any]:
-    """One checkpoint's loads: per label and in total, ms per load (min and median over loads), less the clock bias."""
+def summarize_size(rows: list[dict[str, Any]], empty_ns: float, pair_ns: float) -> dict[str, Any]:
+    """One checkpoint's loads: per label and in total, ms per load (min and median over loads), less the clock bias
+    (and in the total, the two clock reads each timed part adds to the piece it is in); the timed parts apart."""
     labels = sorted({label for row in rows for label in row["spent_ns"]})
     per_label = {}
     for label in labels:
         ms = [(row["spent_ns"].get(label, 0) - empty_ns * row["calls"].get(label, 0)) / 1e6 for row in rows]
         per_label[label] = {**stat(ms), "calls": statistics.median(row["calls"].get(label, 0) for row in rows)}
+    parts = {}
+    for label in (SPANS, EXPORT, RESIDENCY, READINGS):
+        ms = [(row["parts_ns"].get(label, 0) - empty_ns * row["part_calls"].get(label, 0)) / 1e6 for row in rows]
+        parts[label] = {**stat(ms), "calls": statistics.median(row["part_calls"].get(label, 0) for row in rows)}
     calls = [sum(row["calls"].values()) for row in rows]
+    part_calls = [sum(row["part_calls"].values()) for row in rows]
     raw = [sum(row["spent_ns"].values()) / 1e6 for row in rows]
-    total = [r - empty_ns * c / 1e6 for r, c in zip(raw, calls, strict=True)]
+    total = [r - (empty_ns * c + pair_ns * p) / 1e6 for r, c, p in zip(raw, calls, part_calls, strict=True)]
     monitor = [row["monitor_ns"] / 1e6 for row in rows if row["monitor_ns"] is not None]
     return {
         "loads": len(rows),
         "labels": dict(sorted(per_label.items(), key=lambda item: -item[1]["median"])),
+        "parts": parts,
         "total_ms": stat(total),
         "raw_total_ms": stat(raw),
         "calls": statistics.median(calls),
@@ -232,7 +298,7 @@ def bench_own(ckpts: list[tuple[Path, int, int]], rounds: int, work: Path) -> di
     sizes = []
     for ckpt, tensors, files in ckpts:
         mine = [row for row in found["rows"] if row["ckpt"] == str(ckpt)]
-        sizes.append({"tensors": tensors, "files": files, **summarize_size(mine, bias["empty_ns"])})
+        sizes.append({"tensors": tensors, "files": files, **summarize_size(mine, bias["empty_ns"], bias["pair_ns"])})
     result: dict[str, Any] = {"rounds": rounds, "sizes": sizes, "bias": bias, "outside": found["outside_methods"]}
     small, large = sorted(sizes, key=lambda entry: entry["tensors"])
     result["slice_us"] = slice_cost_us()

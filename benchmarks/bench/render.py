@@ -393,8 +393,8 @@ def render_fit(fit: dict[str, Any]) -> list[str]:
         f"Once per process, the first span sets up OpenTelemetry (import and provider): {fit['first_span_ms']:.1f} ms "
         "(min of 5 processes that imported torch and transformers). "
         f"`get_slice(name)[...]` per tensor: {fit['slice_us']['bare']:.2f} µs bare, {fit['slice_us']['traced']:.2f} µs "
-        f"through loadtrace's proxies (the best of 400 blocks of each arm), "
-        f"**{fit['slice_us']['extra']:+.2f} µs** (the median of the paired blocks' differences, thread CPU time).",
+        f"through loadtrace's proxies (the best of 600 blocks of each arm), "
+        f"**{fit['slice_us']['extra']:+.2f} µs** (the median of the rounds' differences, thread CPU time).",
     ]
 
 
@@ -433,7 +433,14 @@ def own_rows(own: dict[str, Any]) -> list[list[str]]:
     for e in sizes:
         found = e.get("share_pct")
         share += ["", "-", "-"] if found is None else ["", fmt(found["min"], ".2f"), fmt(found["median"], ".2f")]
-    return [*rows, total, bias, reads, monitor, thread, share]
+    parts = []
+    for label in sizes[0].get("parts", {}):
+        row = [f"of which: {label}"]
+        for e in sizes:
+            found = e["parts"][label]
+            row += [f"{found['calls']:g}", fmt(found["min"], ".2f"), fmt(found["median"], ".2f")]
+        parts.append(row)
+    return [*rows, total, *parts, bias, reads, monitor, thread, share]
 
 
 def render_own(own: dict[str, Any]) -> list[str]:
@@ -457,16 +464,31 @@ def render_own(own: dict[str, Any]) -> list[str]:
         f"{own['bias']['pair_ns']:.0f} ns, which slow the load but are not in the figures). Hooked calls on other "
         f"threads, not metered: {others}.\n",
         table(headers, own_rows(own)),
+        "\nThe `of which` rows time, inside the metered pieces, the costs kept for exact figures and for a killed "
+        "rank's spans: OpenTelemetry's span calls (the SDK's `start_span`, `set_attribute(s)` and `end`), apart from "
+        "loadtrace's writing of each span as it ends (inside `end`); the page-cache residency of each file before the "
+        "library reads it; and the memory readings that are the load's baselines. The two clock reads each of them "
+        "adds are taken off the total.\n",
         f"\nFit of the totals through the two sizes: **{fit['fixed_ms']:.2f} ms per load + "
         f"{fit['metered_per_tensor_us']:.3f} µs per tensor** (minima; medians {fit_med['fixed_ms']:.2f} ms + "
         f"{fit_med['metered_per_tensor_us']:.3f} µs). Not in it: the slice proxies' work per tensor "
         f"(`get_slice(name)[...]`, {sl['bare']:.2f} µs bare and {sl['traced']:.2f} µs through loadtrace at best, "
-        f"**{sl['extra']:+.2f} µs** more as the median of 400 paired blocks of 200 reads, timed apart in thread CPU, "
-        "the garbage collector's share included). So per tensor "
+        f"**{sl['extra']:+.2f} µs** more as the median of 600 rounds of blocks of 200 reads, timed apart in thread "
+        "CPU, the garbage collector's share included). So per tensor "
         f"{fit['metered_per_tensor_us']:.3f} + {sl['extra']:.2f} = **{fit['per_tensor_us']:.2f} µs** (metered slope "
         f"+ slice extra). Targets ≤ {TARGETS['fixed_ms']:g} ms per load and ≤ {TARGETS['per_tensor_us']:g} µs per "
         f"tensor: {verdict(ok)}. The monitor thread's CPU is background work beside the load (it reads memory), "
         "stated apart.",
+        *(
+            []
+            if "floor_extra" not in sl
+            else [
+                "\n\nThe floor of any per-tensor counting in Python, in the same rounds: a slice whose `__getitem__` "
+                "only passes the read on, made by a per-file closure as loadtrace makes its own, costs "
+                f"**{sl['floor_extra']:+.2f} µs** per tensor over the bare read (best block {sl['floor']:.2f} µs) "
+                "before it counts anything."
+            ]
+        ),
     ]
 
 
