@@ -10,7 +10,10 @@ in), at the points where it runs on that thread:
 - the tracing's methods called from outside any hook (``spans.Tracing``, whatever its class is called: the file
   proxy ending its file's span when transformers closes the file);
 - nested loadtrace code (a tracing method inside a handler, a hooked call inside ``done``) counts once, in the
-  outermost piece.
+  outermost piece;
+- inside those pieces, the parts exact figures and a killed rank's spans need (``meter_parts``: OpenTelemetry's span
+  calls, writing each span, each file's residency, the memory readings) are timed apart, each less the parts nested
+  in it: what the cost cannot go below without giving one of them up.
 
 Not in it: the slice proxies' per-tensor work (``get_slice(name)[...]``), timed apart through the public path
 (``cost.slice_cost_us``) and added to the per-tensor figure; and the monitor thread, which runs beside the loading
