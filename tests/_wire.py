@@ -256,6 +256,9 @@ def wire_run(venv: Venv, protocol: str, checkpoint: Path, workdir: Path, mode: s
             "LOADTRACE_DIR": str(files_dir),
             "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver.port}",
             "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
+            # What arrives is tested here, not the exit's bound (test_never_breaks_the_job has dead collectors): on 2
+            # busy cores a gRPC flush at exit has taken over the default 1 s, which loadtrace then says, as it should.
+            "LOADTRACE_EXIT_TIMEOUT": "10",
         }
         with receiver:
             run = torchrun(venv, EXAMPLE_WORKER, [str(checkpoint), "--mode", mode], cwd=cwd, env=env)
