@@ -31,8 +31,9 @@ def test_direct_encoding_equals_the_protobuf_reference(tmp_path):
 
 
 def test_the_file_line_is_the_json_of_traces_data(tmp_path):
-    """The line a file gets encodes the resource and scope once per process (``otlp_json``): byte for byte what
-    encoding ``traces_data`` whole gives, for one span, several, and spans of two resources."""
+    """The line a file gets (``otlp_json``: the resource and scope encoded once per process, around each span's text)
+    is what ``json.dumps`` writes for the ``TracesData`` it holds, byte for byte: for one span, several, the same
+    again (from the cached head), and spans of two resources. What it holds is checked against OTel's encoder above."""
     import json
 
     from opentelemetry.sdk.resources import Resource
