@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from loadtrace import render, render_timeline
-from loadtrace.analysis import jaeger
+from loadtrace.analysis import clickhouse, jaeger
 from loadtrace.analysis.compare import PICK_HELP, compare, pick_job
 from loadtrace.analysis.forecast import DTYPE_BYTES, ForecastError, Target
-from loadtrace.analysis.jobs import KEYS, check_keys, jobs_report, jobs_report_of_tree
+from loadtrace.analysis.jobs import KEYS, JobsReport, check_keys, jobs_report, jobs_report_of_tree
 from loadtrace.analysis.model import to_json
 from loadtrace.analysis.ranks import Job, jobs_from_spans
 from loadtrace.analysis.report import report
@@ -156,7 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
         "self-contained file (it loads nothing from the network); --format chrome writes trace-event JSON for "
         "Perfetto (ui.perfetto.dev) or chrome://tracing.",
     )
-    timeline_.add_argument("source", help="a .jsonl or .state file, or a directory of them")
+    timeline_.add_argument("source", nargs="?", help="a .jsonl or .state file, or a directory of them")
+    _add_clickhouse_options(timeline_)
     timeline_.add_argument("--job", metavar="ID", help=f"which job when SOURCE holds several: {PICK_HELP}")
     timeline_.add_argument(
         "-o", "--output", metavar="FILE", help="where to write it (default: <job id>.html or .trace.json; - for stdout)"
@@ -193,7 +194,9 @@ def _add_jobs_command(commands: Any) -> None:
     jobs_.add_argument("source", nargs="?", help="a folder tree of many jobs' .jsonl files (not with --jaeger)")
     _add_jaeger_options(jobs_)
     jobs_.add_argument("--service", help="with --jaeger: search this service's traces")
-    jobs_.add_argument("--since", default="7d", help="with --jaeger: how far back to search (30m, 1h, 7d; default 7d)")
+    jobs_.add_argument(
+        "--since", default="7d", help="with --jaeger or --clickhouse: how far back to search (30m, 1h, 7d; default 7d)"
+    )
     keys = ", ".join(KEYS)
     jobs_.add_argument(
         "--where", action="append", default=[], metavar="KEY=VALUE", help=f"keep jobs whose KEY is VALUE ({keys})"
@@ -340,7 +343,23 @@ def forecast_target(args: argparse.Namespace) -> Target | None:
     )
 
 
+def _add_clickhouse_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--clickhouse",
+        metavar="URL",
+        help="read the collector's otel_traces table: http(s)://HOST:8123[/DATABASE] (pip install "
+        "'loadtrace[clickhouse]') or chdb:PATH (a chDB database directory)",
+    )
+    parser.add_argument(
+        "--clickhouse-table",
+        default=clickhouse.DEFAULT_TABLE,
+        metavar="NAME",
+        help="with --clickhouse (default %(default)s)",
+    )
+
+
 def _add_jaeger_options(parser: argparse.ArgumentParser) -> None:
+    _add_clickhouse_options(parser)
     parser.add_argument("--jaeger", metavar="URL", help="read from Jaeger's query API (http://HOST:16686)")
     parser.add_argument(
         "--format",
@@ -390,6 +409,8 @@ def _spans_from_path(path: str, parallel: bool = False) -> SpanSet:
 def _report_source(args: argparse.Namespace) -> SpanSet:
     if args.job is not None and args.latest:
         raise SourceError("give either --job ID or --latest, not both")
+    if args.clickhouse is not None:
+        return _clickhouse_job(args, args.source is not None or args.jaeger is not None)
     if args.jaeger is None:
         if args.source is None:
             raise SourceError("report needs a SOURCE (a .jsonl file or directory) or --jaeger URL")
@@ -407,7 +428,21 @@ def _report_source(args: argparse.Namespace) -> SpanSet:
     return _spans_from_jaeger(jaeger.search_url(args.jaeger, args.service, jaeger.parse_duration(args.since)))
 
 
+def _clickhouse_job(args: argparse.Namespace, other_source: bool) -> SpanSet:
+    """``--clickhouse URL --job ID``: only that job's spans."""
+    if other_source:
+        raise SourceError("give one source: a SOURCE path, --jaeger or --clickhouse")
+    if not args.job:
+        raise SourceError("with --clickhouse, give --job ID (a job id, a trace id or a unique prefix of either)")
+    return clickhouse.read_job(args.clickhouse, args.clickhouse_table, args.job)
+
+
 def _compare_jobs(source: str, args: argparse.Namespace) -> tuple[list[Job], int]:
+    if args.clickhouse is not None:
+        if args.jaeger is not None:
+            raise SourceError("give either --jaeger or --clickhouse, not both")
+        spans = clickhouse.read_job(args.clickhouse, args.clickhouse_table, source, "A/B")
+        return jobs_from_spans(spans.spans, spans.states), spans.skipped_lines
     spans = _spans_from_jaeger(jaeger.trace_url(args.jaeger, source)) if args.jaeger else _spans_from_path(source)
     return jobs_from_spans(spans.spans, spans.states), spans.skipped_lines
 
@@ -417,7 +452,7 @@ def _compare_jobs(source: str, args: argparse.Namespace) -> tuple[list[Job], int
 
 def run_report(args: argparse.Namespace) -> int:
     target = forecast_target(args)  # flags first: a contradiction needs no source read
-    source = args.source or args.jaeger
+    source = args.source or args.jaeger or args.clickhouse
     result = report(_report_source(args), target, thresholds(args), pick=args.job, latest=args.latest, source=source)
     print(json.dumps(to_json(result), indent=2) if args.format == "json" else render.report_table(result, args.wide))
     if result.forecast is not None and _fails(result.forecast.verdict, args):
@@ -440,7 +475,13 @@ def _fails(verdict: str | None, args: argparse.Namespace) -> bool:
 def run_jobs(args: argparse.Namespace) -> int:
     group_by = [key.strip() for key in args.group_by.split(",")] if args.group_by is not None else []
     check_keys(args.where, group_by)  # a bad key before anything is read
-    if args.jaeger is None:
+    result: JobsReport | None
+    if args.clickhouse is not None:
+        if args.source is not None or args.jaeger is not None or args.service:
+            raise SourceError("with --clickhouse, give no SOURCE, --jaeger or --service")
+        spans = clickhouse.read_since(args.clickhouse, args.clickhouse_table, jaeger.parse_duration(args.since))
+        result = jobs_report(spans, args.where, group_by, thresholds(args))
+    elif args.jaeger is None:
         if args.source is None:
             raise SourceError("jobs needs a SOURCE (a folder of .jsonl files) or --jaeger URL --service NAME")
         if args.service:
@@ -494,8 +535,13 @@ def slower_verdict(job_a: Job, job_b: Job, percent: float) -> int:
 
 
 def run_timeline(args: argparse.Namespace) -> int:
-    spans = _spans_from_path(args.source)
-    job = pick_job(jobs_from_spans(spans.spans, spans.states), args.job, args.source, "--job")
+    if args.clickhouse is not None:
+        spans, where = _clickhouse_job(args, args.source is not None), args.clickhouse
+    elif args.source is None:
+        raise SourceError("timeline needs a SOURCE (a .jsonl file or directory) or --clickhouse URL --job ID")
+    else:
+        spans, where = _spans_from_path(args.source), args.source
+    job = pick_job(jobs_from_spans(spans.spans, spans.states), args.job, where, "--job")
     picture = timeline(job)
     if args.format == "chrome":
         trace = render_timeline.chrome_trace(picture)

@@ -1,0 +1,78 @@
+"""A loopback ClickHouse HTTP interface over a chDB session: enough of the protocol for ``clickhouse-connect``.
+
+The driver sends ``POST /`` with the SQL in the body (``FORMAT Native`` at its end; ``query_id``, ``session_id``,
+``database``, settings as URL parameters) and reads ``Native`` bytes back; on connect it asks ``SELECT version(),
+timezone()`` and reads ``system.settings``. An error is HTTP 500 with the message in the body and
+``X-ClickHouse-Exception-Code`` (what a server sends). So ``--clickhouse http://...`` is tested against the real
+engine and the official driver, with no server to install.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+_FORMAT = re.compile(r"\bFORMAT\s+(\w+)\s*;?\s*$", re.IGNORECASE)
+_CODE = re.compile(r"Code:\s*(\d+)")
+
+
+class Front:
+    """``with Front(session) as url:``: the session answers queries at ``url`` until the block ends."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.lock = threading.Lock()  # one query at a time into the session
+        self.queries: list[str] = []
+        front = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 (http.server's name)
+                length = int(self.headers.get("Content-Length", 0))
+                body = self.rfile.read(length).decode()
+                query = parse_qs(urlparse(self.path).query).get("query", [""])[0]
+                self.answer((query + "\n" + body).strip())
+
+            def do_GET(self):  # noqa: N802
+                query = parse_qs(urlparse(self.path).query).get("query", [""])[0]
+                self.answer(query or "SELECT 1 FORMAT TabSeparated")
+
+            def answer(self, sql: str) -> None:
+                match = _FORMAT.search(sql)
+                fmt = match.group(1) if match else "TabSeparated"
+                sql = sql[: match.start()] if match else sql
+                front.queries.append(sql)
+                try:
+                    with front.lock:
+                        data = front.session.query(sql, fmt).bytes()
+                except Exception as error:  # the engine's message, as a server sends it
+                    text = str(error).encode()
+                    code = _CODE.search(str(error))
+                    self.send_response(500)
+                    self.send_header("X-ClickHouse-Exception-Code", code.group(1) if code else "1")
+                    self.send_header("Content-Length", str(len(text)))
+                    self.end_headers()
+                    self.wfile.write(text)
+                    return
+                self.send_response(200)
+                self.send_header("X-ClickHouse-Format", fmt)
+                self.send_header("X-ClickHouse-Server-Display-Name", "chdb-front")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.shutdown()
+        self.server.server_close()
