@@ -63,7 +63,18 @@ CONTRIB_COMPONENTS: dict[str, set[str]] = {
         "k8sattributes",
         "groupbyattrs",
     },
-    "exporters": {"otlp", "otlphttp", "debug", "nop", "file", "kafka", "loadbalancing", "zipkin", "elasticsearch"},
+    "exporters": {
+        "otlp",
+        "otlphttp",
+        "debug",
+        "nop",
+        "file",
+        "kafka",
+        "loadbalancing",
+        "zipkin",
+        "elasticsearch",
+        "clickhouse",
+    },
     "connectors": {"forward", "spanmetrics", "servicegraph", "routing", "count", "failover", "roundrobin"},
     "extensions": {
         "health_check",
@@ -202,6 +213,26 @@ CONTRIB_KEYS: dict[tuple[str, str], set[str]] = {
         "retry_on_failure",
     },
     ("exporters", "debug"): {"verbosity", "sampling_initial", "sampling_thereafter", "use_internal_logger"},
+    # exporter/clickhouseexporter config.go: exporterhelper's timeout, queue and retry, and its own keys.
+    ("exporters", "clickhouse"): {
+        "endpoint",
+        "username",
+        "password",
+        "database",
+        "connection_params",
+        "logs_table_name",
+        "traces_table_name",
+        "metrics_table_name",
+        "metrics_tables",
+        "ttl",
+        "table_engine",
+        "cluster_name",
+        "create_schema",
+        "async_insert",
+        "timeout",
+        "sending_queue",
+        "retry_on_failure",
+    },
     ("extensions", "health_check"): {"endpoint", "path", "response_body", "check_collector_pipeline", "tls"},
 }
 
@@ -225,7 +256,13 @@ JAEGER_KEYS: dict[tuple[str, str], set[str]] = {
 }
 JAEGER_BACKEND_KINDS = {"memory", "badger", "grpc", "cassandra", "elasticsearch", "opensearch", "clickhouse"}
 
-COLLECTOR_CONFIGS = ("collector.yaml", "collector-agent.yaml", "collector-central.yaml")
+COLLECTOR_CONFIGS = (
+    "collector.yaml",
+    "collector-agent.yaml",
+    "collector-central.yaml",
+    "collector-fleet.yaml",
+    "collector-central-clickhouse.yaml",
+)
 ALL_CONFIGS = (*COLLECTOR_CONFIGS, "jaeger.yaml")
 
 ENV_REF = re.compile(r"\$\{([^}]*)\}")
@@ -334,6 +371,8 @@ def test_images_are_pinned_to_the_releases_the_allow_lists_were_read_from():
 
 def test_every_service_loads_a_config_file_that_is_mounted_and_exists():
     for name, service in compose()["services"].items():
+        if "command" not in service:  # ClickHouse and Grafana of the fleet profile: tests/test_fleet_config.py
+            continue
         target = config_arg(service)
         volumes = mounts(service)
         assert target in volumes, f"{name}: --config {target} is not a mounted file"

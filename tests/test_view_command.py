@@ -59,6 +59,8 @@ def test_view_prints_a_compose_command_that_works_from_any_folder(tmp_path):
     assert f"{tmp_path / 'demo-run' / 'loadtrace-traces'}:/loadtrace-traces:ro" in volumes
     for service in services.values():  # the configs it mounts are the shipped files, found from another folder
         for volume in service.get("volumes", []):
+            if "/" not in volume.split(":")[0]:  # a named volume (the fleet profile's ClickHouse data)
+                continue
             assert Path(volume.split(":")[0]).exists(), volume
 
 

@@ -1,0 +1,160 @@
+"""The fleet dashboard (exporters/grafana/loadtrace-fleet.json), generated from the SQL below, and a sample of what it
+shows, from the same SQL run by chDB over an otel_traces table.
+
+    .venv/bin/python scripts/fleet_dashboard.py                      # rewrite exporters/grafana/loadtrace-fleet.json
+    .venv/bin/python scripts/fleet_dashboard.py --check              # exit 1 where the file differs
+    .venv/bin/python scripts/fleet_dashboard.py --sample chdb:PATH   # each panel's rows, as text (README's sample)
+
+A job's startup here is the report's (docs/report.md, Startup): per rank, its ``loadtrace.startup`` span, else its own
+spans from the first to the end of its last load or startup phase; the job's is its slowest rank's. p50/p95 are
+``quantileExactInclusive``, the report's percentile (docs/report.md, ``loadtrace jobs``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import urllib.parse
+from pathlib import Path
+
+from loadtrace import semconv as sc
+from loadtrace.analysis.startup import PHASE_OF_SPAN
+
+OUT = Path(__file__).resolve().parents[1] / "exporters" / "grafana" / "loadtrace-fleet.json"
+DATASOURCE = {"type": "grafana-clickhouse-datasource", "uid": "loadtrace-clickhouse"}
+
+
+def _names(names) -> str:
+    return ", ".join(f"'{name}'" for name in sorted(names))
+
+
+RES = "ResourceAttributes"
+END = "(toUnixTimestamp64Nano(Timestamp) + Duration)"
+WINDOW = _names(sc.LOAD_SPANS | sc.STARTUP_PHASE_SPANS)
+RANKS = f"""
+SELECT TraceId AS trace_id, {RES}['{sc.ATTEMPT}'] AS attempt, {RES}['{sc.RANK}'] AS rank,
+  any({RES}['{sc.JOB_ID}']) AS job_id, any({RES}['{sc.CLUSTER}']) AS cluster, min(Timestamp) AS start,
+  if(countIf(SpanName = '{sc.SPAN_STARTUP}') > 0,
+     maxIf({END}, SpanName = '{sc.SPAN_STARTUP}')
+       - minIf(toUnixTimestamp64Nano(Timestamp), SpanName = '{sc.SPAN_STARTUP}'),
+     maxIf({END}, SpanName IN ({WINDOW})) - min(toUnixTimestamp64Nano(Timestamp))) / 1e9 AS seconds
+FROM otel_traces
+WHERE SpanName NOT IN ('{sc.SPAN_JOB}', '{sc.SPAN_RANK_EXIT}') AND $__timeFilter(Timestamp)
+GROUP BY trace_id, attempt, rank, {RES}['{sc.SERVICE_INSTANCE_ID}']"""
+JOBS = f"""
+SELECT trace_id, attempt, any(job_id) AS job_id, if(any(cluster) = '', 'null', any(cluster)) AS cluster,
+  min(start) AS start, round(max(seconds), 6) AS startup_seconds
+FROM ({RANKS}) WHERE seconds > 0 GROUP BY trace_id, attempt"""
+PHASE = "multiIf(" + ", ".join(f"SpanName = '{n}', '{p}'" for n, p in sorted(PHASE_OF_SPAN.items())) + ", '')"
+
+PANELS = {
+    "Startup p50 / p95 by cluster": (
+        "timeseries",
+        f"""SELECT $__timeInterval(start) AS time, cluster,
+  quantileExactInclusive(0.5)(startup_seconds) AS p50, quantileExactInclusive(0.95)(startup_seconds) AS p95
+FROM ({JOBS}) GROUP BY time, cluster ORDER BY time, cluster""",
+    ),
+    "Phase spans per rank by cluster (seconds; overlapping spans count in each)": (
+        "barchart",
+        f"""SELECT if({RES}['{sc.CLUSTER}'] = '', 'null', {RES}['{sc.CLUSTER}']) AS cluster, {PHASE} AS phase,
+  round(sum(Duration) / 1e9 / uniqExact(TraceId, {RES}['{sc.SERVICE_INSTANCE_ID}']), 3) AS seconds_per_rank
+FROM otel_traces WHERE phase != '' AND $__timeFilter(Timestamp)
+GROUP BY cluster, phase ORDER BY cluster, phase""",
+    ),
+    "Bytes read beyond one copy of the checkpoint, by model and strategy": (
+        "table",
+        f"""SELECT model, strategy, count() AS jobs, sum(beyond) AS duplicated_bytes FROM (
+  SELECT TraceId, any(SpanAttributes['{sc.CHECKPOINT}']) AS model, any(SpanAttributes['{sc.STRATEGY}']) AS strategy,
+    greatest(0, sum(toInt64OrZero(SpanAttributes['{sc.READ_BYTES}']))
+      - max(toInt64OrZero(SpanAttributes['{sc.CHECKPOINT_BYTES}']))) AS beyond
+  FROM otel_traces WHERE SpanName IN ({_names(sc.LOAD_SPANS)}) AND $__timeFilter(Timestamp) GROUP BY TraceId)
+GROUP BY model, strategy ORDER BY duplicated_bytes DESC LIMIT 20""",
+    ),
+    "Slowest jobs (trace id opens the trace)": (
+        "table",
+        f"SELECT trace_id, job_id, attempt, cluster, start, startup_seconds FROM ({JOBS})"
+        " ORDER BY startup_seconds DESC, trace_id LIMIT 20",
+    ),
+}
+
+
+def trace_link() -> str:
+    """Grafana Explore, the ClickHouse datasource in trace-id mode over otel_traces: the trace view of one trace."""
+    query = {
+        "refId": "A",
+        "datasource": DATASOURCE,
+        "editorType": "builder",
+        "queryType": "traces",
+        "builderOptions": {
+            "database": "default",
+            "table": "otel_traces",
+            "queryType": "traces",
+            "meta": {"isTraceIdMode": True, "traceId": "${__value.raw}", "otelEnabled": True, "otelVersion": "latest"},
+        },
+    }
+    panes = {"trace": {"datasource": DATASOURCE["uid"], "queries": [query], "range": {"from": "now-30d", "to": "now"}}}
+    return "/explore?schemaVersion=1&panes=" + urllib.parse.quote(json.dumps(panes, separators=(",", ":")), safe="$")
+
+
+def dashboard() -> dict:
+    panels = []
+    for index, (title, (kind, sql)) in enumerate(PANELS.items()):
+        panel = {
+            "id": index + 1,
+            "title": title,
+            "type": kind,
+            "datasource": DATASOURCE,
+            "gridPos": {"x": 12 * (index % 2), "y": 9 * (index // 2), "w": 12, "h": 9},
+            "targets": [{"refId": "A", "datasource": DATASOURCE, "editorType": "sql", "format": 1, "rawSql": sql}],
+        }
+        if kind == "timeseries":
+            panel["transformations"] = [{"id": "prepareTimeSeries", "options": {"format": "multi"}}]
+        if title.startswith("Slowest"):
+            link = {"title": "Open trace", "url": trace_link()}
+            override = {"matcher": {"id": "byName", "options": "trace_id"}, "properties": []}
+            override["properties"].append({"id": "links", "value": [link]})
+            panel["fieldConfig"] = {"defaults": {}, "overrides": [override]}
+        panels.append(panel)
+    return {
+        "uid": "loadtrace-fleet",
+        "title": "loadtrace: startups across the fleet",
+        "schemaVersion": 39,
+        "time": {"from": "now-7d", "to": "now"},
+        "tags": ["loadtrace"],
+        "panels": panels,
+    }
+
+
+def text() -> str:
+    return json.dumps(dashboard(), indent=2) + "\n"
+
+
+def sample(url: str) -> str:
+    """Each panel's rows over a chDB database, Grafana's macros read as 'all time, by day'."""
+    from chdb import session
+
+    out = []
+    with session.Session(url.removeprefix("chdb:")) as db:
+        for title, (_, sql) in PANELS.items():
+            sql = sql.replace("$__timeFilter(Timestamp)", "1").replace("$__timeInterval(start)", "toStartOfDay(start)")
+            out.append(f"{title}\n" + db.query(sql, "PrettyCompactMonoBlock").bytes().decode())
+    return "\n".join(out)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true")
+    parser.add_argument("--sample", metavar="chdb:PATH")
+    args = parser.parse_args()
+    if args.sample:
+        print(sample(args.sample))
+        return 0
+    if args.check:
+        return 0 if OUT.read_text() == text() else 1
+    OUT.write_text(text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

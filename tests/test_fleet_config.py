@@ -1,0 +1,124 @@
+"""The fleet profile (`docker compose --profile fleet up -d`): ClickHouse, a collector exporting to it, Grafana with the
+ClickHouse datasource and loadtrace's dashboard. No Docker engine: Debian's docker-compose validates the file with the
+profile on; the collector configs go through tests/test_compose_config.py's checks (COLLECTOR_CONFIGS); the rest is
+checked here, and the dashboard's SQL runs on the real engine (chDB) over the exporter's table, where its slowest jobs
+must be `loadtrace jobs`' own numbers and trace ids."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+COMPOSE_FILE = REPO / "docker-compose.yml"
+GRAFANA = REPO / "exporters" / "grafana"
+FLEET = {
+    "clickhouse": "clickhouse/clickhouse-server:25.8",
+    "fleet-collector": "otel/opentelemetry-collector-contrib:0.135.0",
+    "grafana": "grafana/grafana:12.1.1",
+}
+
+
+def _load(path: Path):
+    return yaml.safe_load(path.read_text())
+
+
+def _services() -> dict:
+    return _load(COMPOSE_FILE)["services"]
+
+
+def _dashboard_script():
+    spec = importlib.util.spec_from_file_location("fleet_dashboard", REPO / "scripts" / "fleet_dashboard.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_docker_compose_validates_the_fleet_profile():
+    binary = shutil.which("docker-compose")
+    if binary is None:
+        pytest.skip("docker-compose is not installed (Debian/Ubuntu: apt-get install -y docker-compose)")
+    result = subprocess.run(
+        [binary, "-f", str(COMPOSE_FILE), "--profile", "fleet", "config", "-q"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr or result.stdout
+
+
+def test_the_fleet_services_are_pinned_and_only_in_the_profile():
+    services = _services()
+    for name, image in FLEET.items():
+        assert services[name]["image"] == image, f"{name}: re-check its configs against the new release first"
+        assert services[name]["profiles"] == ["fleet"], "`docker compose up` alone stays the laptop setup"
+    assert all("profiles" not in services[name] for name in ("collector", "jaeger"))
+
+
+def test_the_fleet_collector_writes_to_the_clickhouse_service_and_to_jaeger():
+    services = _services()
+    collector = _load(REPO / "exporters" / "collector-fleet.yaml")
+    host_port = collector["exporters"]["clickhouse"]["endpoint"].split("://", 1)[1].split("?", 1)[0]
+    assert host_port == "clickhouse:9000", "the native protocol port inside the compose network"
+    assert collector["exporters"]["otlp/jaeger"]["endpoint"] == "jaeger:4317"
+    assert collector["service"]["pipelines"]["traces"]["exporters"] == ["clickhouse", "otlp/jaeger"]
+    ports = [str(p) for p in services["fleet-collector"]["ports"]]
+    assert "4327:4317" in ports and "4328:4318" in ports, "beside the laptop collector's 4317/4318"
+    assert "8123:8123" in [str(p) for p in services["clickhouse"]["ports"]]
+    central = _load(REPO / "exporters" / "collector-central-clickhouse.yaml")
+    assert central["service"]["pipelines"]["traces"]["exporters"] == ["clickhouse"]
+    assert "groupbytrace" not in central["service"]["pipelines"]["traces"]["processors"]
+
+
+def test_grafana_mounts_a_datasource_and_dashboard_that_line_up():
+    grafana = _services()["grafana"]
+    mounts = {v.split(":")[1]: REPO / v.split(":")[0] for v in grafana["volumes"]}
+    assert all(path.is_file() for path in mounts.values())
+    (source,) = _load(GRAFANA / "datasource.yaml")["datasources"]
+    assert source["type"] == "grafana-clickhouse-datasource"
+    assert grafana["environment"]["GF_PLUGINS_PREINSTALL"].startswith(source["type"] + "@")
+    assert (source["jsonData"]["host"], source["jsonData"]["port"]) == ("clickhouse", 8123)
+    assert source["jsonData"]["traces"]["defaultTable"] == "otel_traces"
+    dashboard = json.loads((GRAFANA / "loadtrace-fleet.json").read_text())
+    assert {panel["datasource"]["uid"] for panel in dashboard["panels"]} == {source["uid"]}
+    provider = _load(GRAFANA / "dashboards.yaml")["providers"][0]
+    assert mounts[provider["options"]["path"] + "/loadtrace-fleet.json"].name == "loadtrace-fleet.json"
+
+
+def test_the_dashboard_file_is_the_generated_one():
+    assert (GRAFANA / "loadtrace-fleet.json").read_text() == _dashboard_script().text(), (
+        "run scripts/fleet_dashboard.py"
+    )
+
+
+def test_the_dashboards_sql_runs_on_the_engine_and_agrees_with_jobs(tmp_path, capsys):
+    chdb_session = pytest.importorskip("chdb.session")
+    from support import otel_traces
+    from support.jobtree import write_tree
+
+    from loadtrace.cli import main
+
+    files = write_tree(tmp_path / "tree", 6, 4)
+    otel_traces.fill(tmp_path / "db", sorted(files.rglob("*.jsonl")))
+    assert main(["jobs", str(files), "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["jobs"]
+    script = _dashboard_script()
+    with chdb_session.Session(str(tmp_path / "db")) as session:
+        answers = {}
+        for title, (_, sql) in script.PANELS.items():
+            sql = sql.replace("$__timeFilter(Timestamp)", "1").replace("$__timeInterval(start)", "toStartOfDay(start)")
+            answers[title] = json.loads(session.query(sql, "JSON").bytes())["data"]
+    slowest = answers["Slowest jobs (trace id opens the trace)"]
+    expected = sorted(rows, key=lambda row: (-row["startup_seconds"], row["trace_id"]))
+    assert [(r["trace_id"], r["startup_seconds"]) for r in slowest] == [
+        (r["trace_id"], r["startup_seconds"]) for r in expected
+    ]
+    assert {r["cluster"] for r in answers["Startup p50 / p95 by cluster"]} == {"alpha", "beta", "null"}
+    assert all(int(r["duplicated_bytes"]) >= 0 for r in answers[next(t for t in answers if t.startswith("Bytes"))])
