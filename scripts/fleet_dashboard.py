@@ -3,7 +3,8 @@ shows, from the same SQL run by chDB over an otel_traces table.
 
     .venv/bin/python scripts/fleet_dashboard.py                      # rewrite exporters/grafana/loadtrace-fleet.json
     .venv/bin/python scripts/fleet_dashboard.py --check              # exit 1 where the file differs
-    .venv/bin/python scripts/fleet_dashboard.py --sample chdb:PATH   # each panel's rows, as text (README's sample)
+    .venv/bin/python scripts/fleet_dashboard.py --sample chdb:PATH   # each panel's rows, as text
+    .venv/bin/python scripts/fleet_dashboard.py --readme             # README's sample: the recorded runs + 9 jobs
 
 A job's startup here is the report's (docs/report.md, Startup): per rank, its ``loadtrace.startup`` span, else its own
 spans from the first to the end of its last load or startup phase; the job's is its slowest rank's. p50/p95 are
@@ -52,7 +53,8 @@ PANELS = {
     "Startup p50 / p95 by cluster": (
         "timeseries",
         f"""SELECT $__timeInterval(start) AS time, cluster,
-  quantileExactInclusive(0.5)(startup_seconds) AS p50, quantileExactInclusive(0.95)(startup_seconds) AS p95
+  round(quantileExactInclusive(0.5)(startup_seconds), 6) AS p50,
+  round(quantileExactInclusive(0.95)(startup_seconds), 6) AS p95
 FROM ({JOBS}) GROUP BY time, cluster ORDER BY time, cluster""",
     ),
     "Phase spans per rank by cluster (seconds; overlapping spans count in each)": (
@@ -142,11 +144,36 @@ def sample(url: str) -> str:
     return "\n".join(out)
 
 
+def demo_sample() -> str:
+    """The sample over the recorded runs (tests/fixtures/spans) and 9 jobs of 3 clusters (tests/support/jobtree.py)."""
+    import tempfile
+
+    sys.path.insert(0, str(OUT.parents[2] / "tests"))
+    from support import otel_traces
+    from support.jobtree import write_tree
+
+    with tempfile.TemporaryDirectory() as scratch:
+        files = sorted((OUT.parents[2] / "tests" / "fixtures" / "spans").rglob("*.jsonl"))
+        files += sorted(write_tree(Path(scratch) / "tree", 9, 4).rglob("*.jsonl"))
+        otel_traces.fill(Path(scratch) / "db", files)
+        return sample(f"chdb:{Path(scratch) / 'db'}")
+
+
+def write_readme() -> None:
+    readme = OUT.parents[2] / "README.md"
+    head, marker, rest = readme.read_text().partition("<!-- fleet sample -->\n```\n")
+    readme.write_text(head + marker + demo_sample().rstrip("\n") + "\n```" + rest.split("\n```", 1)[1])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--sample", metavar="chdb:PATH")
+    parser.add_argument("--readme", action="store_true")
     args = parser.parse_args()
+    if args.readme:
+        write_readme()
+        return 0
     if args.sample:
         print(sample(args.sample))
         return 0
