@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from support import otel_traces
 from support.jobtree import write_tree
+from test_analysis_dead_ranks import TRACE as WITNESSED_TRACE
+from test_analysis_dead_ranks import oom_killed_job
 
 from loadtrace.analysis import clickhouse
 from loadtrace.cli import main
@@ -63,6 +65,8 @@ def fleet(tmp_path_factory) -> tuple[Path, str]:
             shutil.copy(path, files / run / path.name)
     _restart(FIXTURES / "plain524", files / "plain524-restart")
     write_tree(files / "tree", 9, 4)
+    (files / "oom-witness").mkdir()
+    oom_killed_job(files / "oom-witness", with_state=False)  # the launcher's witness span speaks for the dead rank
     otel_traces.fill(root / "db", sorted(files.rglob("*.jsonl")))
     return files, f"chdb:{root / 'db'}"
 
@@ -174,7 +178,7 @@ def test_jobs_grouped_by_cluster_equal_the_files(fleet, capsys):
     files, url = fleet
     from_files = _json(capsys, "jobs", str(files), "--group-by", "cluster")
     from_table = _json(capsys, "jobs", "--clickhouse", url, *SINCE, "--group-by", "cluster")
-    assert len(from_files["jobs"]) == len(RUNS) + 1 + 9
+    assert len(from_files["jobs"]) == len(RUNS) + 1 + 9 + 1
     assert {row["cluster"] for row in from_files["jobs"]} == {"alpha", "beta", None}
     assert _without_skipped(from_table) == _without_skipped(from_files)
 
@@ -191,7 +195,7 @@ def test_jobs_where_equal_the_files(fleet, capsys, args):
 def test_report_of_one_job_equals_the_files(fleet, capsys, run):
     files, url = fleet
     trace = _trace_of(files, run)
-    picks = [trace, trace[:12]] if run != "plain524" else [f"{trace}@1.1", f"{trace}@1.2"]
+    picks = [trace[:12]] if run != "plain524" else [f"{trace}@1.1", f"{trace}@1.2"]  # a prefix; every run
     for pick in picks:
         source = files / run if run != "plain524" else files
         from_files = _json(capsys, "report", str(source), "--job", pick)
@@ -199,6 +203,14 @@ def test_report_of_one_job_equals_the_files(fleet, capsys, run):
         assert _without_skipped(from_table) == _without_skipped(from_files)
     if run == "killed524":
         assert from_table["traces"][0]["missing_ranks"] == [1]  # the killed rank sent nothing
+
+
+def test_a_rank_the_launcher_saw_die_is_in_the_report_from_the_table(fleet, capsys):
+    files, url = fleet
+    from_table = _json(capsys, "report", "--clickhouse", url, "--job", WITNESSED_TRACE)
+    assert _without_skipped(from_table) == _without_skipped(_json(capsys, "report", str(files / "oom-witness")))
+    (dead,) = [f for f in from_table["findings"] if f["kind"] == "incomplete_rank"]
+    assert dead["ranks"] == [1] and "OOM-killed during transformers.convert" in dead["detail"]
 
 
 def test_compare_equals_the_files(fleet, capsys):
