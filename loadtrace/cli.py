@@ -479,7 +479,8 @@ def run_jobs(args: argparse.Namespace) -> int:
     if args.clickhouse is not None:
         if args.source is not None or args.jaeger is not None or args.service:
             raise SourceError("with --clickhouse, give no SOURCE, --jaeger or --service")
-        spans = clickhouse.read_since(args.clickhouse, args.clickhouse_table, jaeger.parse_duration(args.since))
+        since = jaeger.parse_duration(args.since)
+        spans = clickhouse.read_since(args.clickhouse, args.clickhouse_table, since, check_keys(args.where, []))
         result = jobs_report(spans, args.where, group_by, thresholds(args))
     elif args.jaeger is None:
         if args.source is None:

@@ -183,7 +183,15 @@ def test_jobs_grouped_by_cluster_equal_the_files(fleet, capsys):
     assert _without_skipped(from_table) == _without_skipped(from_files)
 
 
-@pytest.mark.parametrize("args", [["--where", "cluster=beta"], ["--where", "cluster=null", "--group-by", "strategy"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--where", "cluster=beta"],
+        ["--where", "cluster=null", "--group-by", "strategy"],
+        ["--where", "strategy=plain", "--where", "world_size=4", "--group-by", "cluster"],
+        ["--where", "model=/tmp/golden/ckpt", "--where", "transformers=5.24.0"],
+    ],
+)
 def test_jobs_where_equal_the_files(fleet, capsys, args):
     files, url = fleet
     assert _without_skipped(_json(capsys, "jobs", "--clickhouse", url, *SINCE, *args)) == _without_skipped(
@@ -279,4 +287,7 @@ def test_bad_input_is_one_line_and_exit_2(fleet, capsys, tmp_path):
     assert "give --job ID" in _one_line(capsys, "report", "--clickhouse", url)
     assert "give one source" in _one_line(capsys, "report", str(files), "--clickhouse", url, "--job", "x")
     assert "began in the last" in _one_line(capsys, "jobs", "--clickhouse", url, "--since", "1s")
+    assert "match --where cluster=nowhere" in _one_line(
+        capsys, "jobs", "--clickhouse", url, *SINCE, "--where", "cluster=nowhere"
+    )
     assert "bad --clickhouse-table" in _one_line(capsys, "jobs", "--clickhouse", url, "--clickhouse-table", "a;b")

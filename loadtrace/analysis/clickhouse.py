@@ -292,17 +292,47 @@ def read_job(url: str, table: str, pick: str, flag: str = "--job") -> SpanSet:
         connection.close()
 
 
-def read_since(url: str, table: str, since_seconds: float) -> SpanSet:
-    """Every span of the traces that began in the last ``since_seconds`` (whole traces: a job is never cut)."""
+# ``jobs --where KEY=VALUE`` as SQL: a job whose KEY is VALUE has a span whose attribute is VALUE (the row's value is
+# its ranks' distinct values, so one value is one of them). Only traces with such a span are read; the rows are then
+# filtered exactly, as for files. Keys not here (and ``null``, and values of several, "a, b") are filtered after.
+WHERE_COLUMNS = {
+    "cluster": f"ResourceAttributes[{quote(sc.CLUSTER)}]",
+    "job_id": f"ResourceAttributes[{quote(sc.JOB_ID)}]",
+    "world_size": f"ResourceAttributes[{quote(sc.WORLD_SIZE)}]",
+    "host": f"ResourceAttributes[{quote(sc.HOST_NAME)}]",
+    "model": f"SpanAttributes[{quote(sc.CHECKPOINT)}]",
+    "strategy": f"SpanAttributes[{quote(sc.STRATEGY)}]",
+    **{
+        lib: f"ResourceAttributes[{quote(sc.lib_key(lib))}]"
+        for lib in ("torch", "transformers", "accelerate", "deepspeed")
+    },
+}
+
+
+def where_sql(pairs: list[tuple[str, str]]) -> str:
+    tests = [
+        f"TraceId IN (SELECT TraceId FROM {{table}} WHERE {WHERE_COLUMNS[key]} = {quote(value)})"
+        for key, value in pairs
+        if key in WHERE_COLUMNS and value != "null" and ", " not in value
+    ]
+    return " AND ".join(tests) or "1"
+
+
+def read_since(url: str, table: str, since_seconds: float, where: list[tuple[str, str]] | None = None) -> SpanSet:
+    """Every span of the traces that began in the last ``since_seconds`` (whole traces: a job is never cut) and may
+    match ``where`` (``jobs --where``'s pairs)."""
     connection = _open(url, table)
     try:
         check_table(connection)
         name = connection.target.name
         window = f"now64(9) - toIntervalNanosecond({int(since_seconds * 1e9)})"
         traces = f"SELECT TraceId FROM {name} GROUP BY TraceId HAVING min(Timestamp) >= {window}"
+        traces += f" AND {where_sql(where or []).format(table=name)}"
         spans = read(connection, f"TraceId IN ({traces})")
         if not spans.spans:
-            raise SourceError(f"no traces in {connection.where} ({name}) began in the last {since_seconds:g} s")
+            matching = " ".join(f"{key}={value}" for key, value in where or [])
+            also = f" and match --where {matching}" if matching else ""
+            raise SourceError(f"no traces in {connection.where} ({name}) began in the last {since_seconds:g} s{also}")
         return spans
     finally:
         connection.close()
