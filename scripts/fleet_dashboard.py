@@ -7,7 +7,8 @@ shows, from the same SQL run by chDB over an otel_traces table.
     .venv/bin/python scripts/fleet_dashboard.py --readme             # README's sample: the recorded runs + 9 jobs
 
 A job's startup here is the report's (docs/report.md, Startup): per rank, its ``loadtrace.startup`` span, else its own
-spans from the first to the end of its last load or startup phase; the job's is its slowest rank's. p50/p95 are
+spans from the first to the end of its last load or startup phase; the job's is its slowest rank's. (One shortcut: in
+a job where some rank has a startup span, a rank without one is left out.) p50/p95 are
 ``quantileExactInclusive``, the report's percentile (docs/report.md, ``loadtrace jobs``).
 """
 
@@ -33,16 +34,20 @@ def _names(names) -> str:
 RES = "ResourceAttributes"
 END = "(toUnixTimestamp64Nano(Timestamp) + Duration)"
 WINDOW = _names(sc.LOAD_SPANS | sc.STARTUP_PHASE_SPANS)
+RANK_KEYS = f"""TraceId AS trace_id, {RES}['{sc.ATTEMPT}'] AS attempt, {RES}['{sc.RANK}'] AS rank,
+  any({RES}['{sc.JOB_ID}']) AS job_id, any({RES}['{sc.CLUSTER}']) AS cluster, min(Timestamp) AS start"""
+GROUP_RANKS = f"GROUP BY trace_id, attempt, rank, {RES}['{sc.SERVICE_INSTANCE_ID}']"
+STARTED = f"SELECT DISTINCT TraceId FROM otel_traces WHERE SpanName = '{sc.SPAN_STARTUP}' AND $__timeFilter(Timestamp)"
+# Jobs whose ranks have startup spans: those rows alone (the primary key finds them); others: their own spans.
 RANKS = f"""
-SELECT TraceId AS trace_id, {RES}['{sc.ATTEMPT}'] AS attempt, {RES}['{sc.RANK}'] AS rank,
-  any({RES}['{sc.JOB_ID}']) AS job_id, any({RES}['{sc.CLUSTER}']) AS cluster, min(Timestamp) AS start,
-  if(countIf(SpanName = '{sc.SPAN_STARTUP}') > 0,
-     maxIf({END}, SpanName = '{sc.SPAN_STARTUP}')
-       - minIf(toUnixTimestamp64Nano(Timestamp), SpanName = '{sc.SPAN_STARTUP}'),
-     maxIf({END}, SpanName IN ({WINDOW})) - min(toUnixTimestamp64Nano(Timestamp))) / 1e9 AS seconds
+SELECT {RANK_KEYS}, (max({END}) - min(toUnixTimestamp64Nano(Timestamp))) / 1e9 AS seconds
+FROM otel_traces WHERE SpanName = '{sc.SPAN_STARTUP}' AND $__timeFilter(Timestamp) {GROUP_RANKS}
+UNION ALL
+SELECT {RANK_KEYS}, (maxIf({END}, SpanName IN ({WINDOW})) - min(toUnixTimestamp64Nano(Timestamp))) / 1e9 AS seconds
 FROM otel_traces
-WHERE SpanName NOT IN ('{sc.SPAN_JOB}', '{sc.SPAN_RANK_EXIT}') AND $__timeFilter(Timestamp)
-GROUP BY trace_id, attempt, rank, {RES}['{sc.SERVICE_INSTANCE_ID}']"""
+WHERE SpanName NOT IN ('{sc.SPAN_JOB}', '{sc.SPAN_RANK_EXIT}') AND TraceId NOT IN ({STARTED})
+  AND $__timeFilter(Timestamp)
+{GROUP_RANKS}"""
 JOBS = f"""
 SELECT trace_id, attempt, any(job_id) AS job_id, if(any(cluster) = '', 'null', any(cluster)) AS cluster,
   min(start) AS start, round(max(seconds), 6) AS startup_seconds
