@@ -21,14 +21,14 @@ def instrument(**kwargs: Any) -> None:
 
     ``tracer_provider=`` sends spans to your own provider instead of loadtrace's files / OTLP export.
     """
-    from . import activation
+    from .instrumentation import activation
 
     activation.instrument(kwargs.get("settings"), kwargs.get("tracer_provider"))
 
 
 def uninstrument() -> None:
     """Remove every hook ``instrument()`` installed, exactly; flush what was traced. Idempotent."""
-    from . import activation
+    from .instrumentation import activation
 
     activation.uninstrument()
 
@@ -45,7 +45,8 @@ class traced_load:  # noqa: N801 - used as a function: ``with loadtrace.traced_l
         self._opened: Any = None
 
     def __enter__(self) -> None:
-        from . import semconv, spans
+        from . import semconv
+        from .instrumentation import spans
 
         self._tracing = tracing = spans.tracing()
         if tracing is not None:

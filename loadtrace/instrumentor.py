@@ -12,9 +12,9 @@ from typing import Any
 # That module says ``# type: ignore`` of itself, so mypy sees no names in it (and none where OTel is not installed).
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined, unused-ignore]
 
-from . import activation
-from .activation import registry as registry
-from .hooks.registry import Registry
+from .instrumentation import activation
+from .instrumentation.activation import registry as registry
+from .instrumentation.hooks.registry import Registry
 
 
 class LoadtraceInstrumentor(BaseInstrumentor):

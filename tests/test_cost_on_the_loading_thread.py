@@ -10,7 +10,8 @@ from _examples import make_checkpoint
 from _inmemory import traced
 from transformers import AutoModelForCausalLM
 
-from loadtrace import context, semconv, spans
+from loadtrace import semconv
+from loadtrace.instrumentation import context, spans
 
 
 @pytest.fixture(scope="module")

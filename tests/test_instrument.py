@@ -10,7 +10,7 @@ import wrapt
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
 import loadtrace
-from loadtrace.hooks import all_hooks
+from loadtrace.instrumentation.hooks import all_hooks
 from loadtrace.instrumentor import LoadtraceInstrumentor
 
 

@@ -70,8 +70,8 @@ def is_analysis(module: str) -> bool:
     return module in (
         "loadtrace.__main__",
         "loadtrace.cli",
-        "loadtrace.render",
-        "loadtrace.render_timeline",
+        "loadtrace.cli.render",
+        "loadtrace.cli.render_timeline",
     ) or module.startswith("loadtrace.analysis")
 
 
@@ -202,4 +202,4 @@ def test_the_shared_formats_import_only_the_standard_library(module):
 def test_the_halves_are_found():
     """The checks above are only as good as the module lists they walk."""
     assert "loadtrace.cli" in ANALYSIS and any(m.startswith("loadtrace.analysis.") for m in ANALYSIS), ANALYSIS
-    assert "loadtrace.spans" in INSTRUMENTATION and "loadtrace.hooks" in INSTRUMENTATION, INSTRUMENTATION
+    assert "loadtrace.instrumentation.spans" in INSTRUMENTATION and "loadtrace.instrumentation.hooks" in INSTRUMENTATION, INSTRUMENTATION

@@ -1,6 +1,6 @@
 """Promise: with LOADTRACE=1 the launcher (torchrun's elastic agent, which `accelerate launch` also uses) outlives its
 workers and writes one `loadtrace.rank_exit` span per dead rank into the job's trace: how it ended (signal or exit
-code, and whether the OOM killer did it) and its exact last state (loadtrace/witness.py, hooks/torchelastic.py)."""
+code, and whether the OOM killer did it) and its exact last state (loadtrace/instrumentation/witness.py, hooks/torchelastic.py)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ from support.span_reference import documented
 from support.torchrun import torchrun
 from support.venvs import REPO, discover
 
-from loadtrace import semconv, statefile, witness
-from loadtrace.settings import Settings
+from loadtrace import semconv, statefile
+from loadtrace.instrumentation import witness
+from loadtrace.instrumentation.settings import Settings
 
 VENVS = discover()
 RANK1_ENV = {

@@ -18,8 +18,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from .. import semconv as sc
-from .. import statefile
+from ... import semconv as sc
+from ... import statefile
 
 # One TracesData line holds one export batch; anything this long is not one of ours, and reading it whole could exhaust
 # memory, so it is skipped unread.

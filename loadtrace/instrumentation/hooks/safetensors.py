@@ -21,7 +21,8 @@ from typing import Any
 
 import wrapt
 
-from .. import semconv, spans, statefile
+from ... import semconv, statefile
+from .. import spans
 from ._common import FileCall, file_attributes_and_head
 from .registry import Hook, call_through, call_through_proxies, fault
 

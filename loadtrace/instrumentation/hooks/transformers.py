@@ -13,7 +13,8 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from .. import semconv, spans
+from ... import semconv
+from .. import spans
 from ._common import tensor_bytes
 from .registry import Hook
 

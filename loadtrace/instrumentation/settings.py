@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from . import semconv
+from .. import semconv
 from ._log import warn_once
 
 TRUE = frozenset({"1", "true", "yes", "on"})

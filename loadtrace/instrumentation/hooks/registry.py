@@ -24,7 +24,8 @@ from typing import Any, Protocol, TypeVar
 
 import wrapt
 
-from .. import semconv, spans
+from ... import semconv
+from .. import spans
 from .._log import warn_once
 
 

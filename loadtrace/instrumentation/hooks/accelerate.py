@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import semconv, spans
+from ... import semconv
+from .. import spans
 from ._common import Stage
 from .registry import Hook
 

@@ -21,17 +21,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from loadtrace import render, render_timeline
-from loadtrace.analysis import jaeger
 from loadtrace.analysis.compare import PICK_HELP, compare, pick_job
 from loadtrace.analysis.forecast import DTYPE_BYTES, ForecastError, Target
 from loadtrace.analysis.jobs import KEYS, check_keys, jobs_report, jobs_report_of_tree
 from loadtrace.analysis.model import to_json
 from loadtrace.analysis.ranks import Job, jobs_from_spans
 from loadtrace.analysis.report import report
-from loadtrace.analysis.sources import SourceError, SpanSet, read_files
+from loadtrace.analysis.sources import SourceError, SpanSet, jaeger, read_files
 from loadtrace.analysis.startup import Thresholds, job_startup
 from loadtrace.analysis.timeline import timeline
+from loadtrace.cli import render, render_timeline
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
 RECORD_HELP = """\

@@ -21,7 +21,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from . import semconv
+from .. import semconv
 from ._log import warn_once
 from .settings import Settings
 

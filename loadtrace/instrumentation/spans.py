@@ -26,7 +26,8 @@ from contextvars import ContextVar, Token
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
-from . import attributes, context, semconv, statefile, summary, termination
+from .. import semconv, statefile
+from . import attributes, context, summary, termination
 from ._log import warn_once
 from .activation import importing
 from .ledger import Ledger

@@ -13,7 +13,8 @@ import time
 from types import FrameType
 from typing import Any
 
-from .. import semconv, spans
+from ... import semconv
+from .. import spans
 from ._common import Broadcasts, FileCall, broadcasts, file_attributes, tensor_bytes
 from .registry import Hook, fault
 

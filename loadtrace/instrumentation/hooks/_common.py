@@ -9,7 +9,8 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
-from .. import semconv, spans
+from ... import semconv
+from .. import spans
 from ..memory import cached_bytes_of
 
 

@@ -32,7 +32,8 @@ from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import __version__, context, semconv, statefile
+from .. import __version__, semconv, statefile
+from . import context
 from ._log import warn_once
 from .memory import oom_kill_count
 from .memory import parse_oom_kill as parse_oom_kill  # the worker reads the same counter when its load begins

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from . import semconv, statefile
+from .. import semconv, statefile
 from .ledger import Ledger
 from .memory import Limits, Memory, Peak, limits
-from .statefile import ReadSlot
+from ..statefile import ReadSlot
 
 if TYPE_CHECKING:
     from .spans import Scope

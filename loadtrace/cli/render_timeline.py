@@ -114,7 +114,7 @@ def page_data(timeline: Timeline) -> dict[str, Any]:
 
 def html_page(timeline: Timeline) -> str:
     """The page: the template with the data inlined (``<`` escaped, so no text in it can end the script)."""
-    template = resources.files("loadtrace").joinpath(PAGE).read_text(encoding="utf-8")
+    template = resources.files("loadtrace.cli").joinpath(PAGE).read_text(encoding="utf-8")
     data = json.dumps(page_data(timeline), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     data = data.replace("<", "\\u003c").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
     return template.replace(DATA_MARK, data, 1)

@@ -15,7 +15,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from .sources import SourceError, SpanSet, decode_line, read_stream, rfc3339_nanos
+from .files import SourceError, SpanSet, decode_line, read_stream, rfc3339_nanos
 
 TIMEOUT_SECONDS = 30.0
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")

@@ -22,7 +22,7 @@ import sys
 import time
 from urllib.parse import urlsplit
 
-from . import semconv, statefile
+from .. import semconv, statefile
 from .settings import Settings
 
 # Wait for peers, then the report: at most this long in all, added to the exit of rank 0 alone.

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import semconv
+from .. import semconv
 from ._log import warn_once
 from .activation import HOOKED_PACKAGES as HOOKED_LIBRARIES  # their versions go on the resource
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from .. import semconv, spans
+from ... import semconv
+from .. import spans
 from ._common import Stage
 from .registry import Hook
 
