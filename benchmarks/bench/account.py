@@ -173,7 +173,7 @@ def progress_write(acct: Account) -> float:
     """One ``<trace file>.progress.json`` write, measured with its directory present (the monitor gives up for good
     when the first load starts before the trace directory exists)."""
     import loadtrace
-    from loadtrace import monitor as monitor_module
+    from loadtrace.instrumentation import monitor as monitor_module
 
     counts = acct.counts
     if not hasattr(monitor_module, "PROGRESS_INTERVAL_S"):  # since issue 11: no progress file, a state file instead
@@ -263,7 +263,7 @@ def index(acct: Account) -> float:
 def conversion(acct: Account) -> float:
     import torch
 
-    from loadtrace.hooks import transformers as hooks_transformers
+    from loadtrace.instrumentation.hooks import transformers as hooks_transformers
 
     class Converter:
         operations = [type("MergeModulelist", (), {})(), type("Concatenate", (), {})()]
@@ -307,7 +307,7 @@ def in_one_load(acct: Account) -> None:
 
 
 def held(acct: Account) -> float:
-    from loadtrace.hooks import transformers as hooks_transformers
+    from loadtrace.instrumentation.hooks import transformers as hooks_transformers
 
     def run(n: int) -> None:
         for _ in range(n):
@@ -318,8 +318,8 @@ def held(acct: Account) -> float:
 
 
 def sample(acct: Account) -> float:
-    from loadtrace import monitor
-    from loadtrace.memory import process_memory
+    from loadtrace.instrumentation import monitor
+    from loadtrace.instrumentation.memory import process_memory
 
     acct.counts["monitor_samples"] = acct.counts["load_wall_s"] / monitor.SAMPLE_INTERVAL_S
 
@@ -367,7 +367,7 @@ def cmd_account(argv: list[str]) -> int:
     """Worker (``LOADTRACE=1``): ``_account CKPT OUT TRACE_DIR``."""
     from transformers.utils import logging as hf_logging
 
-    from loadtrace import spans as lt_spans
+    from loadtrace.instrumentation import spans as lt_spans
     from loadtrace.instrumentor import registry
 
     hf_logging.disable_progress_bar()

@@ -150,7 +150,7 @@ def first_span_ms() -> float:
     and the provider's set-up (resource, processors, state file, monitor)."""
     code = (
         "import time, torch, transformers, loadtrace\n"
-        "from loadtrace import spans\n"
+        "from loadtrace.instrumentation import spans\n"
         "loadtrace.instrument()\n"
         "t = time.perf_counter(); spans.tracing().provider; print((time.perf_counter() - t) * 1e3)\n"
     )
@@ -282,7 +282,8 @@ def cmd_state(argv: list[str]) -> int:
     from transformers.utils import logging as hf_logging
 
     import loadtrace
-    from loadtrace import spans, statefile
+    from loadtrace import statefile
+    from loadtrace.instrumentation import spans
 
     hf_logging.disable_progress_bar()
     ckpt, out = argv[0], argv[1]

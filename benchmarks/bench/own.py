@@ -148,8 +148,8 @@ def meter_parts(meter: Meter) -> None:
     residency of files; the memory readings (at the names the loading thread's code calls them by)."""
     from opentelemetry.sdk import trace as sdk_trace
 
-    from loadtrace import attributes, export, spans
-    from loadtrace.hooks import _common
+    from loadtrace.instrumentation import attributes, export, spans
+    from loadtrace.instrumentation.hooks import _common
 
     for cls, name in (
         (sdk_trace.Tracer, "start_span"),
@@ -197,8 +197,8 @@ def cmd_own(argv: list[str]) -> int:
     """Worker (LOADTRACE unset: it instruments itself once the meter is in): ``_own ROUNDS OUT CKPT...``."""
     import gc
 
-    from loadtrace import activation, spans
-    from loadtrace.hooks import registry as hook_registry
+    from loadtrace.instrumentation import activation, spans
+    from loadtrace.instrumentation.hooks import registry as hook_registry
 
     rounds, out, ckpts = int(argv[0]), argv[1], argv[2:]
     assert not activation.registry().active, "start this worker without LOADTRACE: the meter goes in first"
