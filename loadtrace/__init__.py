@@ -12,8 +12,15 @@ if TYPE_CHECKING:
     from types import TracebackType
     from typing import Any
 
-__version__ = "0.1.0"
 __all__ = ["instrument", "uninstrument", "traced_load", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":  # read when asked: the processes ``LOADTRACE=1`` reaches import no module for it
+        from .version import __version__
+
+        return __version__
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def instrument(**kwargs: Any) -> None:

@@ -1,6 +1,7 @@
 """Promise: with LOADTRACE=1 the launcher (torchrun's elastic agent, which `accelerate launch` also uses) outlives its
 workers and writes one `loadtrace.rank_exit` span per dead rank into the job's trace: how it ended (signal or exit
-code, and whether the OOM killer did it) and its exact last state (loadtrace/instrumentation/witness.py, hooks/torchelastic.py)."""
+code, and whether the OOM killer did it) and its exact last state (loadtrace/instrumentation/witness.py,
+hooks/torchelastic.py)."""
 
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ and nothing else.
 
 loadtrace imports its machinery lazily, from whichever thread gets there first. An import in flight while another
 thread forks leaves the child waiting forever on the import lock it inherited held, as soon as it imports that module
-too (a DataLoader worker: CI hung once). So every such import runs under ``importing()``, which holds a fork back
-until it has finished (``os.register_at_fork``).
+too (a DataLoader worker: CI hung once). So every such import runs under ``importing()`` (the package's ground floor,
+``loadtrace/instrumentation/__init__.py``), which holds a fork back until it has finished.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from __future__ import annotations
 import _thread
 import os
 import sys
+
+from . import HOOKED_PACKAGES, importing
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -28,45 +30,10 @@ if TYPE_CHECKING:
     from .hooks.registry import Registry
     from .settings import Settings
 
-# The top-level packages of the hooked libraries: every hook's module is one of them or inside one (tested). accelerate
-# and deepspeed import torch first, so torch alone would bring their hooks in; they are named for clarity.
-HOOKED_PACKAGES = ("torch", "transformers", "safetensors", "accelerate", "deepspeed")
-
-# A fork waits at most this long for an import of ours to finish: a fork made from inside an import that ours waits
-# on would otherwise never happen.
-FORK_WAIT_S = 10.0
-
-_import_lock = _thread.RLock()
-_guarded_at = -1  # len(sys.modules) when the latest fork guard was registered
-
-
-def importing() -> Any:
-    """``with importing():`` around a lazy import of loadtrace's machinery: a fork waits until it has finished.
-
-    Fork hooks run ``before`` in the reverse order of registration, and other libraries' hooks take locks that our
-    import may need (``logging``'s, which OpenTelemetry's modules take when imported): so a guard is registered anew
-    when modules were imported since the last one, and runs before theirs. Call it only when about to import."""
-    global _guarded_at
-    if _guarded_at != len(sys.modules):
-        _guarded_at = len(sys.modules)
-        held = _thread._local()
-
-        def before() -> None:
-            held.value = _import_lock.acquire(True, FORK_WAIT_S)
-
-        def after_in_parent() -> None:
-            if getattr(held, "value", False):
-                held.value = False
-                _import_lock.release()
-
-        os.register_at_fork(before=before, after_in_parent=after_in_parent)
-    return _import_lock
-
 
 def _after_fork_in_child() -> None:
-    global _import_lock, _lock
-    _import_lock = _thread.RLock()  # the parent's is held by the forking thread, gone in this process
-    _lock = _thread.RLock()
+    global _lock
+    _lock = _thread.RLock()  # the parent's may be held by the forking thread, gone in this process
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -107,7 +74,7 @@ def instrument(settings: Settings | None = None, tracer_provider: Any = None) ->
         if _instrumented:
             return
         hooks = registry()
-        if "loadtrace.spans" not in sys.modules:  # the first time: an import, under the fork guard
+        if "loadtrace.instrumentation.spans" not in sys.modules:  # the first time: an import, under the fork guard
             with importing():
                 from . import spans
         from . import spans
@@ -183,7 +150,13 @@ def _stop_watching() -> None:
 class _Watcher:
     """A ``sys.meta_path`` finder that finds nothing itself: for a watched name it asks the finders after it, and
     chains the loader they found so that ``on_import`` runs once the module has executed. Every other import, and
-    the module as the job sees it (its ``__loader__`` and ``__spec__.loader``), is left as it was."""
+    the module as the job sees it (its ``__loader__`` and ``__spec__.loader``), is left as it was.
+
+    Why not wrapt's ``register_post_import_hook``, which the hook registry uses once instrumented: registering one
+    imports wrapt (+15 MB peak RSS measured here) and leaves wrapt's finder on ``sys.meta_path`` for the process's
+    life, in every process ``LOADTRACE=1`` reaches, most of which never load (the promise: at most 5 ms and 2 MB,
+    tests/test_processes_that_never_load.py). This watcher is standard library only and removes itself at the first
+    hooked import; from there wrapt, imported with the hooks, installs each hook as its module is imported."""
 
     def __init__(self, names: tuple[str, ...], on_import: Callable[[], None]):
         self.names = frozenset(names)

@@ -11,12 +11,12 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from .. import semconv, statefile
+from ..statefile import ReadSlot
 from .ledger import Ledger
 from .memory import Limits, Memory, Peak, limits
-from ..statefile import ReadSlot
 
 if TYPE_CHECKING:
-    from .spans import Scope
+    from .scope import Scope
 
 MAX_SITES = 10  # materialisation call sites named on a span, most bytes first
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import semconv
+from . import HOOKED_PACKAGES as HOOKED_LIBRARIES  # their versions go on the resource
 from ._log import warn_once
-from .activation import HOOKED_PACKAGES as HOOKED_LIBRARIES  # their versions go on the resource
 
 # Where each launcher puts rank, local rank, world size, local world size, node rank; first match wins.
 LAUNCHERS: tuple[tuple[str, tuple[str, str, str, str | None, str | None]], ...] = (

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from .memory import Memory, Peak, process_memory
 
 if TYPE_CHECKING:
-    from .spans import Scope
+    from .scope import Scope
 
 # Each sample costs ~0.5 ms of CPU in a sandboxed kernel (the timed wait alone ~0.2 ms, /proc reads, the GIL), beside
 # the load: 10 a second. A load's own peak is exact anyway (VmHWM); samples bound phases' peaks and a killed rank's.

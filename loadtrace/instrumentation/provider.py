@@ -24,7 +24,8 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from .. import __version__, semconv, statefile
+from .. import semconv, statefile
+from ..version import __version__
 from . import context, export, witness
 from ._log import warn_once
 from .memory import Memory

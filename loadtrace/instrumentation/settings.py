@@ -6,9 +6,11 @@ reported once on stderr and the default is used.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from .. import semconv
 from ._log import warn_once
@@ -139,3 +141,13 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         quiet=_flag(env, "LOADTRACE_QUIET"),
         launch_id=(env.get(semconv.ENV_LAUNCH_ID) or "").strip() or None,
     )
+
+
+def shown_path(value: Any, redact: bool) -> str:
+    """A path as spans show it: as given, or with ``LOADTRACE_REDACT_PATHS`` a stable hash plus the basename, so ranks
+    that read the same file still match and no directory names leave the job."""
+    text = os.fspath(value) if isinstance(value, (str, os.PathLike)) else str(value)
+    if not redact:
+        return text
+    digest = hashlib.sha256(text.encode(errors="surrogateescape")).hexdigest()[:12]
+    return f"{digest}/{os.path.basename(text.rstrip('/'))}"

@@ -112,10 +112,10 @@ def report_counts(folder: str, job_id: str, deadline: float) -> str:
         return ""
     if not isinstance(report, dict):
         return ""
-    ranks = report.get("ranks") or []
-    findings = report.get("findings") or []
-    traces = report.get("traces") or [{}]
-    world = max((trace.get("world_size") or 0 for trace in traces), default=0)
-    present = len({rank.get("rank") for rank in ranks})
+    ranks = report.get(semconv.REPORT_RANKS) or []
+    findings = report.get(semconv.REPORT_FINDINGS) or []
+    traces = report.get(semconv.REPORT_TRACES) or [{}]
+    world = max((trace.get(semconv.REPORT_WORLD_SIZE) or 0 for trace in traces), default=0)
+    present = len({rank.get(semconv.REPORT_RANK) for rank in ranks})
     text = f", {present} of {world} ranks here" if world > present else f", {present} rank{'s' * (present != 1)}"
     return text + f", {len(findings)} finding{'s' * (len(findings) != 1)}"

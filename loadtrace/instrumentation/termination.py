@@ -20,6 +20,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from ._log import warn_once
+
 SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
 
 
@@ -67,6 +69,21 @@ class Handlers:
             if signal.getsignal(signo) == self.handle:
                 signal.signal(signo, previous)
                 del self._previous[signo]
+
+    def watch(self) -> None:
+        """``install``; where it cannot (a job that replaced the signal module, a platform without the signals), says
+        so once."""
+        try:
+            self.install()
+        except Exception as error:
+            warn_once("signals", f"cannot watch termination signals ({type(error).__name__}: {error})")
+
+    def release(self) -> None:
+        """``restore``; where it cannot, says so once."""
+        try:
+            self.restore()
+        except Exception as error:
+            warn_once("signals", f"cannot give back the signal handlers ({type(error).__name__}: {error})")
 
     def handle(self, signo: int, frame: FrameType | None) -> Any:
         try:

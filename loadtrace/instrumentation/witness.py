@@ -32,7 +32,8 @@ from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from .. import __version__, semconv, statefile
+from .. import semconv, statefile
+from ..version import __version__
 from . import context
 from ._log import warn_once
 from .memory import oom_kill_count

@@ -182,6 +182,7 @@ class Registry:
                 self._install(hook)
             elif hook.module not in self._registered:
                 # wrapt keeps post-import hooks forever: register each module once, and let it consult `active`.
+                # (Before instrumenting, activation's stdlib watcher stands in: wrapt costs a never-loading process.)
                 self._registered.add(hook.module)
                 wrapt.register_post_import_hook(self._on_import, hook.module)
 

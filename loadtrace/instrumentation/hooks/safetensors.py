@@ -21,7 +21,7 @@ from typing import Any
 
 import wrapt
 
-from ... import semconv, statefile
+from ... import semconv
 from .. import spans
 from ._common import FileCall, file_attributes_and_head
 from .registry import Hook, call_through, call_through_proxies, fault
@@ -134,7 +134,7 @@ class TracedSafeOpen(wrapt.ObjectProxy):
 
 @call_through
 def counting_get_slice(
-    read: Callable[[str], Any], slot: statefile.ReadSlot, scope: spans.Scope, lock: Any
+    read: Callable[[str], Any], slot: spans.ReadSlot, scope: spans.Scope, lock: Any
 ) -> Callable[[str], CountingSlice]:
     """A file's ``get_slice``: the library's slice (``read``) in a ``CountingSlice`` that counts into the file's slot.
     What it needs is in its closure: no lookup on the file's proxy, and no reference to it (its ``__del__`` ends the
@@ -183,7 +183,7 @@ class CountingSlice:
     __slots__ = ("_slice", "_slot", "_scope")
 
     _slice: Any  # the library's slice
-    _slot: statefile.ReadSlot  # the file's: its ``counts`` are swapped for private memory in a forked child
+    _slot: spans.ReadSlot  # the file's: its ``counts`` are swapped for private memory in a forked child
     _scope: spans.Scope
 
     def __getitem__(self, index):
