@@ -35,7 +35,7 @@ from .scope import active_scopes as _active
 from .scope import detached_slot as detached_slot
 from .settings import Settings, shown_path
 from .startup import Startup
-from .statemirror import StateMirror
+from .statemirror import StateMirror, set_phase
 
 if TYPE_CHECKING:
     from opentelemetry import trace
@@ -156,7 +156,7 @@ class Tracing:
         self.open.stages.add(scope)
         self.handlers.watch()  # a rank stopped here ends its stage and startup (termination.py), as it ends its loads
         token = _active.set(stack + (scope,))
-        self.state_file.phase(scope)
+        self.state_file.update(set_phase, scope)
         return scope, token
 
     def exit_stage(
@@ -170,7 +170,7 @@ class Tracing:
         self.open.stages.discard(scope)
         self.ends.finish(scope, error=error, extra=extra)
         self.startup.last_activity = time.time_ns()
-        self.state_file.phase(scope)
+        self.state_file.update(set_phase, scope)
         if prepares and not any(open.kind is ScopeKind.STAGE for open in _active.get()):
             self.startup.end(semconv.STARTUP_END_PREPARATION, memory=scope.memory_after)
         self.startup.settle_handlers()
@@ -198,7 +198,7 @@ class Tracing:
             monitor.opened(phase)
         phase.calls += 1
         token = _active.set(stack + (phase,))
-        self.state_file.phase(phase)
+        self.state_file.update(set_phase, phase)
         return phase, token
 
     def exit_phase(self, phase: Scope, token: ActiveToken, error: BaseException | None) -> None:
@@ -213,7 +213,7 @@ class Tracing:
             if monitor is not None:
                 monitor.settle((phase,), process_memory())  # a phase outside loads ends now: its span needs them
             self.ends.finish(phase, phase.last_end)
-        self.state_file.phase(phase)
+        self.state_file.update(set_phase, phase)
 
     def open_file(self, name: str, start: dict[str, Any], start_time: int | None = None) -> Scope:
         load = current_load()
@@ -272,7 +272,7 @@ class Tracing:
     def record_materialized(self, site: str, device: str, nbytes: int) -> None:
         for scope in _active.get():
             scope.ledger.add_materialized(site, device, nbytes)
-        self.state_file.materialized(device, nbytes)
+        self.state_file.update(lambda state: state.add(statefile.device_column(device), nbytes))
 
     def record_conversion(self, operations: tuple[str, ...], nbytes: int) -> None:
         # Once per converted weight, inside the load's hottest loop: the fewest steps (see ``_update_state``).

@@ -58,9 +58,6 @@ class StateMirror:
                 self.on_fault("state", scope)
         return detached_slot()
 
-    def phase(self, scope: Scope) -> None:
-        self.update(set_phase, scope)
-
     def load_started(self, scope: Scope, start: dict[str, Any], found: Any) -> None:
         self.update(lambda state: load_started(state, scope, start, found), scope)
 
@@ -92,9 +89,6 @@ class StateMirror:
             state.touch()
 
         self.update(update, scope)
-
-    def materialized(self, device: str, nbytes: int) -> None:
-        self.update(lambda state: state.add(statefile.device_column(device), nbytes))
 
     def job(self, job_id: str | None) -> None:
         """The job id was adopted from the process group's store: the state names the job and trace spans go to."""
