@@ -230,7 +230,7 @@ class JobSummary:
     model_bytes: int
     spans: int
     nodes: list[NodeReads]
-    startup: Startup | None = field(default=None, metadata=OMITTED_WHEN_NONE)  # issue 14: None when nothing loaded
+    startup: Startup | None = field(default=None, metadata=OMITTED_WHEN_NONE)  # None when nothing loaded
     # Ranks below the world size that left no spans and no state file here (another node's files, a lost file).
     missing_ranks: list[int] = field(default_factory=list)
 

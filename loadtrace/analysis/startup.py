@@ -1,8 +1,8 @@
 """A job's startup: how long each rank took to be ready, where that time went, and which rank or node held the job back.
 
 A rank's startup is its ``loadtrace.startup`` span (process start, or ``init_process_group``, to the end of the
-strategy's preparation). Without one (spans of a loadtrace before issue 14, or an instrumentation that is off) it is
-the rank's own spans: from its first span to the end of its last load or startup phase. A job starts when its slowest
+strategy's preparation). Without one (an older loadtrace's spans, or an instrumentation that is off) it is the rank's
+own spans: from its first span to the end of its last load or startup phase. A job starts when its slowest
 rank is ready.
 
 The rank's time is split into phases by the spans open at each instant; where spans overlap (transformers 5.24 reads
