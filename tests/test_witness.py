@@ -82,7 +82,7 @@ def test_exit_description():
     assert witness.exit_description(-15, None) == "SIGTERM"
     assert witness.exit_description(1, None) == "exit code 1"
     assert witness.exit_description(None, None) == "exited"
-    assert witness.signal_name(-200) == "signal 200"
+    assert witness.exit_signal(-200) == "signal 200"
 
 
 # The worker's pointer -------------------------------------------------------------------------------------------------

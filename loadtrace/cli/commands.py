@@ -1,4 +1,4 @@
-"""``loadtrace report`` and ``loadtrace compare``: a thin argparse shell over ``loadtrace.analysis``.
+"""The ``loadtrace`` command (report, compare, timeline, view, jobs): a thin argparse shell over ``loadtrace.analysis``.
 
 Arguments → a source (files or Jaeger) → the analysis' typed report → ``loadtrace.render``'s table or the model's
 JSON on stdout. Exit status: 0, 1
@@ -56,6 +56,37 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"loadtrace: error: {message} (see {self.prog} --help)\n")
 
 
+# Each command's line in ``loadtrace --help``, and the description atop its own ``--help`` (None: that line).
+COMMAND_HELP: dict[str, tuple[str, str | None]] = {
+    "report": ("per-rank table and findings for one or more jobs", None),
+    "compare": (
+        "two jobs side by side, per phase and rank, and every load parameter that differs",
+        "Two jobs side by side: per phase and rank, time, bytes, memory and I/O; then every recorded load parameter "
+        "that differs (dtype, device map, strategy, world size, checkpoint, library versions, ...). A and B may be the "
+        "same folder: pick each side's job with --a-job / --b-job.",
+    ),
+    "timeline": (
+        "one job as a picture: a lane per rank, its phases as bars (an HTML page, or Chrome trace JSON)",
+        "One job as a timeline: a lane per rank, grouped by node, every span a bar with its bytes; killed, failed and "
+        "slow ranks and the report's findings marked; hover a bar for its attributes. The HTML page is one "
+        "self-contained file (it loads nothing from the network); --format chrome writes trace-event JSON for "
+        "Perfetto (ui.perfetto.dev) or chrome://tracing.",
+    ),
+    "view": (
+        "print the command that shows DIR's trace files in Jaeger (Docker), from any folder",
+        "Print the Docker Compose command that replays every *.jsonl under DIR into a local Jaeger (an OpenTelemetry "
+        "Collector in front of Jaeger v2, docker-compose.yml), with DIR as an absolute path, so it runs from any "
+        "folder; its output is a shell script (pipe it to sh).",
+    ),
+    "jobs": (
+        "one row per job of many (a folder tree, a Jaeger search), grouped, with the differences in words",
+        "One row per job: start time, job id, cluster, world size, model bytes, library versions, startup seconds "
+        "(slowest rank), median rank, slowest rank and phase, findings by kind; then statistics per group "
+        "(--group-by) and the largest differences between groups.",
+    ),
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="loadtrace",
@@ -65,8 +96,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for add_command in (
+        _add_report_command,
+        _add_compare_command,
+        _add_timeline_command,
+        _add_view_command,
+        _add_jobs_command,
+    ):
+        add_command(commands)
+    return parser
 
-    report_ = commands.add_parser("report", help="per-rank table and findings for one or more jobs")
+
+def _command(commands: Any, name: str, run: Any) -> argparse.ArgumentParser:
+    """One subcommand's parser, with its texts from ``COMMAND_HELP``; it runs ``run(args)``."""
+    help_, description = COMMAND_HELP[name]
+    parser = commands.add_parser(name, help=help_, description=description)
+    parser.set_defaults(run=run)
+    return parser
+
+
+def _add_report_command(commands: Any) -> None:
+    report_ = _command(commands, "report", run_report)
     report_.add_argument(
         "source", nargs="?", help="a .jsonl or .state file, or a directory of them (not with --jaeger)"
     )
@@ -87,6 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     report_.add_argument("--fail-on-findings", action="store_true", help="exit 1 when a warning-level finding exists")
     _add_threshold_options(report_)
+    _add_forecast_options(report_)
+
+
+def _add_forecast_options(report_: argparse.ArgumentParser) -> None:
     forecast = report_.add_argument_group(
         "forecast", "scale this (small) job's measured memory to a target model and say whether a node will hold it"
     )
@@ -118,15 +172,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="exit 1 when the verdict is oom or uncertain (the node's memory inside the range) or unknown",
     )
-    report_.set_defaults(run=run_report)
 
-    compare_ = commands.add_parser(
-        "compare",
-        help="two jobs side by side, per phase and rank, and every load parameter that differs",
-        description="Two jobs side by side: per phase and rank, time, bytes, memory and I/O; then every recorded load "
-        "parameter that differs (dtype, device map, strategy, world size, checkpoint, library versions, ...). A and "
-        "B may be the same folder: pick each side's job with --a-job / --b-job.",
-    )
+
+def _add_compare_command(commands: Any) -> None:
+    compare_ = _command(commands, "compare", run_compare)
     compare_.add_argument("a", metavar="A", help="a .jsonl file or directory, or a trace id with --jaeger")
     compare_.add_argument("b", metavar="B", help="the same for the other job (may be the same as A)")
     for side in ("a", "b"):
@@ -145,16 +194,10 @@ def build_parser() -> argparse.ArgumentParser:
     compare_.add_argument(
         "--wide", action="store_true", help="the table in exact bytes, not human sizes (as --format json has them)"
     )
-    compare_.set_defaults(run=run_compare)
 
-    timeline_ = commands.add_parser(
-        "timeline",
-        help="one job as a picture: a lane per rank, its phases as bars (an HTML page, or Chrome trace JSON)",
-        description="One job as a timeline: a lane per rank, grouped by node, every span a bar with its bytes; killed, "
-        "failed and slow ranks and the report's findings marked; hover a bar for its attributes. The HTML page is one "
-        "self-contained file (it loads nothing from the network); --format chrome writes trace-event JSON for "
-        "Perfetto (ui.perfetto.dev) or chrome://tracing.",
-    )
+
+def _add_timeline_command(commands: Any) -> None:
+    timeline_ = _command(commands, "timeline", run_timeline)
     timeline_.add_argument("source", help="a .jsonl or .state file, or a directory of them")
     timeline_.add_argument("--job", metavar="ID", help=f"which job when SOURCE holds several: {PICK_HELP}")
     timeline_.add_argument(
@@ -166,29 +209,15 @@ def build_parser() -> argparse.ArgumentParser:
         default="html",
         help="html: a page for any browser (default); chrome: Chrome trace-event JSON",
     )
-    timeline_.set_defaults(run=run_timeline)
 
-    view = commands.add_parser(
-        "view",
-        help="print the command that shows DIR's trace files in Jaeger (Docker), from any folder",
-        description="Print the Docker Compose command that replays every *.jsonl under DIR into a local Jaeger (an "
-        "OpenTelemetry Collector in front of Jaeger v2, docker-compose.yml), with DIR as an absolute path, so it runs "
-        "from any folder; its output is a shell script (pipe it to sh).",
-    )
+
+def _add_view_command(commands: Any) -> None:
+    view = _command(commands, "view", run_view)
     view.add_argument("dir", metavar="DIR", help="a folder of trace files: loadtrace-traces/, or one job's folder")
-    view.set_defaults(run=run_view)
-    _add_jobs_command(commands)
-    return parser
 
 
 def _add_jobs_command(commands: Any) -> None:
-    jobs_ = commands.add_parser(
-        "jobs",
-        help="one row per job of many (a folder tree, a Jaeger search), grouped, with the differences in words",
-        description="One row per job: start time, job id, cluster, world size, model bytes, library versions, startup "
-        "seconds (slowest rank), median rank, slowest rank and phase, findings by kind; then statistics per group "
-        "(--group-by) and the largest differences between groups.",
-    )
+    jobs_ = _command(commands, "jobs", run_jobs)
     jobs_.add_argument("source", nargs="?", help="a folder tree of many jobs' .jsonl files (not with --jaeger)")
     _add_jaeger_options(jobs_)
     jobs_.add_argument("--service", help="with --jaeger: search this service's traces")
@@ -199,7 +228,6 @@ def _add_jobs_command(commands: Any) -> None:
     )
     jobs_.add_argument("--group-by", metavar="KEY[,KEY]", help=f"group statistics by these keys ({keys})")
     _add_threshold_options(jobs_)
-    jobs_.set_defaults(run=run_jobs)
 
 
 # Flag values: a bad one is argparse's one-line error, exit 2.

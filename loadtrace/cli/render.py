@@ -12,7 +12,7 @@ import textwrap
 from collections.abc import Sequence
 
 from loadtrace.analysis.jobs import JobsReport
-from loadtrace.analysis.model import ComparedJob, Comparison, Exit, Finding, Forecast, RankLoad, Report, Startup
+from loadtrace.analysis.model import ComparedJob, Comparison, Finding, Forecast, RankLoad, Report, Startup
 from loadtrace.analysis.units import human_bytes
 
 RANK_COLUMNS = (
@@ -172,17 +172,10 @@ def startup_text(startup: Startup) -> str:
     return "\n".join(lines)
 
 
-def exit_text(ended: Exit) -> str:
-    """``SIGKILL OOM``, ``SIGTERM``, ``exit 1``; empty for a clean end."""
-    if ended.signal is not None:
-        return ended.signal + (" OOM" if ended.oom_killed else "")
-    return f"exit {ended.code}" if ended.code is not None else ""
-
-
 def rank_row(rank: RankLoad) -> list[str]:
     name = str(rank.rank) if rank.rank is not None else (rank.instance or "?")
     marks = [word for word, on in (("incomplete", rank.incomplete), ("failed", rank.failed)) if on]
-    if ended := exit_text(rank.exit):
+    if ended := rank.exit.describe("cell"):
         marks.append(f"({ended})")
     return [
         " ".join([name, *marks]),

@@ -12,8 +12,10 @@ to extra threads of that rank, since the format needs the events of one thread t
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+from collections.abc import Iterator
 from importlib import resources
 from typing import Any
 
@@ -30,7 +32,7 @@ def lane_detail(lane: Lane) -> str:
     """One line on how a rank ended or why it stands out; empty for a rank that finished in time."""
     during = f" during {lane.during}" if lane.during else ""
     if lane.state == KILLED:
-        return f"killed: {lane.exit.signal}{' (OOM)' if lane.exit.oom_killed else ''}{during}"
+        return f"killed: {lane.exit.describe()}{during}"
     if lane.state == INCOMPLETE:
         return f"incomplete: died{during}, how it ended is unknown"
     if lane.state == FAILED:
@@ -146,58 +148,64 @@ def _micros(ns: int) -> float:
     return ns / 1000
 
 
+def _lane_events(lane: Lane, pid: int, position: int, extra_tids: Iterator[int]) -> list[dict[str, Any]]:
+    """One rank's thread names, bars and death as trace events; overlapping bars go on extra threads, numbered by
+    ``extra_tids`` (one count for the whole trace)."""
+    events: list[dict[str, Any]] = []
+    detail = lane_detail(lane)
+    name = lane.label + (f" ({detail})" if detail else "")
+    base = lane.rank if lane.rank is not None else 900_000 + position
+    tracks = nested_tracks(lane.bars)
+    tids = {0: base}
+    for track in sorted(set(tracks) - {0}):
+        tids[track] = next(extra_tids)
+    for track, tid in tids.items():
+        label = name if track == 0 else f"{lane.label} (overlapping {track})"
+        events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": label}})
+        events.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": base}})
+    for bar, track in zip(lane.bars, tracks, strict=True):
+        args: dict[str, Any] = finite(bar.attributes)
+        if bar.bytes is not None:
+            args["bytes"] = bar.bytes
+        args["status"] = bar.status
+        events.append(
+            {
+                "name": bar.name,
+                "cat": "loadtrace",
+                "ph": "X",
+                "pid": pid,
+                "tid": tids[track],
+                "ts": _micros(bar.start_ns),
+                "dur": _micros(bar.end_ns - bar.start_ns),
+                "args": args,
+            }
+        )
+    if lane.death_ns is not None:
+        events.append(
+            {
+                "name": detail or "died",
+                "cat": "loadtrace",
+                "ph": "i",
+                "s": "t",
+                "pid": pid,
+                "tid": base,
+                "ts": _micros(lane.death_ns),
+                "args": {"rank": lane.rank, "exit": to_json(lane.exit)},
+            }
+        )
+    return events
+
+
 def chrome_trace(timeline: Timeline) -> dict[str, Any]:
     """The timeline as a Chrome trace-event JSON object (``{"traceEvents": [...], ...}``)."""
     events: list[dict[str, Any]] = []
-    next_extra_tid = 1_000_000  # threads beyond a rank's first: clear of any rank number
+    extra_tids = itertools.count(1_000_000)  # threads beyond a rank's first: clear of any rank number
     for pid, node in enumerate(timeline.nodes, start=1):
         host = node.host or "unknown host"
         events.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": f"node {host}"}})
         events.append({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
         for position, lane in enumerate(node.lanes):
-            detail = lane_detail(lane)
-            name = lane.label + (f" ({detail})" if detail else "")
-            base = lane.rank if lane.rank is not None else 900_000 + position
-            tracks = nested_tracks(lane.bars)
-            tids = {0: base}
-            for track in sorted(set(tracks) - {0}):
-                tids[track], next_extra_tid = next_extra_tid, next_extra_tid + 1
-            for track, tid in tids.items():
-                label = name if track == 0 else f"{lane.label} (overlapping {track})"
-                events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": label}})
-                events.append(
-                    {"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": base}}
-                )
-            for bar, track in zip(lane.bars, tracks, strict=True):
-                args: dict[str, Any] = finite(bar.attributes)
-                if bar.bytes is not None:
-                    args["bytes"] = bar.bytes
-                args["status"] = bar.status
-                events.append(
-                    {
-                        "name": bar.name,
-                        "cat": "loadtrace",
-                        "ph": "X",
-                        "pid": pid,
-                        "tid": tids[track],
-                        "ts": _micros(bar.start_ns),
-                        "dur": _micros(bar.end_ns - bar.start_ns),
-                        "args": args,
-                    }
-                )
-            if lane.death_ns is not None:
-                events.append(
-                    {
-                        "name": detail or "died",
-                        "cat": "loadtrace",
-                        "ph": "i",
-                        "s": "t",
-                        "pid": pid,
-                        "tid": base,
-                        "ts": _micros(lane.death_ns),
-                        "args": {"rank": lane.rank, "exit": to_json(lane.exit)},
-                    }
-                )
+            events.extend(_lane_events(lane, pid, position, extra_tids))
     for finding in timeline.findings:
         events.append(
             {

@@ -206,13 +206,13 @@ def oom_kill_count(cgroup_dir: str | None) -> int | None:
     return None
 
 
-# Page-cache residency of a file (issue 12) --------------------------------------------------------------------------
+# Page-cache residency of a file -------------------------------------------------------------------------------------
 #
 # ``cachestat(2)`` (Linux 6.5+) counts a file's cached pages in one call; the kernel walks the file's cached pages, so
-# it is the one cost of tracing that grows with bytes: 10-90 µs for a 400 MB file when issue 12 measured it here, up to
-# ~4 µs per cached MB (1.3 ms for 409 MB) for issue 16. Where it is missing or refused (an older kernel, a seccomp
-# profile), ``mincore(2)`` on a read-only shared mapping asks page by page (1-3 ms for that file). Both read the
-# kernel's page cache exactly, and neither reads the file.
+# it is the one cost of tracing that grows with bytes: 10-90 µs for a 400 MB file as first measured here, up to ~4 µs
+# per cached MB (1.3 ms for 409 MB) in benchmarks/README.md's later runs. Where it is missing or refused (an older
+# kernel, a seccomp profile), ``mincore(2)`` on a read-only shared mapping asks page by page (1-3 ms for that file).
+# Both read the kernel's page cache exactly, and neither reads the file.
 
 _CACHESTAT = 451  # the same number on every architecture that has it (the unified syscall table)
 _CACHESTAT_MACHINES = frozenset({"x86_64", "aarch64", "arm64", "riscv64", "ppc64le", "s390x"})

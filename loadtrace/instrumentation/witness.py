@@ -22,7 +22,6 @@ import atexit
 import os
 import random
 import shutil
-import signal
 import socket
 import tempfile
 import threading
@@ -78,14 +77,9 @@ def announce(state_path: str) -> None:
 # Exit status and the OOM killer (pure) -------------------------------------------------------------------------------
 
 
-def signal_name(exitcode: int | None) -> str | None:
+def exit_signal(exitcode: int | None) -> str | None:
     """``-9`` → ``SIGKILL`` (how Popen and multiprocessing report a death by signal); None for an exit code."""
-    if exitcode is None or exitcode >= 0:
-        return None
-    try:
-        return signal.Signals(-exitcode).name
-    except ValueError:
-        return f"signal {-exitcode}"
+    return semconv.signal_name(-exitcode) if exitcode is not None and exitcode < 0 else None
 
 
 def oom_killed(exitcode: int | None, before: int, now: int | None) -> bool | None:
@@ -93,15 +87,12 @@ def oom_killed(exitcode: int | None, before: int, now: int | None) -> bool | Non
     began. None when the counter was unreadable before or after (nothing can be told)."""
     if before < 0 or now is None:
         return None
-    return signal_name(exitcode) == "SIGKILL" and now > before
+    return exit_signal(exitcode) == "SIGKILL" and now > before
 
 
 def exit_description(exitcode: int | None, oom: bool | None) -> str:
     """The rank_exit span's status message: ``SIGKILL``, ``SIGKILL (OOM)``, ``exit code 1``."""
-    name = signal_name(exitcode)
-    if name is not None:
-        return f"{name} (OOM)" if oom else name
-    return "exited" if exitcode is None else f"exit code {exitcode}"
+    return semconv.exit_phrase(exit_signal(exitcode), exitcode, oom)
 
 
 # The dead worker's span ----------------------------------------------------------------------------------------------
@@ -167,7 +158,7 @@ def resource_attributes(
 def span_attributes(state: statefile.State, exitcode: int | None, oom: bool | None, witness_pid: int) -> dict[str, Any]:
     """How the rank ended and its exact last totals (those of its open, or last, load), under the standard keys."""
     attributes: dict[str, Any] = {}
-    name = signal_name(exitcode)
+    name = exit_signal(exitcode)
     if name is not None:
         attributes[semconv.EXIT_SIGNAL] = name
     elif exitcode is not None:
