@@ -1,13 +1,13 @@
-"""Issue 16: loadtrace's own time on the loading thread per load, metered inside real warm loads.
+"""loadtrace's own time on the loading thread per load, metered inside real warm loads.
 
 Whole-load timings on a shared 2-core machine scatter by ±100 ms, far more than the few ms to resolve. So this part
 times only loadtrace's code, with the loading thread's CPU clock (``time.thread_time_ns``, which other jobs' CPU is not
 in), at the points where it runs on that thread:
 
-- every hook's handler and its ``done``: the hook engine's one wrapper (``hooks/registry.py`` ``_wrapper``) is
-  replaced before any hook is installed by one that times both, exclusive of the wrapped original; hooks are told
-  apart by ``Hook.name``, whatever they are;
-- the tracing's methods called from outside any hook (``spans.Tracing``, whatever its class is called: the file
+- every hook's handler and its ``done``: the hook engine's one wrapper (``instrumentation/hooks/registry.py``
+  ``_wrapper``) is replaced before any hook is installed by one that times both, exclusive of the wrapped original;
+  hooks are told apart by ``Hook.name``, whatever they are;
+- the tracing's methods called from outside any hook (``spans.Tracing`` and the collaborators it owns: the file
   proxy ending its file's span when transformers closes the file);
 - nested loadtrace code (a tracing method inside a handler, a hooked call inside ``done``) counts once, in the
   outermost piece;
@@ -148,7 +148,7 @@ def meter_parts(meter: Meter) -> None:
     residency of files; the memory readings (at the names the loading thread's code calls them by)."""
     from opentelemetry.sdk import trace as sdk_trace
 
-    from loadtrace.instrumentation import attributes, export, spans
+    from loadtrace.instrumentation import attributes, export, lifecycle, loads, readings, spans, startup, statemirror
     from loadtrace.instrumentation.hooks import _common
 
     for cls, name in (
@@ -160,8 +160,13 @@ def meter_parts(meter: Meter) -> None:
         setattr(cls, name, meter.part(SPANS, getattr(cls, name)))
     export.WriteAsItEnds.on_end = meter.part(EXPORT, export.WriteAsItEnds.on_end)  # type: ignore[method-assign]
     _common.cached_bytes_of = meter.part(RESIDENCY, _common.cached_bytes_of)
-    readings = ((spans, "process_memory"), (spans, "limits"), (spans, "oom_kill_count"), (attributes, "limits"))
-    for module, name in readings:
+    called = (
+        *((module, "process_memory") for module in (spans, readings, startup, lifecycle)),
+        (loads, "limits"),
+        (attributes, "limits"),
+        (statemirror, "oom_kill_count"),
+    )
+    for module, name in called:
         setattr(module, name, meter.part(READINGS, getattr(module, name)))
 
 
@@ -202,7 +207,9 @@ def install_meter() -> Meter:
     assert not activation.registry().active, "start this worker without LOADTRACE: the meter goes in first"
     meter = Meter()
     factory = getattr(hook_registry, "_wrapper", None)
-    assert factory is not None, "loadtrace.instrumentation.hooks.registry._wrapper (the hook wrapper factory) is gone: update the meter"
+    assert factory is not None, (
+        "loadtrace.instrumentation.hooks.registry._wrapper (the hook wrapper factory) is gone: update the meter"
+    )
     hook_registry._wrapper = meter.wrapper_factory(factory)
     return meter
 
@@ -249,7 +256,9 @@ def cmd_own(argv: list[str]) -> dict[str, Any]:
         load(ckpt)
     tracing = spans.tracing()
     assert tracing is not None
-    outside = meter.meter_methods(type(tracing))
+    # The front and the collaborators it owns (a call from one into another counts once, in the outer one).
+    owners = (tracing, tracing.state_file, tracing.readings, tracing.startup, tracing.loads, tracing.ends)
+    outside = [name for owner in (*owners, tracing.lifecycle) for name in meter.meter_methods(type(owner))]
     meter_parts(meter)
     monitor = monitor_clock()
     rows = []

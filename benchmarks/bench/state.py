@@ -10,9 +10,9 @@ from .common import best_ns, clean_env, quiet_transformers, run_worker
 
 # operation -> the tracing attribute (a method; dotted: of a member) that does it once
 OPERATIONS = {
-    "state updates": "_update_state",
+    "state updates": "state_file.update",
     "handler install+restore": "handlers.install",
-    "state slots": "_new_slot",
+    "state slots": "state_file.new_slot",
 }
 
 
@@ -42,12 +42,13 @@ def counted_load(load: Any, ckpt: str, tracing: Any) -> dict[str, int]:
 def operation_costs_ns(tracing: Any) -> dict[str, float]:
     """ns per operation, the best of many blocks, outside a load."""
     from loadtrace import statefile
+    from loadtrace.instrumentation.statemirror import set_phase
 
     state = statefile.Writer(None, {}, {})  # slots in anonymous memory: the benchmark's own, not the process's
 
     def phase_updates(n: int) -> None:
         for _ in range(n):
-            tracing._update_state(tracing._state_phase)
+            tracing.state_file.update(set_phase)
 
     def handlers(n: int) -> None:
         for _ in range(n):
@@ -77,7 +78,7 @@ def cmd_state(argv: list[str]) -> dict[str, Any]:
     loadtrace.instrument()
     AutoModelForCausalLM.from_pretrained(argv[0])  # set-up, not measured
     tracing = spans.tracing()
-    assert tracing is not None and tracing.state is not None
+    assert tracing is not None and tracing.state_file.state() is not None
     counts = counted_load(AutoModelForCausalLM.from_pretrained, argv[0], tracing)
     costs_ns = operation_costs_ns(tracing)
     per_load_us = {name: costs_ns[name] * counts[name] / 1e3 for name in counts}
