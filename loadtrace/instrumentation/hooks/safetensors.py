@@ -194,10 +194,14 @@ class CountingSlice:
             counts[0] += 1
             counts[1] += nbytes
             if index is not Ellipsis:
-                partial_read(self._slice, tensor, nbytes, self._scope.ledger.partial_reads)
+                self._count_partial(tensor, nbytes)
         except Exception as error:
             fault(semconv.SPAN_SAFETENSORS_READ, error, self._scope)
         return tensor
+
+    def _count_partial(self, tensor, nbytes):
+        """Off the hot path: transformers indexes with ``...``; an index that slices may read part of the tensor."""
+        partial_read(self._slice, tensor, nbytes, self._scope.ledger.partial_reads)
 
     def get_shape(self):
         return self._slice.get_shape()
@@ -223,11 +227,10 @@ class LockedCountingSlice(CountingSlice):
     def __getitem__(self, index):
         tensor = self._slice[index]
         try:
-            nbytes = tensor.nbytes
             with self._lock:
-                self._slot.add(nbytes)
+                self._slot.add(tensor.nbytes)
             if index is not Ellipsis:
-                partial_read(self._slice, tensor, nbytes, self._scope.ledger.partial_reads)
+                self._count_partial(tensor, tensor.nbytes)
         except Exception as error:
             fault(semconv.SPAN_SAFETENSORS_READ, error, self._scope)
         return tensor
