@@ -18,7 +18,7 @@ from support.jobtree import write_tree
 from test_analysis_dead_ranks import TRACE as WITNESSED_TRACE
 from test_analysis_dead_ranks import oom_killed_job
 
-from loadtrace.analysis import clickhouse
+from loadtrace.analysis.sources import clickhouse
 from loadtrace.cli import main
 
 chdb_session = pytest.importorskip("chdb.session")

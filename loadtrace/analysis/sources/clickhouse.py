@@ -1,0 +1,338 @@
+"""ClickHouse's ``otel_traces`` table (what the collector-contrib ``clickhouseexporter`` writes) → the same ``SpanSet``
+the file reader gives.
+
+``--clickhouse URL``: ``http(s)://[USER[:PASSWORD]@]HOST[:PORT][/DATABASE]`` through ClickHouse's official driver
+(``clickhouse-connect``, the ``loadtrace[clickhouse]`` extra, imported only then), or ``chdb:PATH``, a chDB database
+directory read in-process (``chdb-core``). The exporter stores every attribute value as text
+(``pcommon.Value.AsString``); ``typed`` turns it back into what the span carried (docs/report.md, ClickHouse). Every
+failure (a bad URL, a server that refuses, a table that is missing or has another schema) is one ``SourceError`` line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any
+
+from ... import semconv as sc
+from .files import SourceError, Span, SpanSet
+
+DEFAULT_TABLE = "otel_traces"
+DEFAULT_DATABASE = "default"
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_INTEGER = re.compile(r"^-?(0|[1-9][0-9]{0,18})$")
+_FLOAT = re.compile(r"^-?[0-9]+\.[0-9]+$")
+# Keys whose values are text even when the text looks like a number (a SLURM job id, a version "2").
+STRING_KEYS = frozenset(
+    {
+        sc.JOB_ID,
+        sc.JOB_ID_SOURCE,
+        sc.LAUNCH_ID,
+        sc.LAUNCHER,
+        sc.VERSION,
+        sc.CLUSTER,
+        sc.SERVICE_NAME,
+        sc.SERVICE_INSTANCE_ID,
+        sc.HOST_NAME,
+        sc.CHECKPOINT,
+        sc.STRATEGY,
+        sc.DTYPE,
+        sc.FILE_PATH,
+        sc.MODEL_CLASS,
+    }
+)
+STATUS_CODES = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
+# The columns read back, and the ones a table must have to be the exporter's.
+COLUMNS = (
+    "TraceId, SpanId, ParentSpanId, SpanName, toUnixTimestamp64Nano(Timestamp), Duration, SpanAttributes, "
+    "ResourceAttributes, StatusCode"
+)
+REQUIRED = {
+    "Timestamp": "DateTime64(9)",
+    "TraceId": "String",
+    "SpanId": "String",
+    "ParentSpanId": "String",
+    "SpanName": "LowCardinality(String)",
+    "ResourceAttributes": "Map(LowCardinality(String), String)",
+    "SpanAttributes": "Map(LowCardinality(String), String)",
+    "Duration": "UInt64",
+    "StatusCode": "LowCardinality(String)",
+}
+
+
+def typed(key: str, text: str) -> Any:
+    """One ``AsString`` value back as the span's own: decimal text an int, ``true``/``false`` a bool, a JSON array a
+    list, a decimal fraction a float; text for ``STRING_KEYS`` and anything else."""
+    if key in STRING_KEYS or key.startswith(sc.LIB_PREFIX):
+        return text
+    if _INTEGER.match(text):
+        return int(text)
+    if text in ("true", "false"):
+        return text == "true"
+    if text.startswith("[") and text.endswith("]"):
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return text
+        return value if isinstance(value, list) else text
+    if _FLOAT.match(text):
+        return float(text)
+    return text
+
+
+def typed_map(values: dict[str, str]) -> dict[str, Any]:
+    return {key: typed(key, value) for key, value in values.items()}
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the table is: ``url`` (http/https) or ``path`` (chdb), and the table's qualified name."""
+
+    url: str | None
+    path: str | None
+    database: str
+    table: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.database}.{self.table}"
+
+
+def parse_target(url: str, table: str = DEFAULT_TABLE) -> Target:
+    text = url.strip()
+    if not _IDENTIFIER.match(table):
+        raise SourceError(f"bad --clickhouse-table {table!r}: expected a name (letters, digits, _)")
+    if text.startswith("chdb:"):
+        path = text.removeprefix("chdb:")
+        if not path:
+            raise SourceError("bad --clickhouse URL 'chdb:': expected chdb:PATH, a chDB database directory")
+        return Target(None, path, DEFAULT_DATABASE, table)
+    parsed = urllib.parse.urlparse(text)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise SourceError(f"bad --clickhouse URL {url!r}: expected http(s)://HOST:8123[/DATABASE] or chdb:PATH")
+    database = parsed.path.strip("/") or DEFAULT_DATABASE
+    if not _IDENTIFIER.match(database):
+        raise SourceError(f"bad --clickhouse URL {url!r}: {database!r} is not a database name")
+    return Target(text, None, database, table)
+
+
+class Connection:
+    """One query at a time, rows back as tuples; each driver error becomes one ``SourceError`` line."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self._chdb: Any = None
+        self._http: Any = None
+        if target.path is not None:
+            self._chdb = _open_chdb(target.path)
+        else:
+            self._http = _open_http(target)
+
+    def rows(self, sql: str) -> list[tuple[Any, ...]]:
+        try:
+            if self._chdb is not None:
+                answer = self._chdb.query(sql, "JSONCompact")
+                return [tuple(row) for row in json.loads(answer.bytes() or b'{"data": []}')["data"]]
+            return [tuple(row) for row in self._http.query(sql).result_rows]
+        except SourceError:
+            raise
+        except Exception as error:  # the drivers raise their own types; the message is what the user needs
+            raise SourceError(f"ClickHouse ({self.where}): {_first_line(error)}") from None
+
+    @property
+    def where(self) -> str:
+        return f"chdb:{self.target.path}" if self.target.path is not None else str(self.target.url)
+
+    def close(self) -> None:
+        for handle in (self._chdb, self._http):
+            if handle is not None:
+                try:
+                    handle.close()
+                except Exception:  # closing must not hide the answer already printed
+                    pass
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0][:300]
+
+
+def _open_chdb(path: str) -> Any:
+    if not os.path.isdir(path):
+        raise SourceError(f"chdb:{path}: not a chDB database directory")
+    try:
+        from chdb import session
+    except ImportError:
+        raise SourceError("--clickhouse chdb:PATH needs chDB: pip install chdb-core") from None
+    try:
+        return session.Session(path)
+    except Exception as error:
+        raise SourceError(f"chdb:{path}: {_first_line(error)}") from None
+
+
+def _open_http(target: Target) -> Any:
+    try:
+        import clickhouse_connect
+    except ImportError:
+        raise SourceError("--clickhouse http://... needs the driver: pip install 'loadtrace[clickhouse]'") from None
+    parsed = urllib.parse.urlparse(str(target.url))
+    secure = parsed.scheme == "https"
+    try:
+        return clickhouse_connect.get_client(
+            host=parsed.hostname,
+            port=parsed.port or (8443 if secure else 8123),
+            username=urllib.parse.unquote(parsed.username or "default"),
+            password=urllib.parse.unquote(parsed.password or ""),
+            database=target.database,
+            secure=secure,
+            connect_timeout=10,
+            send_receive_timeout=300,
+        )
+    except Exception as error:
+        raise SourceError(f"cannot reach ClickHouse at {target.url}: {_first_line(error)}") from None
+
+
+def quote(text: str) -> str:
+    """A ClickHouse string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def check_table(connection: Connection) -> None:
+    """The table exists and has the exporter's columns (their types as its DDL gives them)."""
+    target = connection.target
+    found = dict(
+        connection.rows(
+            f"SELECT name, type FROM system.columns WHERE database = {quote(target.database)} "
+            f"AND table = {quote(target.table)}"
+        )
+    )
+    if not found:
+        raise SourceError(f"ClickHouse ({connection.where}): no table {target.name} (--clickhouse-table)")
+    wrong = [f"{name} {kind}" for name, kind in REQUIRED.items() if found.get(name) != kind]
+    if wrong:
+        raise SourceError(
+            f"ClickHouse ({connection.where}): {target.name} is not the clickhouseexporter's otel_traces table "
+            f"(it lacks {', '.join(wrong)})"
+        )
+
+
+def spans_of_rows(rows: list[tuple[Any, ...]]) -> list[Span]:
+    """Rows of ``COLUMNS`` → spans; the rows of one resource share its dict, as the file reader's do."""
+    resources: dict[str, dict[str, Any]] = {}
+    spans = []
+    for trace_id, span_id, parent, name, start, duration, attributes, resource, status in rows:
+        key = json.dumps(resource, sort_keys=True)
+        if key not in resources:
+            resources[key] = typed_map(resource)
+        start_ns = int(start)
+        spans.append(
+            Span(
+                trace_id=trace_id,
+                span_id=span_id,
+                parent_span_id=parent,
+                name=name,
+                start_ns=start_ns,
+                end_ns=(start_ns + int(duration)) % (1 << 64),
+                attributes=typed_map(attributes),
+                resource=resources[key],
+                status_code=STATUS_CODES.get(status, 0),
+            )
+        )
+    return spans
+
+
+def read(connection: Connection, where: str = "1") -> SpanSet:
+    """The spans of the rows ``where`` selects (a SQL condition), in time order."""
+    check_table(connection)
+    rows = connection.rows(f"SELECT {COLUMNS} FROM {connection.target.name} WHERE {where} ORDER BY Timestamp, SpanId")
+    return SpanSet(spans=spans_of_rows(rows))
+
+
+def _open(url: str, table: str) -> Connection:
+    return Connection(parse_target(url, table))
+
+
+def job_traces(connection: Connection, pick: str) -> list[str]:
+    """The trace ids ``--job ID`` can mean: the trace or job id itself (``ID@ATTEMPT`` too), else a unique prefix."""
+    ids = [pick] + ([pick.rsplit("@", 1)[0]] if "@" in pick else [])
+    job = f"ResourceAttributes[{quote(sc.JOB_ID)}]"
+    for exact in (True, False):
+        tests = [
+            f"(TraceId = {quote(i.lower())} OR {job} = {quote(i)})"
+            if exact
+            else f"(startsWith(TraceId, {quote(i.lower())}) OR (startsWith({job}, {quote(i)}) AND {job} != ''))"
+            for i in ids
+            if i
+        ]
+        if not tests:
+            break
+        sql = f"SELECT DISTINCT TraceId FROM {connection.target.name} WHERE {' OR '.join(tests)} ORDER BY TraceId"
+        traces = [row[0] for row in connection.rows(sql)]
+        if traces:
+            return traces
+    return []
+
+
+def read_job(url: str, table: str, pick: str, flag: str = "--job") -> SpanSet:
+    """Only the spans of the trace ``pick`` names (every attempt: the analysis then picks the one asked for)."""
+    connection = _open(url, table)
+    try:
+        check_table(connection)
+        traces = job_traces(connection, pick)
+        if not traces:
+            raise SourceError(f"no job of {connection.where} ({connection.target.name}) matches {flag} {pick}")
+        if len(traces) > 1:
+            shown = ", ".join(traces[:5]) + (", ..." if len(traces) > 5 else "")
+            raise SourceError(f"{flag} {pick} matches {len(traces)} traces ({shown}); give more of the id")
+        return read(connection, f"TraceId = {quote(traces[0])}")
+    finally:
+        connection.close()
+
+
+# ``jobs --where KEY=VALUE`` as SQL: a job whose KEY is VALUE has a span whose attribute is VALUE (the row's value is
+# its ranks' distinct values, so one value is one of them). Only traces with such a span are read; the rows are then
+# filtered exactly, as for files. Keys not here (and ``null``, and values of several, "a, b") are filtered after.
+WHERE_COLUMNS = {
+    "cluster": f"ResourceAttributes[{quote(sc.CLUSTER)}]",
+    "job_id": f"ResourceAttributes[{quote(sc.JOB_ID)}]",
+    "world_size": f"ResourceAttributes[{quote(sc.WORLD_SIZE)}]",
+    "host": f"ResourceAttributes[{quote(sc.HOST_NAME)}]",
+    "model": f"SpanAttributes[{quote(sc.CHECKPOINT)}]",
+    "strategy": f"SpanAttributes[{quote(sc.STRATEGY)}]",
+    **{
+        lib: f"ResourceAttributes[{quote(sc.lib_key(lib))}]"
+        for lib in ("torch", "transformers", "accelerate", "deepspeed")
+    },
+}
+
+
+def where_sql(pairs: list[tuple[str, str]]) -> str:
+    tests = [
+        f"TraceId IN (SELECT TraceId FROM {{table}} WHERE {WHERE_COLUMNS[key]} = {quote(value)})"
+        for key, value in pairs
+        if key in WHERE_COLUMNS and value != "null" and ", " not in value
+    ]
+    return " AND ".join(tests) or "1"
+
+
+def read_since(url: str, table: str, since_seconds: float, where: list[tuple[str, str]] | None = None) -> SpanSet:
+    """Every span of the traces that began in the last ``since_seconds`` (whole traces: a job is never cut) and may
+    match ``where`` (``jobs --where``'s pairs)."""
+    connection = _open(url, table)
+    try:
+        check_table(connection)
+        name = connection.target.name
+        window = f"now64(9) - toIntervalNanosecond({int(since_seconds * 1e9)})"
+        traces = f"SELECT TraceId FROM {name} GROUP BY TraceId HAVING min(Timestamp) >= {window}"
+        traces += f" AND {where_sql(where or []).format(table=name)}"
+        spans = read(connection, f"TraceId IN ({traces})")
+        if not spans.spans:
+            matching = " ".join(f"{key}={value}" for key, value in where or [])
+            also = f" and match --where {matching}" if matching else ""
+            raise SourceError(f"no traces in {connection.where} ({name}) began in the last {since_seconds:g} s{also}")
+        return spans
+    finally:
+        connection.close()
