@@ -125,6 +125,16 @@ def _owner() -> Scope | None:
 ActiveToken = Token[tuple[Scope, ...]]
 
 
+def adopt(stack: tuple[Scope, ...]) -> ActiveToken:
+    """A library's worker thread takes on the loads and phases open where its work was handed out (DCP's
+    ``HuggingFaceStorageReader`` with ``thread_count`` > 1): what it opens is charged to them. ``release`` after."""
+    return _active.set(stack)
+
+
+def release(token: ActiveToken) -> None:
+    _active.reset(token)
+
+
 class Tracing:
     """Opens and ends the scopes of this process, through its ``Provider``, and keeps its state file current."""
 
@@ -595,6 +605,23 @@ class Tracing:
             self.close_file(file)
         self._finish(scope, error=error, extra=extra)
         self._load_closed(scope, error)
+
+    def load_learned(self, scope: Scope, learned: dict[str, Any]) -> None:
+        """What a load's hook learnt after it began (a DCP load: its strategy, from its plan, and the checkpoint's
+        tensor bytes, from its metadata): on its span, and in the state file, where a rank that dies next tells it."""
+        if scope.ended:
+            return
+        if scope.recording:
+            scope.span.set_attributes(learned)
+
+        def update(state: statefile.Writer) -> None:
+            if learned.get(semconv.STRATEGY):
+                state.set_text("strategy", str(learned[semconv.STRATEGY]))
+            if learned.get(semconv.CHECKPOINT_TENSOR_BYTES):
+                state["checkpoint_tensor_bytes"] = int(learned[semconv.CHECKPOINT_TENSOR_BYTES])
+            state.touch()
+
+        self._update_state(update, scope)
 
     def enter_phase(self, name: str) -> tuple[Scope, ActiveToken]:
         """A phase entered several times in one load (transformers' per-file ``load_state_dict``) is ONE span."""

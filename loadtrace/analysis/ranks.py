@@ -454,6 +454,14 @@ def mark_unfinished(ranks: list[RankLoad]) -> None:
             rank.last_state = UnfinishedSpans(unfinished_parent_spans=len(unfinished))
 
 
+def model_loads(spans: list[Span], by_id: dict[str, Span]) -> list[Span]:
+    """The loads that say how the model was loaded: a DCP ``set_state_dict`` first (its options decide who needed
+    the checkpoint, whatever read it before), then ``from_pretrained`` and DCP loads in order."""
+    models = outermost(spans, sc.MODEL_LOAD_SPANS, by_id)
+    first = [span for span in models if span.name == sc.SPAN_DCP_SET_STATE_DICT]
+    return first + [span for span in models if span.name != sc.SPAN_DCP_SET_STATE_DICT]
+
+
 def summarize_rank(
     trace_id: str,
     rank: int | None,
@@ -469,6 +477,7 @@ def summarize_rank(
         resource = spans[0].resource if spans else ({sc.RANK: rank} if rank is not None else {})
     loads = outermost(spans, sc.LOAD_SPANS, by_id)
     pretrained = outermost(spans, frozenset({sc.SPAN_FROM_PRETRAINED}), by_id)
+    models = model_loads(spans, by_id)
     # Read bytes outside every load: a bare file span, or ``safetensors.torch.load(bytes)`` without a file of its own.
     stray_files = [s for s in spans if s.name in sc.FILE_SPANS | sc.BYTES_SPANS and not inside_any(s, loads)]
 
@@ -487,8 +496,8 @@ def summarize_rank(
         _add(held, by_device(load.attributes, sc.HELD_BYTES_PREFIX))
     # Every load span, nested ones too: a custom ``loadtrace.load`` around ``from_pretrained`` has the same peak.
     peaks = [int_attr(s.attributes, sc.RSS_PEAK) for s in spans if s.name in sc.LOAD_SPANS]
-    strategies = [str_attr(s.attributes, sc.STRATEGY) for s in pretrained]
-    checkpoints = [str_attr(s.attributes, sc.CHECKPOINT) for s in pretrained]
+    strategies = [str_attr(s.attributes, sc.STRATEGY) for s in models]
+    checkpoints = [str_attr(s.attributes, sc.CHECKPOINT) for s in models]
 
     limit = _min_known(loads, sc.MEMORY_LIMIT)
     limit_source = next(
@@ -548,7 +557,7 @@ def summarize_rank(
         cgroup_memory_current_bytes=_max_known(loads, sc.CGROUP_MEMORY_CURRENT),
         cgroup_memory_max_bytes=_min_known(loads, sc.CGROUP_MEMORY_MAX),
         failed=failed,
-        checkpoint_tensor_bytes=_max_known(pretrained, sc.CHECKPOINT_TENSOR_BYTES),
+        checkpoint_tensor_bytes=_max_known(models, sc.CHECKPOINT_TENSOR_BYTES),
         rename_bytes=sum(int_attr(s.attributes, renamed) for s in converts),
         partial_tensors=sum(int_attr(s.attributes, sc.READ_PARTIAL_TENSORS) for s in loads + stray_files),
         partial_bytes=sum(int_attr(s.attributes, sc.READ_PARTIAL_BYTES) for s in loads + stray_files),

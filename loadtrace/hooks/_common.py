@@ -99,6 +99,12 @@ class Broadcasts:
 
 broadcasts: ContextVar[Broadcasts | None] = ContextVar("loadtrace_broadcasts", default=None)
 
+# Set while a storage reader reads a checkpoint (hooks/dcp.py): a ``torch.load`` there is one read item of the file
+# the reader has open, counted into that file's span, never a span of its own.
+reader_reads: ContextVar[Any] = ContextVar("loadtrace_reader_reads", default=None)
+# Set while a storage reader reads only headers (``HuggingFaceStorageReader.read_metadata``): no file spans.
+headers_only: ContextVar[bool] = ContextVar("loadtrace_headers_only", default=False)
+
 
 class Stage:
     """A startup phase outside loading (accelerate's preparation, ``deepspeed.initialize``): a span from the call to
