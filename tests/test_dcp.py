@@ -111,7 +111,7 @@ def test_resharded_one_to_two_reads_whole_saved_tensors(saved, tmp_path):
         assert ranks[number]["read_bytes"] == own[number]["read_bytes"] > own[number]["local_bytes"]
         assert ranks[number]["strategy"] == sc.STRATEGY_DCP_RESHARDED
     (replicated,) = [f for f in report["findings"] if f["kind"] == sc.FINDING_REPLICATED_LOAD]
-    assert "another world size" in replicated["next_step"]
+    assert "another world size" in replicated["next_step"] and "resharded" in replicated["detail"]
 
 
 def test_hugging_face_storage_reader(saved, tmp_path):
@@ -144,6 +144,7 @@ def test_full_state_dict_on_every_rank_is_duplicate_reads(saved, tmp_path):
     (duplicate,) = [f for f in report["findings"] if f["kind"] == sc.FINDING_DUPLICATE_CHECKPOINT_READ]
     assert duplicate["ranks"] == [1]
     assert "broadcast_from_rank0=True" in duplicate["next_step"]
+    assert sc.FINDING_NONZERO_RANK_MATERIALIZATION not in kinds(report), "each rank's own shard is no copy of the model"
 
 
 def test_broadcast_from_rank0_reads_on_rank_0_only(saved, tmp_path):
