@@ -114,8 +114,11 @@ def test_resharded_one_to_two_reads_whole_saved_tensors(saved, tmp_path):
     assert "another world size" in replicated["next_step"] and "resharded" in replicated["detail"]
 
 
-def test_hugging_face_storage_reader(saved, tmp_path):
-    run("hf", saved["hf"], tmp_path).check()
+@pytest.mark.parametrize("mode", ["hf", "hf-threads"])
+def test_hugging_face_storage_reader(saved, tmp_path, mode):
+    """Through ``safe_open``: one span per file, none for ``read_metadata``'s header reads; with reader threads, the
+    files they open are the load's all the same."""
+    run(mode, saved["hf"], tmp_path).check()
     own = counts(tmp_path)
     report, ranks = report_of(tmp_path)
     model = own[0]["model_bytes"]
@@ -124,9 +127,14 @@ def test_hugging_face_storage_reader(saved, tmp_path):
         assert ranks[number]["read_bytes"] == own[number]["sliced_bytes"] == own[number]["local_bytes"]
         assert ranks[number]["strategy"] == sc.STRATEGY_DCP_SHARDED
         assert ranks[number]["load_seconds"] is not None
+    (node,) = report["traces"][0]["nodes"]
+    assert "asked for 1x" in node["note"] and "not measured" not in node["note"], node["note"]
+    on_disk = len(list(saved["hf"].glob("*.safetensors")))
+    assert on_disk > 1
     for spans in rank_spans(tmp_path).values():
+        (load,) = [s for s in spans if s.name == sc.SPAN_DCP_LOAD]
         files = [s for s in spans if s.name == sc.SPAN_SAFETENSORS_OPEN]
-        assert len(files) == 1, "one span per checkpoint file: read_metadata's header reads make none"
+        assert len(files) == on_disk == load.attributes[sc.FILES_OPENED], "read_metadata's header reads make none"
         assert len(spans) <= len(files) + SPAN_BUDGET
     (sharded,) = [f for f in report["findings"] if f["kind"] == sc.FINDING_SHARDED_READ]
     assert "tensor parallel" not in sharded["next_step"] and "shard" in sharded["next_step"]

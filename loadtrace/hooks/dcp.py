@@ -24,7 +24,7 @@ import wrapt
 
 from .. import semconv, spans
 from ._common import Broadcasts, FileCall, broadcasts, file_attributes, headers_only, reader_reads, tensor_bytes
-from .registry import Hook, call_through_proxies
+from .registry import Hook, call_through_proxies, fault
 
 # Phases ------------------------------------------------------------------------------------------------------------
 
@@ -266,7 +266,10 @@ class Stream(wrapt.ObjectProxy):
         try:
             return self.__wrapped__.__exit__(*exc_info)
         finally:
-            self._self_read.close_file(self._self_scope)
+            try:
+                self._self_read.close_file(self._self_scope)
+            except Exception as error:
+                fault("dcp.create_stream", error, self._self_scope)
 
 
 def read_data(reader, args, kwargs):

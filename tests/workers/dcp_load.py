@@ -4,7 +4,8 @@
 
 MODE: ``save`` (dcp.save of the sharded model; ``save-plain`` the same without fully_shard), ``make-hf`` (rank 0
 writes the same model as a Hugging Face safetensors checkpoint), ``native`` (dcp.load into the sharded model's state
-dict), ``plain`` (the same into an unsharded model), ``hf`` (through HuggingFaceStorageReader), ``full`` (every rank
+dict), ``plain`` (the same into an unsharded model), ``hf`` (through HuggingFaceStorageReader; ``hf-threads``
+with two reader threads), ``full`` (every rank
 reads the whole checkpoint, then set_model_state_dict(full_state_dict=True)), ``broadcast`` (rank 0 reads it,
 then set_model_state_dict(full_state_dict=True, broadcast_from_rank0=True)), ``kill`` (``native``, rank 1 SIGKILLs
 itself after its K-th read item).
@@ -117,22 +118,23 @@ def main() -> None:
     counts: dict = {"model_bytes": model_bytes, "world_size": world}
 
     if args.mode == "make-hf":
-        if rank == 0:
-            model.save_pretrained(args.ckpt, safe_serialization=True)
+        if rank == 0:  # in several files: the reader's threads (``hf-threads``) read them in parallel
+            model.save_pretrained(args.ckpt, safe_serialization=True, max_shard_size="150KB")
     elif args.mode in ("save", "save-plain"):
         if args.mode == "save":
             shard(model, world)
         dcp.save(model.state_dict(), checkpoint_id=args.ckpt)
-    elif args.mode in ("native", "kill", "plain", "hf"):
+    elif args.mode in ("native", "kill", "plain", "hf", "hf-threads"):
         if args.mode != "plain":
             shard(model, world)
         state_dict = model.state_dict()
         counts["local_bytes"] = local_bytes(state_dict)
         planner = Counting(args.out, rank, args.kill_after if rank == 1 else None, counts)
-        if args.mode == "hf":
+        if args.mode.startswith("hf"):
             from torch.distributed.checkpoint import HuggingFaceStorageReader
 
-            dcp.load(state_dict, storage_reader=HuggingFaceStorageReader(args.ckpt), planner=planner)
+            reader = HuggingFaceStorageReader(args.ckpt, thread_count=2 if args.mode == "hf-threads" else 1)
+            dcp.load(state_dict, storage_reader=reader, planner=planner)
         else:
             dcp.load(state_dict, checkpoint_id=args.ckpt, planner=planner)
         counts.update(read_bytes=planner.read, read_items=planner.items, sliced_bytes=planner.sliced)
