@@ -128,7 +128,7 @@ class Job:
         return self.rank(LOADING_RANK)
 
     def model_bytes(self) -> int:
-        """The model's size: the checkpoint's tensor bytes (its safetensors headers, recorded by ``from_pretrained``);
+        """The model's size: the checkpoint's tensor bytes (recorded by ``from_pretrained`` or a DCP load);
         else, when ranks read slices, the tensor bytes of the distinct files they opened; else what the loading rank
         read, if it finished, else the most any finished rank read; else the most real bytes any rank holds after
         loading; 0 when nothing tells (shown as unknown)."""
