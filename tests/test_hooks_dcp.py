@@ -17,7 +17,7 @@ from torch.distributed.checkpoint.metadata import (  # noqa: E402
 from torch.distributed.checkpoint.planner import LoadItemType, ReadItem  # noqa: E402
 
 from loadtrace import semconv as sc  # noqa: E402
-from loadtrace.hooks.dcp import strategy_of, tensor_bytes_of  # noqa: E402
+from loadtrace.instrumentation.hooks.dcp import strategy_of, tensor_bytes_of  # noqa: E402
 
 
 def saved(chunks: list[tuple[int, int]], rows: int = 8, cols: int = 4) -> Metadata:
