@@ -24,7 +24,16 @@ import wrapt
 
 from ... import semconv
 from .. import spans
-from ._common import Broadcasts, FileCall, broadcasts, file_attributes, headers_only, reader_reads, tensor_bytes
+from ._common import (
+    Broadcasts,
+    Counting,
+    FileCall,
+    broadcasts,
+    file_attributes,
+    headers_only,
+    reader_reads,
+    tensor_bytes,
+)
 from .registry import Hook, call_through_proxies, fault
 
 # Phases ------------------------------------------------------------------------------------------------------------
@@ -349,21 +358,15 @@ class Load:
     """A DCP load, or a ``set_*_state_dict``: a load scope; the latter also counts what ``broadcast_from_rank0``
     moves (as accelerate's ``fsdp2_load_full_state_dict`` does)."""
 
-    __slots__ = ("tracing", "scope", "token", "counted", "counting")
+    __slots__ = ("tracing", "scope", "token", "counting")
 
     def __init__(self, tracing: spans.Tracing, name: str, start: dict[str, Any], counts: bool):
         self.tracing = tracing
         self.scope, self.token = tracing.start_load(name, start)
-        self.counted = Broadcasts() if counts else None
-        self.counting = broadcasts.set(self.counted) if counts else None
+        self.counting = Counting(counts)
 
     def done(self, result: Any, error: BaseException | None) -> Any:
-        extra: dict[str, Any] = {}
-        if self.counting is not None:
-            broadcasts.reset(self.counting)
-        if self.counted is not None:
-            extra = self.counted.attributes()
-        self.tracing.end_load(self.scope, self.token, extra, error)
+        self.tracing.end_load(self.scope, self.token, self.counting.stop(), error)
         return result
 
 
