@@ -37,11 +37,29 @@ SPAN_SAFETENSORS_LOAD = "safetensors.load"  # ``safetensors.torch.load(bytes)``:
 SPAN_SAFETENSORS_READ = "safetensors.read"  # LOADTRACE_DETAIL=tensor only
 SPAN_TORCH_LOAD = "torch.load"
 SPAN_TORCH_MATERIALIZE = "torch.materialize"  # LOADTRACE_DETAIL=tensor only
+# torch.distributed.checkpoint (issue 24): ``dcp.load`` / ``load_state_dict``, ``set_model_state_dict`` /
+# ``set_state_dict``, and one span per checkpoint file its ``FileSystemReader`` reads.
+SPAN_DCP_LOAD = "dcp.load"
+SPAN_DCP_SET_STATE_DICT = "dcp.set_state_dict"
+SPAN_DCP_FILE = "dcp.read_file"
+SPAN_DCP_READ_METADATA = "dcp.read_metadata"  # phase: the storage reader reads the checkpoint's metadata
+SPAN_DCP_READ_DATA = "dcp.read_data"  # phase: the storage reader reads this rank's plan
 
-LOAD_SPANS = frozenset({SPAN_FROM_PRETRAINED, SPAN_LOAD})
-FILE_SPANS = frozenset({SPAN_SAFETENSORS_OPEN, SPAN_TORCH_LOAD})
+LOAD_SPANS = frozenset({SPAN_FROM_PRETRAINED, SPAN_LOAD, SPAN_DCP_LOAD, SPAN_DCP_SET_STATE_DICT})
+# Loads that say how the model was loaded (strategy, checkpoint, its tensor bytes); a ``set_state_dict`` first.
+MODEL_LOAD_SPANS = frozenset({SPAN_FROM_PRETRAINED, SPAN_DCP_LOAD, SPAN_DCP_SET_STATE_DICT})
+FILE_SPANS = frozenset({SPAN_SAFETENSORS_OPEN, SPAN_TORCH_LOAD, SPAN_DCP_FILE})
 BYTES_SPANS = frozenset({SPAN_SAFETENSORS_LOAD})
-PHASE_SPANS = frozenset({SPAN_LOAD_STATE_DICT, SPAN_CONVERT, SPAN_ZERO3_LOAD, SPAN_MATERIALIZE_MISSING})
+PHASE_SPANS = frozenset(
+    {
+        SPAN_LOAD_STATE_DICT,
+        SPAN_CONVERT,
+        SPAN_ZERO3_LOAD,
+        SPAN_MATERIALIZE_MISSING,
+        SPAN_DCP_READ_METADATA,
+        SPAN_DCP_READ_DATA,
+    }
+)
 POINT_SPANS = frozenset({SPAN_SAFETENSORS_READ, SPAN_TORCH_MATERIALIZE})
 SPAN_RANK_EXIT = "loadtrace.rank_exit"  # the launcher's witness: one per worker that died (loadtrace/witness.py)
 
@@ -158,6 +176,13 @@ FILE_TENSOR_BYTES = "loadtrace.file.tensor_bytes"  # a safetensors file's data: 
 # Bytes of the file in the node's page cache when it was opened (memory.cached_bytes); absent where unknown.
 FILE_CACHED_BYTES_AT_OPEN = "loadtrace.file.cached_bytes_at_open"
 MAP_LOCATION = "loadtrace.map_location"
+# DCP loads: what the checkpoint's metadata and the load's own plan say (hooks/dcp.py).
+DCP_STORAGE_READER = "loadtrace.dcp.storage_reader"  # the StorageReader's class name
+DCP_SAVED_FILES = "loadtrace.dcp.saved_files"  # the checkpoint's data files, as its metadata lists them
+DCP_READ_ITEMS = "loadtrace.dcp.read_items"  # this rank's read items (saved chunks or slices of them)
+DCP_RESHARDED_ITEMS = "loadtrace.dcp.resharded_items"  # of them, those whose saved chunk is not this rank's shard
+DCP_FULL_STATE_DICT = "loadtrace.dcp.full_state_dict"  # set_*_state_dict: StateDictOptions.full_state_dict
+DCP_BROADCAST_FROM_RANK0 = "loadtrace.dcp.broadcast_from_rank0"  # StateDictOptions.broadcast_from_rank0
 READ_TENSORS = "loadtrace.read.tensors"
 READ_BYTES = "loadtrace.read.bytes"
 READ_PARTIAL_TENSORS = "loadtrace.read.partial_tensors"  # slice reads that returned less than the whole tensor
@@ -234,6 +259,21 @@ STRATEGY_ZERO3 = "zero3"
 STRATEGY_TP = "tp"
 STRATEGY_FSDP_TP = "fsdp+tp"
 STRATEGY_FSDP_CPU_RAM_EFFICIENT_TP = "fsdp_cpu_ram_efficient+tp"
+# torch.distributed.checkpoint: each rank reads the saved shards that match its own; reads saved shards that do not
+# (saved at another world size or sharding); reads whole tensors; every rank takes the full state dict
+# (``set_model_state_dict(full_state_dict=True)``); rank 0 takes it and broadcasts (``broadcast_from_rank0``).
+STRATEGY_DCP_SHARDED = "dcp_sharded"
+STRATEGY_DCP_RESHARDED = "dcp_resharded"
+STRATEGY_DCP_FULL = "dcp_full"
+STRATEGY_DCP_FULL_STATE = "dcp_full_state"
+STRATEGY_DCP_BROADCAST = "dcp_broadcast_from_rank0"
+DCP_STRATEGIES = (
+    STRATEGY_DCP_SHARDED,
+    STRATEGY_DCP_RESHARDED,
+    STRATEGY_DCP_FULL,
+    STRATEGY_DCP_FULL_STATE,
+    STRATEGY_DCP_BROADCAST,
+)
 STRATEGIES = (
     STRATEGY_PLAIN,
     STRATEGY_FSDP,
@@ -242,12 +282,15 @@ STRATEGIES = (
     STRATEGY_TP,
     STRATEGY_FSDP_TP,
     STRATEGY_FSDP_CPU_RAM_EFFICIENT_TP,
+    *DCP_STRATEGIES,
 )
-# Under these only the loading rank should read the checkpoint; the other ranks hold empty weights.
-SHARDED_STRATEGIES = frozenset({STRATEGY_ZERO3, STRATEGY_FSDP_CPU_RAM_EFFICIENT})
+# Under these only the loading rank should read the checkpoint; the other ranks hold empty weights (or receive them).
+SHARDED_STRATEGIES = frozenset(
+    {STRATEGY_ZERO3, STRATEGY_FSDP_CPU_RAM_EFFICIENT, STRATEGY_DCP_FULL_STATE, STRATEGY_DCP_BROADCAST}
+)
 # After a load under these, the strategy's preparation (accelerate's FSDP, deepspeed.initialize) distributes the
-# weights: the rank's startup goes on until it ends.
-PREPARED_STRATEGIES = frozenset(set(STRATEGIES) - {STRATEGY_PLAIN, STRATEGY_TP})
+# weights: the rank's startup goes on until it ends. A DCP load goes into a model already prepared (sharded).
+PREPARED_STRATEGIES = frozenset(set(STRATEGIES) - {STRATEGY_PLAIN, STRATEGY_TP, *DCP_STRATEGIES})
 
 # Finding kinds (``loadtrace report``) -------------------------------------------------------------------------------
 

@@ -122,10 +122,17 @@ def test_finding_kinds_match_docs_report():
     assert json_enum(text, "kind") == list(semconv.FINDING_KINDS)
 
 
-def test_strategies_match_the_span_reference():
-    (row,) = [row for row in table(README.read_text(), "### Spans") if row[0] == "`transformers.from_pretrained`"]
+def listed_strategies(span: str) -> list[str]:
+    (row,) = [row for row in table(README.read_text(), "### Spans") if row[0] == f"`{span}`"]
     (listed,) = re.findall(rf"`{re.escape(semconv.STRATEGY)}` \(([^)]*)\)", row[2])
-    assert backticked(listed) == list(semconv.STRATEGIES)
+    return backticked(listed)
+
+
+def test_strategies_match_the_span_reference():
+    """from_pretrained's strategies, then DCP's (issue 24), on the spans that set them: every one, once."""
+    dcp = [*listed_strategies(semconv.SPAN_DCP_LOAD), *listed_strategies(semconv.SPAN_DCP_SET_STATE_DICT)]
+    assert listed_strategies(semconv.SPAN_FROM_PRETRAINED) + dcp == list(semconv.STRATEGIES)
+    assert dcp == list(semconv.DCP_STRATEGIES)
 
 
 def test_strategies_match_docs_report():

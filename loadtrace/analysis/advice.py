@@ -14,6 +14,7 @@ The upstream links are the public reports this tool was built for (see README); 
 from __future__ import annotations
 
 from .. import semconv as sc
+from .dcp_advice import dcp_next_step
 from .model import Finding
 
 FSDP_READS = "https://github.com/huggingface/transformers/issues/43749"
@@ -34,6 +35,8 @@ _ZERO3 = (
 def next_step(finding: Finding) -> str | None:
     """The advice for one finding, or None where there is nothing specific to say."""
     strategies = {entry.get("strategy") for entry in finding.evidence.get("per_rank", [])}
+    if strategies & set(sc.DCP_STRATEGIES):
+        return dcp_next_step(finding.kind, strategies)
     fsdp_efficient = bool(strategies & {sc.STRATEGY_FSDP_CPU_RAM_EFFICIENT, sc.STRATEGY_FSDP_CPU_RAM_EFFICIENT_TP})
     zero3 = sc.STRATEGY_ZERO3 in strategies
     kind = finding.kind
@@ -64,5 +67,7 @@ def next_step(finding: Finding) -> str | None:
             "cpu_ram_efficient_loading or ZeRO-3"
         )
     if kind == sc.FINDING_SHARDED_READ:
-        return "nothing to do: each tensor parallel rank read its own slice"
+        if strategies & {sc.STRATEGY_TP, sc.STRATEGY_FSDP_TP, sc.STRATEGY_FSDP_CPU_RAM_EFFICIENT_TP}:
+            return "nothing to do: each tensor parallel rank read its own slice"
+        return "nothing to do: each rank read only its own slices of the tensors"
     return None

@@ -76,7 +76,9 @@ def nonzero_rank_materialization(job: Job, model: int) -> Finding | None:
         made, kept = real_bytes(rank.materialized_bytes), real_bytes(rank.held_bytes)
         # A ZeRO-3 rank may legitimately hold its own partition: 1/world_size of the model.
         partition = model / (rank.world_size or job.world_size or len(job.ranks))
-        if made >= MODEL_SHARE * model:
+        # A DCP set_state_dict makes each rank's own shard to distribute into: that much is no copy of the model.
+        own = partition + TOLERANCE * model if rank.strategy in sc.DCP_STRATEGIES else 0
+        if made >= MODEL_SHARE * model and made > own:
             created[rank] = made
         if kept >= MODEL_SHARE * model and kept > partition + TOLERANCE * model:
             held[rank] = kept
@@ -158,9 +160,15 @@ def replicated_load(job: Job, model: int) -> Finding | None:
         readers,
         model,
         what="read {bytes} ({share} of the model) as whole tensors",
-        why="expected without a sharding strategy: every rank loads its own replica",
+        why=_replica_why(readers),
         extra=lambda r: {"read_bytes": r.read_bytes, "partial_bytes": r.partial_bytes},
     )
+
+
+def _replica_why(readers: dict[RankLoad, int]) -> str:
+    if any(rank.strategy == sc.STRATEGY_DCP_RESHARDED for rank in readers):
+        return "a resharded DCP load: each rank read whole saved chunks of which it keeps only a part"
+    return "expected without a sharding strategy: every rank loads its own replica"
 
 
 def sharded_read(job: Job, model: int) -> Finding | None:

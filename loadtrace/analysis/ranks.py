@@ -75,7 +75,7 @@ class Job:
         return self.rank(LOADING_RANK)
 
     def model_bytes(self) -> int:
-        """The model's size: the checkpoint's tensor bytes (its safetensors headers, recorded by ``from_pretrained``);
+        """The model's size: the checkpoint's tensor bytes (recorded by ``from_pretrained`` or a DCP load);
         else, when ranks read slices, the tensor bytes of the distinct files they opened; else what the loading rank
         read, if it finished, else the most any finished rank read; else the most real bytes any rank holds after
         loading; 0 when nothing tells (shown as unknown)."""
@@ -418,6 +418,14 @@ def mark_unfinished(ranks: list[RankLoad]) -> None:
             rank.last_state = UnfinishedSpans(unfinished_parent_spans=len(unfinished))
 
 
+def model_loads(spans: list[Span], by_id: dict[str, Span]) -> list[Span]:
+    """The loads that say how the model was loaded: a DCP ``set_state_dict`` first (its options decide who needed
+    the checkpoint, whatever read it before), then ``from_pretrained`` and DCP loads in order."""
+    models = outermost(spans, sc.MODEL_LOAD_SPANS, by_id)
+    first = [span for span in models if span.name == sc.SPAN_DCP_SET_STATE_DICT]
+    return first + [span for span in models if span.name != sc.SPAN_DCP_SET_STATE_DICT]
+
+
 def summarize_rank(
     trace_id: str,
     rank: int | None,
@@ -434,8 +442,9 @@ def summarize_rank(
         resource = spans[0].resource if spans else ({sc.RANK: rank} if rank is not None else {})
     loads = outermost(spans, sc.LOAD_SPANS, by_id)
     pretrained = outermost(spans, frozenset({sc.SPAN_FROM_PRETRAINED}), by_id)
-    strategies = [str_attr(s.attributes, sc.STRATEGY) for s in pretrained]
-    checkpoints = [str_attr(s.attributes, sc.CHECKPOINT) for s in pretrained]
+    models = model_loads(spans, by_id)
+    strategies = [str_attr(s.attributes, sc.STRATEGY) for s in models]
+    checkpoints = [str_attr(s.attributes, sc.CHECKPOINT) for s in models]
     return RankLoad(
         trace_id=trace_id,
         attempt=attempt[0],
@@ -454,7 +463,7 @@ def summarize_rank(
         resource=resource,
         spans=spans,
         failed=_failure(loads),
-        checkpoint_tensor_bytes=max_known(pretrained, sc.CHECKPOINT_TENSOR_BYTES),
+        checkpoint_tensor_bytes=max_known(models, sc.CHECKPOINT_TENSOR_BYTES),
         **_reads(spans, loads, pretrained),
         **_memory(spans, loads),
     )

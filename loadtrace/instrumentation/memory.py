@@ -225,7 +225,9 @@ _use_cachestat = True  # turned off for the process where the machine has none, 
 def _load_libc() -> Any:
     global _libc, _use_cachestat
     if _libc is None:
-        _libc = False
+        # Set once, when done: a second thread opening its first file meanwhile (HuggingFaceStorageReader's reader
+        # threads) must not find a half-made answer; both may make it, the same.
+        found: Any = False
         if sys.platform.startswith("linux"):
             try:
                 # The symbols already in this process: no ``find_library`` (it runs ldconfig in a subprocess) and no
@@ -252,9 +254,10 @@ def _load_libc() -> Any:
                 libc.cachestat_range, libc.cachestat_t = CachestatRange, Cachestat
                 if os.uname().machine not in _CACHESTAT_MACHINES:
                     _use_cachestat = False
-                _libc = libc
+                found = libc
             except (OSError, AttributeError):
                 pass
+        _libc = found
     return _libc
 
 

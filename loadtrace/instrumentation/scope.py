@@ -79,6 +79,16 @@ def active() -> tuple[Scope, ...]:
     return active_scopes.get()
 
 
+def adopt(stack: tuple[Scope, ...]) -> ActiveToken:
+    """A library's worker thread takes on the loads and phases open where its work was handed out (DCP's
+    ``HuggingFaceStorageReader`` with ``thread_count`` > 1): what it opens is charged to them. ``release`` after."""
+    return active_scopes.set(stack)
+
+
+def release(token: ActiveToken) -> None:
+    active_scopes.reset(token)
+
+
 def current_load() -> Scope | None:
     for scope in reversed(active_scopes.get()):
         if scope.kind is ScopeKind.LOAD:

@@ -29,10 +29,13 @@ from .memory import process_memory
 from .monitor import Monitor
 from .readings import Readings
 from .scope import ActiveToken as ActiveToken
-from .scope import OpenScopes, Scope, ScopeKind, current_load, owner
+from .scope import OpenScopes, Scope, ScopeKind, owner
 from .scope import active as active
 from .scope import active_scopes as _active
+from .scope import adopt as adopt
+from .scope import current_load as current_load
 from .scope import detached_slot as detached_slot
+from .scope import release as release
 from .settings import Settings, shown_path
 from .startup import Startup
 from .statemirror import StateMirror, set_phase
@@ -146,6 +149,15 @@ class Tracing:
             self.close_file(file)
         self.ends.finish(scope, error=error, extra=extra)
         self.loads.closed(scope, error)
+
+    def load_learned(self, scope: Scope, learned: dict[str, Any]) -> None:
+        """What a load's hook learnt after it began (a DCP load: its strategy, from its plan, and the checkpoint's
+        tensor bytes, from its metadata): on its span, and in the state file."""
+        if scope.ended:
+            return
+        if scope.recording:
+            scope.span.set_attributes(learned)
+        self.state_file.load_learned(scope, learned)
 
     def enter_stage(self, name: str, start: dict[str, Any]) -> tuple[Scope, ActiveToken]:
         """A startup phase outside loading (accelerate's preparation, ``deepspeed.initialize``): a span per call;

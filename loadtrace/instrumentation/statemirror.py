@@ -73,6 +73,19 @@ class StateMirror:
 
         self.update(update, scope)
 
+    def load_learned(self, scope: Scope, learned: dict[str, Any]) -> None:
+        """What a load's hook learnt after it began (its strategy, the checkpoint's tensor bytes): a rank that dies
+        next tells it."""
+
+        def update(state: statefile.Writer) -> None:
+            if learned.get(semconv.STRATEGY):
+                state.set_text("strategy", str(learned[semconv.STRATEGY]))
+            if learned.get(semconv.CHECKPOINT_TENSOR_BYTES):
+                state["checkpoint_tensor_bytes"] = int(learned[semconv.CHECKPOINT_TENSOR_BYTES])
+            state.touch()
+
+        self.update(update, scope)
+
     def load_closed(self, scope: Scope, error: BaseException | None, last: bool, others: list[str]) -> None:
         def update(state: statefile.Writer) -> None:
             state["loads_open"] = 0 if last else len(others)

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
 
 
 def all_hooks() -> list[Hook]:
-    from . import accelerate, deepspeed, safetensors, torch, torchelastic, transformers
+    from . import accelerate, dcp, deepspeed, safetensors, torch, torchelastic, transformers
 
     return [
         *safetensors.HOOKS,
@@ -19,4 +19,5 @@ def all_hooks() -> list[Hook]:
         *accelerate.HOOKS,
         *deepspeed.HOOKS,
         *torchelastic.HOOKS,
+        *dcp.HOOKS,
     ]

@@ -100,25 +100,41 @@ class Broadcasts:
 
 broadcasts: ContextVar[Broadcasts | None] = ContextVar("loadtrace_broadcasts", default=None)
 
+# Set while a storage reader reads a checkpoint (hooks/dcp.py): a ``torch.load`` there is one read item of the file
+# the reader has open, counted into that file's span, never a span of its own.
+reader_reads: ContextVar[Any] = ContextVar("loadtrace_reader_reads", default=None)
+# Set while a storage reader reads only headers (``HuggingFaceStorageReader.read_metadata``): no file spans.
+headers_only: ContextVar[bool] = ContextVar("loadtrace_headers_only", default=False)
+
+
+class Counting:
+    """The weight bytes broadcast while a scope is open on this thread, when it ``counts`` them: ``stop`` gives them
+    as the scope's attributes (none when it does not count)."""
+
+    __slots__ = ("counted", "token")
+
+    def __init__(self, counts: bool):
+        self.counted = Broadcasts() if counts else None
+        self.token = broadcasts.set(self.counted) if counts else None
+
+    def stop(self) -> dict[str, Any]:
+        if self.token is not None:
+            broadcasts.reset(self.token)
+        return self.counted.attributes() if self.counted is not None else {}
+
 
 class Stage:
     """A startup phase outside loading (accelerate's preparation, ``deepspeed.initialize``): a span from the call to
     its return; ``prepares``: its end ends the rank's startup (``loadtrace.startup``)."""
 
-    __slots__ = ("tracing", "scope", "token", "prepares", "counted", "counting")
+    __slots__ = ("tracing", "scope", "token", "prepares", "counting")
 
     def __init__(self, tracing: spans.Tracing, name: str, start: dict[str, Any], prepares: bool, counts: bool = False):
         self.tracing = tracing
         self.prepares = prepares
         self.scope, self.token = tracing.enter_stage(name, start)
-        self.counted = Broadcasts() if counts else None
-        self.counting = broadcasts.set(self.counted) if counts else None
+        self.counting = Counting(counts)
 
     def done(self, result: Any, error: BaseException | None) -> Any:
-        extra: dict[str, Any] = {}
-        if self.counting is not None:
-            broadcasts.reset(self.counting)
-        if self.counted is not None:
-            extra = self.counted.attributes()
-        self.tracing.exit_stage(self.scope, self.token, extra, error, self.prepares)
+        self.tracing.exit_stage(self.scope, self.token, self.counting.stop(), error, self.prepares)
         return result

@@ -23,7 +23,7 @@ import wrapt
 
 from ... import semconv
 from .. import spans
-from ._common import FileCall, file_attributes_and_head
+from ._common import FileCall, file_attributes_and_head, headers_only
 from .registry import Hook, call_through, call_through_proxies, fault
 
 # Free-threaded Python (3.13t, the GIL off): the ``+=`` on a read slot is no longer indivisible, so reads count under a
@@ -313,7 +313,7 @@ class TracedSlice(wrapt.ObjectProxy):
 
 def open_file(instance, args, kwargs):
     tracing = spans.tracing()
-    if tracing is None:
+    if tracing is None or headers_only.get():
         return None
     path = args[0] if args else kwargs.get("filename")
 

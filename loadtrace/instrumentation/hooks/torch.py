@@ -15,7 +15,7 @@ from typing import Any
 
 from ... import semconv
 from .. import spans
-from ._common import Broadcasts, FileCall, broadcasts, file_attributes, tensor_bytes
+from ._common import Broadcasts, FileCall, broadcasts, file_attributes, reader_reads, tensor_bytes
 from .registry import Hook, fault
 
 _SKIP_DIRS: tuple[str, ...] = ()
@@ -99,6 +99,8 @@ def torch_load(instance, args, kwargs):
     tracing = spans.tracing()
     if tracing is None:
         return None
+    if (reading := reader_reads.get()) is not None:
+        return reading.item()  # a read item of the file a DCP storage reader has open
     attributes = file_attributes(tracing, args[0] if args else kwargs.get("f"))
     location = kwargs.get("map_location", args[1] if len(args) > 1 else None)
     if location is not None:
