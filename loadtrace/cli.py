@@ -179,7 +179,31 @@ def build_parser() -> argparse.ArgumentParser:
     view.add_argument("dir", metavar="DIR", help="a folder of trace files: loadtrace-traces/, or one job's folder")
     view.set_defaults(run=run_view)
     _add_jobs_command(commands)
+    _add_top_command(commands)
     return parser
+
+
+def _add_top_command(commands: Any) -> None:
+    top = commands.add_parser(
+        "top",
+        help="watch a load while it happens: every rank's phase, bytes, rate, ETA and memory, refreshed each second",
+        description="A live view of the state files under DIR (one node's ranks, or every node's on a shared "
+        "filesystem): status, phase, files, bytes read of the bytes expected, rate, ETA, seconds since the last "
+        "progress, RSS and peak against the memory limit; marks the slowest rank, a stuck one (no progress for 30 s) "
+        "and one whose memory trend reaches its limit before its load can end (oom_ahead). q or Ctrl-C leaves.",
+    )
+    top.add_argument("dir", nargs="?", metavar="DIR", help="default: $LOADTRACE_DIR, else ./loadtrace-traces")
+    top.add_argument("--once", action="store_true", help="print one snapshot and exit (for scripts)")
+    top.add_argument(
+        "--format", choices=("table", "json"), default="table", help='with --once: json prints {"ranks": [...]}'
+    )
+    top.set_defaults(run=run_top)
+
+
+def run_top(args: argparse.Namespace) -> int:
+    from loadtrace import top_view  # curses only for this command
+
+    return top_view.run(args.dir, args.once, args.format)
 
 
 def _add_jobs_command(commands: Any) -> None:

@@ -72,6 +72,8 @@ def is_analysis(module: str) -> bool:
         "loadtrace.cli",
         "loadtrace.render",
         "loadtrace.render_timeline",
+        "loadtrace.render_top",
+        "loadtrace.top_view",
     ) or module.startswith("loadtrace.analysis")
 
 

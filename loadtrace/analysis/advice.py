@@ -65,4 +65,9 @@ def next_step(finding: Finding) -> str | None:
         )
     if kind == sc.FINDING_SHARDED_READ:
         return "nothing to do: each tensor parallel rank read its own slice"
+    if kind == sc.FINDING_COLLECTIVE_TIMEOUT:
+        return (
+            "raise the process group's timeout (init_process_group(timeout=timedelta(...))) above the slowest rank's "
+            "load, or make the slow rank's storage faster (loadtrace top shows each rank's read rate while it loads)"
+        )
     return None
