@@ -65,7 +65,8 @@ def top_lines(rows: list[TopRow], where: str, now_ns: int, live: bool = True) ->
     clock = time.strftime("%H:%M:%S", time.localtime(now_ns / 1e9))
     nodes = len({item.host for item in rows})
     loading = sum(item.status == "loading" for item in rows)
-    header = f"loadtrace top  {where}  {clock}  {len(rows)} ranks on {nodes} nodes, {loading} loading"
+    ranks = f"{len(rows)} rank{'s' * (len(rows) != 1)} on {nodes} node{'s' * (nodes != 1)}"
+    header = f"loadtrace top  {where}  {clock}  {ranks}, {loading} loading"
     lines = [header + ("  (q: quit)" if live else ""), ""]
     if not rows:
         lines.append("no rank has begun a load here yet (state files: *.state under this folder)")

@@ -108,6 +108,8 @@ LIVE_FIELDS = (
     "rss_load_start",  # VmRSS at the first sample of the open (or last) outermost load
     "rss_load_start_ns",  # when that sample was taken
     "exception_ns",  # when an uncaught exception reached sys.excepthook or threading.excepthook (0: none)
+    "rate_base_ns",  # a sample up to ~10 s old of the open load's read bytes: a reader's recent rate starts there
+    "rate_base_bytes",
 )
 LIVE_TEXT_FIELDS = (("exception", 256),)  # its type and the first line of its message: "RuntimeError: Timed out ..."
 LIVE_OFFSET = 3072

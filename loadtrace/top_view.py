@@ -63,9 +63,21 @@ def alive(pid: int, created_ns: int) -> bool:
     return started is None or created_ns <= 0 or started <= created_ns + 2 * 10**9  # /proc's start is in ticks
 
 
+def cgroup_usage(directory: str) -> int | None:
+    """A memory cgroup's usage now (v2 ``memory.current``, v1 ``memory.usage_in_bytes``); None where unreadable."""
+    if not directory.startswith("/sys/fs/cgroup/"):
+        return None  # a state file names its cgroup; read nothing else it might name
+    for name in ("memory.current", "memory.usage_in_bytes"):
+        try:
+            return int(Path(directory, name).read_text())
+        except (OSError, ValueError):
+            continue
+    return None
+
+
 def snapshot(folder: Path, history: History | None = None) -> tuple[list[TopRow], int]:
     now = time.time_ns()
-    return rows(state_files(folder), now, socket.gethostname(), alive, history), now
+    return rows(state_files(folder), now, socket.gethostname(), alive, history, cgroup_usage), now
 
 
 def default_folder() -> str:

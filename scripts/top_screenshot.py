@@ -3,7 +3,7 @@
     .venv/bin/python scripts/top_screenshot.py      # minutes: a checkpoint, a torchrun job, one capture mid-load
 
 Writes ``docs/samples/top/capture.txt``; ``scripts/gen_docs.py`` puts it into README.md (sample ``top``). The job is
-``tests/workers/slow_load.py`` (rank 1 sleeps 0.3 s before each tensor it reads, as on slow storage) on the 1 MB
+``tests/workers/slow_load.py`` (rank 1 sleeps 1 s before each tensor it reads, as on slow storage) on the 1 MB
 checkpoint of ``examples/make_checkpoint.py``; the capture is taken once rank 1 is a third through its load.
 """
 
@@ -28,6 +28,15 @@ def tmux(*args: str) -> str:
     return subprocess.run(["tmux", *args], capture_output=True, text=True, env=env).stdout
 
 
+def rank_percent(screen: str, rank: int) -> int | None:
+    """The ``%`` cell of the rank's row while it loads (columns: rank, pid, status, phase, files, read, of, %, ...)."""
+    for line in screen.splitlines():
+        cells = re.split(r"\s{2,}", line.strip())
+        if len(cells) > 7 and cells[0] == str(rank) and cells[2] == "loading" and cells[7].isdigit():
+            return int(cells[7])
+    return None
+
+
 def main() -> int:
     if shutil.which("tmux") is None:
         raise SystemExit("tmux is not installed (scripts/setup.sh installs it)")
@@ -40,7 +49,7 @@ def main() -> int:
         env.update(LOADTRACE="1", HF_DEACTIVATE_ASYNC_LOAD="1", LOADTRACE_DIR=str(traces))
         worker = REPO / "tests" / "workers" / "slow_load.py"
         job = subprocess.Popen(
-            [bin_dir / "torchrun", "--nproc_per_node", "2", worker, "checkpoint", "--delay", "0.3"],
+            [bin_dir / "torchrun", "--nproc_per_node", "2", worker, "checkpoint", "--delay", "1"],
             cwd=work,
             env=env,
             stdout=subprocess.DEVNULL,
@@ -53,8 +62,7 @@ def main() -> int:
             deadline = time.monotonic() + 240
             while time.monotonic() < deadline:
                 screen = tmux("capture-pane", "-p", "-t", SESSION)
-                third = re.search(r"^\s+1\s+\d+\s+loading\s.*?\s(\d+)\s+\S+ \S+/s", screen, re.MULTILINE)
-                if third and int(third.group(1)) >= 33:
+                if (rank_percent(screen, 1) or 0) >= 33:
                     text = screen.replace(work, "/tmp/job").rstrip() + "\n"
                     OUT.parent.mkdir(parents=True, exist_ok=True)
                     OUT.write_text("\n".join(line.rstrip() for line in text.splitlines()) + "\n")

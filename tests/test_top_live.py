@@ -28,10 +28,10 @@ CHECKPOINT_TENSOR_BYTES = 1_009_152
 LOAD_PHASES = {semconv.SPAN_FROM_PRETRAINED, semconv.SPAN_CONVERT, semconv.SPAN_LOAD_STATE_DICT}
 
 
-def slow_job(checkpoint: Path, tmp_path: Path, *args: str) -> tuple[Job, Path]:
+def slow_job(checkpoint: Path, tmp_path: Path, *args: str, prefix: tuple[str, ...] = ()) -> tuple[Job, Path]:
     traces = tmp_path / "traces"
     env = {"LOADTRACE": "1", "HF_DEACTIVATE_ASYNC_LOAD": "1", "LOADTRACE_DIR": str(traces)}
-    return Job(VENVS[0], WORKER, [str(checkpoint), *args], tmp_path, env), traces
+    return Job(VENVS[0], WORKER, [str(checkpoint), *args], tmp_path, env, prefix), traces
 
 
 def loading(traces: Path, rank: int, at_least: int = 1):
@@ -47,7 +47,7 @@ def loading(traces: Path, rank: int, at_least: int = 1):
 
 
 def test_top_once_json_follows_a_slow_load_and_a_killed_rank_is_dead(checkpoint, tmp_path):
-    job, traces = slow_job(checkpoint, tmp_path, "--delay", "0.3")
+    job, traces = slow_job(checkpoint, tmp_path, "--delay", "1")
     try:
         first = wait_for(loading(traces, 1), 240, job, why="rank 1 loading")
         second = wait_for(loading(traces, 1, first["read_bytes"] + 1), 60, job, why="rank 1's bytes rising")
@@ -95,7 +95,7 @@ def rank_percent(screen: str, rank: int) -> int | None:
 
 @pytest.mark.skipif(TMUX is None, reason="tmux is not installed (scripts/setup.sh installs it where it may)")
 def test_top_in_a_real_terminal_follows_the_load_and_q_restores_the_terminal(checkpoint, tmp_path):
-    job, traces = slow_job(checkpoint, tmp_path, "--delay", "0.3")
+    job, traces = slow_job(checkpoint, tmp_path, "--delay", "1")
     session = f"loadtrace-top-{os.getpid()}"
     try:
         wait_for(loading(traces, 1), 240, job, why="rank 1 loading")
@@ -140,9 +140,11 @@ def _cgroup_or_skip() -> Path:
 
 def test_a_rank_heading_for_its_cgroup_limit_is_marked_oom_ahead_before_the_kill(checkpoint, tmp_path):
     cgroup = _cgroup_or_skip()
-    # Rank 1 keeps 8 MB more per tensor (27 MB/s) with 150 MB of headroom: its limit in ~6 s, its load needs ~20 s.
-    args = ("--delay", "0.3", "--grow-mb", "8", "--cgroup", str(cgroup), "--headroom-mb", "150")
-    job, traces = slow_job(checkpoint, tmp_path, *args)
+    # The whole job runs in the cgroup (as under a container's limit). Rank 1 sets the limit to the cgroup's usage plus
+    # 250 MB and keeps 16 MB more per tensor it reads (one a second): the limit in ~15 s; its load needs ~25 s.
+    args = ("--delay", "1", "--grow-mb", "16", "--cgroup", str(cgroup), "--headroom-mb", "250")
+    inside = ("sh", "-c", f'echo $$ > {cgroup / "cgroup.procs"} && exec "$@"', "sh")
+    job, traces = slow_job(checkpoint, tmp_path, *args, prefix=inside)
     try:
 
         def heading_for_oom():
@@ -153,7 +155,7 @@ def test_a_rank_heading_for_its_cgroup_limit_is_marked_oom_ahead_before_the_kill
         assert marked["limit_source"] == "cgroup v1"
         assert marked["limit_bytes"] == int((cgroup / "memory.limit_in_bytes").read_text())
         assert marked["oom_in_seconds"] < marked["eta_seconds"]
-        assert marked["rss_bytes"] < marked["limit_bytes"]
+        assert marked["rss_bytes"] < marked["cgroup_usage_bytes"] < marked["limit_bytes"]
         returncode = job.finish(240)
         assert returncode != 0, job.tail()
         oom_kills = re.search(r"oom_kill (\d+)", (cgroup / "memory.oom_control").read_text())

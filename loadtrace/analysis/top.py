@@ -7,10 +7,13 @@ the files, asks whether a pid is alive on this host, and draws. docs/report.md d
   said it exited (a SIGKILL, the OOM killer). On another host a pid cannot be checked: its status is as it was written.
 - expected bytes: the checkpoint's tensor bytes, known at load start, for a rank that reads all of it; unknown (None)
   under tensor parallelism (each rank reads slices) and on the non-loading ranks of a sharded strategy.
-- read rate: over the last ``RATE_WINDOW_S`` of the live view's samples; from the load's start in a single snapshot.
+- read rate: over the last ``RATE_WINDOW_S`` of the live view's samples; in a single snapshot, since the rank's own
+  sample of up to 10 s ago (its monitor thread keeps one), else since the load began.
 - marks: ``slowest`` (of a job's loading ranks, the latest to finish by its ETA, else the least far), ``stuck`` (no
-  progress for ``STUCK_SECONDS`` while loading), ``oom_ahead`` (its RSS, at its trend since the load began, reaches
-  the memory limit before its load can end: before its ETA, or within ``OOM_HORIZON_S`` when the ETA is unknown).
+  progress for ``STUCK_SECONDS`` while loading), ``oom_ahead`` (the memory its limit applies to, rising as its RSS has
+  since the load began, reaches the limit before its load can end: before its ETA, or within ``OOM_HORIZON_S`` when
+  the ETA is unknown). Under a cgroup limit on this host that memory is the cgroup's usage (all its processes: the OOM
+  killer counts them together), else the rank's own RSS.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ MIN_TREND_S = 1.0
 DEAD = "dead"
 
 Alive = Callable[[int, int], bool]  # (pid, the state file's creation time in ns) → whether that process still runs
+Usage = Callable[[str], "int | None"]  # a memory cgroup directory on this host → its usage now (None: unreadable)
 
 
 @dataclass
@@ -58,6 +62,7 @@ class TopRow:
     peak_rss_bytes: int | None
     limit_bytes: int | None
     limit_source: str | None
+    cgroup_usage_bytes: int | None  # the cgroup's usage now, all its processes (this host's ranks under a cgroup limit)
     oom_in_seconds: float | None
     exception: str | None
     marks: list[str] = field(default_factory=list)
@@ -105,26 +110,38 @@ def status_of(state: statefile.State, this_host: str, alive: Alive) -> str:
     return status
 
 
-def oom_in(state: statefile.State) -> float | None:
-    """Seconds until the RSS, at its trend since the load began, reaches the memory limit; None without a rising
-    trend or a limit."""
+def oom_in(state: statefile.State, cgroup_usage: int | None) -> float | None:
+    """Seconds until the memory the limit applies to (the cgroup's usage when known, else this RSS) reaches the limit,
+    rising as this rank's RSS has since its load began; None without a rising trend or a limit."""
     limit, rss, at = state["memory_limit"], state["rss_now"], state["rss_sampled_ns"]
     start, since = state["rss_load_start"], state["rss_load_start_ns"]
     if limit <= 0 or rss <= 0 or since <= 0 or (at - since) < MIN_TREND_S * 1e9 or rss <= start:
         return None
     slope = (rss - start) / ((at - since) / 1e9)
-    return round(max(0.0, (limit - rss) / slope), 1)
+    used = max(rss, cgroup_usage or 0)
+    return round(max(0.0, (limit - used) / slope), 1)
 
 
-def row(path: str, state: statefile.State, now_ns: int, status: str, rate: float | None) -> TopRow:
+def recent_rate(state: statefile.State, read: int, now_ns: int) -> float | None:
+    """Bytes per second since the rank's own sample of up to 10 s ago (progress.py), else since its load began."""
+    base_ns, base = state["rate_base_ns"], state["rate_base_bytes"]
+    load_start = state["load_start_ns"]
+    if base_ns >= load_start > 0 and now_ns - base_ns >= MIN_TREND_S * 1e9 and read >= base:
+        return (read - base) / ((now_ns - base_ns) / 1e9)
+    return read / ((now_ns - load_start) / 1e9) if now_ns > load_start > 0 else None
+
+
+def row(
+    path: str, state: statefile.State, now_ns: int, status: str, rate: float | None, cgroup_usage: int | None = None
+) -> TopRow:
     """One state file → its row (marks come later, across rows)."""
     totals = state.totals()
     read = totals["read_bytes"]
     loading = status == "loading"
     expected = expected_bytes(state)
     load_start = state["load_start_ns"]
-    if rate is None and loading and now_ns > load_start > 0:
-        rate = read / ((now_ns - load_start) / 1e9)
+    if rate is None and loading:
+        rate = recent_rate(state, read, now_ns)
     eta = None
     if loading and expected is not None and rate:
         eta = round(max(0, expected - read) / rate, 1)
@@ -152,7 +169,8 @@ def row(path: str, state: statefile.State, now_ns: int, status: str, rate: float
         peak_rss_bytes=state["rss_peak"] or None,
         limit_bytes=limit,
         limit_source=statefile.LIMIT_SOURCES.get(state["memory_limit_source"]),
-        oom_in_seconds=oom_in(state) if loading else None,
+        cgroup_usage_bytes=cgroup_usage,
+        oom_in_seconds=oom_in(state, cgroup_usage) if loading else None,
         exception=state.texts.get("exception") or None,
         path=path,
     )
@@ -187,10 +205,25 @@ def _lateness(item: TopRow) -> tuple[float, float]:
     return eta, -done
 
 
+def _cgroup_usage(state: statefile.State, status: str, this_host: str, usage: Usage | None) -> int | None:
+    """The usage of the cgroup whose limit applies, for a loading rank of this host."""
+    source = state["memory_limit_source"]
+    cgroup = state.texts.get("cgroup")
+    if usage is None or status != "loading" or not cgroup or state.texts.get("host") != this_host:
+        return None
+    return usage(cgroup) if source in (statefile.LIMIT_CGROUP_V1, statefile.LIMIT_CGROUP_V2) else None
+
+
 def rows(
-    states: Iterable[StateFile], now_ns: int, this_host: str, alive: Alive, history: History | None = None
+    states: Iterable[StateFile],
+    now_ns: int,
+    this_host: str,
+    alive: Alive,
+    history: History | None = None,
+    usage: Usage | None = None,
 ) -> list[TopRow]:
-    """Every process that began a load, grouped by node (host), then by job and rank; marked."""
+    """Every process that began a load, grouped by node (host), then by job and rank; marked. ``usage`` reads a
+    cgroup's memory usage on this host: a limit applies to all the cgroup's processes together."""
     found = []
     for source in states:
         state = source.state
@@ -202,7 +235,7 @@ def rows(
         if history is not None and status == "loading":
             history.add(key, now_ns, state.totals()["read_bytes"])
             rate = history.rate(key)
-        found.append(row(source.path, state, now_ns, status, rate))
+        found.append(row(source.path, state, now_ns, status, rate, _cgroup_usage(state, status, this_host, usage)))
     found.sort(key=lambda r: (r.host or "", r.job_id or "", r.attempt, r.rank if r.rank is not None else 1 << 30))
     mark(found)
     return found

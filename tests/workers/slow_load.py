@@ -8,15 +8,14 @@ Every rank joins a gloo process group with ``--pg-timeout`` seconds, loads the c
 barrier. The slow rank sleeps ``--delay`` seconds before each tensor transformers reads (``_materialize_copy``, on the
 loading thread with ``HF_DEACTIVATE_ASYNC_LOAD=1``). With ``--pg-timeout 5`` the fast rank's barrier times out while the
 slow rank is still loading: the skew that kills (field-facts.md). With ``--grow-mb`` the slow rank also keeps N MB more
-per tensor, and with ``--cgroup`` it first moves itself into that cgroup v1 memory directory (its charges with it) and
-sets the limit to its usage plus ``--headroom-mb``: it heads for the OOM killer while loading.
+per tensor, and with ``--cgroup`` (the cgroup v1 memory directory the whole job runs in) it first sets the cgroup's
+limit to its usage plus ``--headroom-mb``: it heads for the OOM killer while loading.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import os
 import sys
 import time
 from pathlib import Path
@@ -26,9 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from count_load import load_example  # noqa: E402
 
 
-def enter_cgroup(directory: Path, headroom_mb: int) -> None:
-    (directory / "memory.move_charge_at_immigrate").write_text("3")
-    (directory / "cgroup.procs").write_text(str(os.getpid()))
+def limit_cgroup(directory: Path, headroom_mb: int) -> None:
+    """The job runs inside this cgroup v1 memory directory: its limit becomes its usage now plus the headroom."""
     usage = int((directory / "memory.usage_in_bytes").read_text())
     (directory / "memory.limit_in_bytes").write_text(str(usage + headroom_mb * 2**20))
 
@@ -66,7 +64,7 @@ def main() -> None:
     load = load_example("load")
     if rank == args.slow_rank:
         if args.cgroup:
-            enter_cgroup(Path(args.cgroup), args.headroom_mb)
+            limit_cgroup(Path(args.cgroup), args.headroom_mb)
         slow_down(args.delay, args.grow_mb)
     load.from_pretrained(args.ckpt)
     dist.barrier()
