@@ -100,7 +100,7 @@ TEXT_FIELDS = (
     ("cgroup", 512),  # the process's memory cgroup directory when the load began (the witness reads its oom_kill)
 )
 
-# Live fields: written off the loading thread (monitor.py's samples, excepthooks.py), read by ``loadtrace top``.
+# Live fields: written off the loading thread (instrumentation/progress.py, excepthooks.py), read by ``loadtrace top``.
 LIVE_FIELDS = (
     "progress_ns",  # the last time the open load's read bytes, files or phase moved (the monitor's sample)
     "rss_now",  # VmRSS at the monitor's last sample while loading

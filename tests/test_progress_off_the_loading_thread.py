@@ -9,7 +9,7 @@ from _examples import make_checkpoint
 from _inmemory import traced
 from transformers import AutoModelForCausalLM, core_model_loading
 
-from loadtrace import progress, progress_metrics
+from loadtrace.instrumentation import progress, progress_metrics
 
 
 @pytest.fixture(scope="module")

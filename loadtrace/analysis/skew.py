@@ -21,8 +21,9 @@ import re
 from dataclasses import dataclass
 
 from .. import semconv as sc
+from .attrs import int_attr, str_attr
 from .model import WARNING, Finding, LastState, RankLoad
-from .ranks import Job, int_attr, str_attr
+from .ranks import Job
 from .units import human_bytes, percent
 
 COLLECTIVE_ERRORS = frozenset({"DistBackendError", "DistNetworkError"})

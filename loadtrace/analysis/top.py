@@ -1,6 +1,6 @@
 """State files → ``loadtrace top``'s rows: what each rank is doing now, how fast, and what is about to go wrong.
 
-Plain functions over decoded state files (statefile.py) and the moment they were read; the CLI (top_view.py) reads
+Plain functions over decoded state files (statefile.py) and the moment they were read; the CLI (cli/top.py) reads
 the files, asks whether a pid is alive on this host, and draws. docs/report.md documents every key of a row.
 
 - status: the state file's (loading, idle, exited, signalled), or ``dead``: its pid is gone on this host and it never
