@@ -82,8 +82,12 @@ STARTUP_PHASE_SPANS = frozenset(
     }
 )
 
+# An exception nobody caught, recorded by the process's excepthooks (instrumentation/excepthooks.py) as it dies of
+# it: a point span.
+SPAN_EXCEPTION = "loadtrace.exception"
+
 ALL_SPANS = (
-    frozenset({SPAN_JOB, SPAN_RANK_EXIT, SPAN_STARTUP})
+    frozenset({SPAN_JOB, SPAN_RANK_EXIT, SPAN_STARTUP, SPAN_EXCEPTION})
     | STARTUP_PHASE_SPANS
     | LOAD_SPANS
     | FILE_SPANS
@@ -304,6 +308,7 @@ FINDING_FAILED_LOAD = "failed_load"  # a load that raised
 FINDING_SLOW_RANK = "slow_rank"  # a rank's startup far behind the other ranks'
 FINDING_SLOW_STORAGE = "slow_storage"  # a node reading its checkpoint from storage far slower than the job's others
 FINDING_RENDEZVOUS_WAIT = "rendezvous_wait"  # ranks that waited in init_process_group for the others
+FINDING_COLLECTIVE_TIMEOUT = "collective_timeout"  # a rank timed out in a collective while another was still loading
 FINDING_KINDS = (
     FINDING_INCOMPLETE_RANK,
     FINDING_DUPLICATE_CHECKPOINT_READ,
@@ -315,6 +320,7 @@ FINDING_KINDS = (
     FINDING_SLOW_RANK,
     FINDING_SLOW_STORAGE,
     FINDING_RENDEZVOUS_WAIT,
+    FINDING_COLLECTIVE_TIMEOUT,
 )
 
 # Files a process writes ----------------------------------------------------------------------------------------------
@@ -373,6 +379,36 @@ def exit_phrase(signal_: str | None, code: int | None, oom_killed: bool | None) 
 # Environment the witnessing launcher gives its workers (internal; users set neither).
 ENV_LAUNCH_ID = "LOADTRACE_LAUNCH_ID"
 ENV_WITNESS_DIR = "LOADTRACE_WITNESS_DIR"  # where each worker leaves a pointer <pid> → its state file
+
+# ``loadtrace.exception``: OpenTelemetry's exception attributes (the message's first line; left out with
+# LOADTRACE_REDACT_PATHS, as it can name files).
+EXCEPTION_TYPE = "exception.type"
+EXCEPTION_MESSAGE = "exception.message"
+
+# Progress metrics (issue 25): a loading rank's progress every LOADTRACE_PROGRESS_INTERVAL seconds over OTLP, with the
+# traces' Resource (job and rank there). README.md's "Metrics" table documents each; the METRIC_ prefix keeps them out
+# of the span reference.
+METRIC_READ_BYTES = "loadtrace.progress.read_bytes"  # gauge, By: the open load's tensor bytes read so far
+METRIC_EXPECTED_BYTES = "loadtrace.progress.expected_bytes"  # gauge, By: the checkpoint's tensor bytes (when known)
+METRIC_FILES_OPENED = "loadtrace.progress.files_opened"  # gauge: files the open load opened
+METRIC_PHASE = "loadtrace.progress.phase"  # gauge, 1 for the phase open now (METRIC_PHASE_ATTRIBUTE)
+METRIC_PHASE_ATTRIBUTE = "loadtrace.phase"  # the phase's span name: a few dozen values at most
+METRIC_MEMORY_USAGE = "process.memory.usage"  # OTel semconv: up-down counter, By (VmRSS)
+METRIC_MEMORY_LIMIT = MEMORY_LIMIT  # gauge, By: the limit load spans carry (the cgroup's, else the node's memory)
+METRICS = (
+    METRIC_READ_BYTES,
+    METRIC_EXPECTED_BYTES,
+    METRIC_FILES_OPENED,
+    METRIC_PHASE,
+    METRIC_MEMORY_USAGE,
+    METRIC_MEMORY_LIMIT,
+)
+
+# ``loadtrace top`` marks (analysis/top.py).
+MARK_SLOWEST = "slowest"
+MARK_STUCK = "stuck"
+MARK_OOM_AHEAD = "oom_ahead"
+MARKS = (MARK_SLOWEST, MARK_STUCK, MARK_OOM_AHEAD)
 
 STATE_SUFFIX = ".state"  # next to the trace file, in place of TRACE_FILE_SUFFIX: see statefile.py
 

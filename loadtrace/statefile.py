@@ -16,6 +16,11 @@ The format is the contract between the two halves (like ``semconv``), so this mo
 
 Counts are per process since it started; the header keeps the slot and counter values at which the current outermost
 load began (``load_*`` fields), so the open load's share is a subtraction.
+
+The live fields (``LIVE_FIELDS``, ``LIVE_TEXT_FIELDS``: progress, current memory, an uncaught exception) sit at
+``LIVE_OFFSET`` in the same header page, written by the monitor thread or the exception hooks, never per tensor. They
+were added to version 1 without a new version: that part of the page is zeros in every file an older loadtrace wrote,
+and zero (an empty text) means "not known" in each of them, so old files read as before and old readers skip them.
 """
 
 from __future__ import annotations
@@ -95,13 +100,34 @@ TEXT_FIELDS = (
     ("cgroup", 512),  # the process's memory cgroup directory when the load began (the witness reads its oom_kill)
 )
 
+# Live fields: written off the loading thread (instrumentation/progress.py, excepthooks.py), read by ``loadtrace top``.
+LIVE_FIELDS = (
+    "progress_ns",  # the last time the open load's read bytes, files or phase moved (the monitor's sample)
+    "rss_now",  # VmRSS at the monitor's last sample while loading
+    "rss_sampled_ns",  # when that sample was taken
+    "rss_load_start",  # VmRSS at the first sample of the open (or last) outermost load
+    "rss_load_start_ns",  # when that sample was taken
+    "exception_ns",  # when an uncaught exception reached sys.excepthook or threading.excepthook (0: none)
+    "rate_base_ns",  # a sample up to ~10 s old of the open load's read bytes: a reader's recent rate starts there
+    "rate_base_bytes",
+)
+LIVE_TEXT_FIELDS = (("exception", 256),)  # its type and the first line of its message: "RuntimeError: Timed out ..."
+LIVE_OFFSET = 3072
+
 _INTS = struct.Struct(f"<{len(HEADER_FIELDS)}q")
+_LIVE_INTS = struct.Struct(f"<{len(LIVE_FIELDS)}q")
 _INT_OFFSET = len(MAGIC)
 _TEXT_OFFSET = _INT_OFFSET + _INTS.size
 INDEX = {name: i for i, name in enumerate(HEADER_FIELDS)}
 TEXT_OFFSETS: dict[str, tuple[int, int]] = {}
 _offset = _TEXT_OFFSET
 for _name, _size in TEXT_FIELDS:
+    TEXT_OFFSETS[_name] = (_offset, _size)
+    _offset += _size
+assert _offset <= LIVE_OFFSET, "the header outgrew its place before the live fields"
+LIVE_INDEX = {name: i for i, name in enumerate(LIVE_FIELDS)}
+_offset = LIVE_OFFSET + _LIVE_INTS.size
+for _name, _size in LIVE_TEXT_FIELDS:
     TEXT_OFFSETS[_name] = (_offset, _size)
     _offset += _size
 assert _offset <= HEADER_BYTES, "the header outgrew its page"
@@ -151,6 +177,7 @@ def decode(data: bytes) -> State | None:
     if len(data) < HEADER_BYTES or data[: len(MAGIC)] != MAGIC:
         return None
     ints = dict(zip(HEADER_FIELDS, _INTS.unpack_from(data, _INT_OFFSET), strict=True))
+    ints.update(zip(LIVE_FIELDS, _LIVE_INTS.unpack_from(data, LIVE_OFFSET), strict=True))
     if ints["version"] != VERSION or ints["slots_used"] < 0 or ints["load_first_slot"] < 0:
         return None
     texts = {}
@@ -221,6 +248,7 @@ class Writer:
         self._chunks: list[memoryview] = []
         self._lock = threading.Lock()  # slot hand-out and chunk growth only: counting never locks
         ints = self._ints = memoryview(self._header)[_INT_OFFSET : _INT_OFFSET + _INTS.size].cast("q")
+        self._live = memoryview(self._header)[LIVE_OFFSET : LIVE_OFFSET + _LIVE_INTS.size].cast("q")
         ints[INDEX["version"]] = VERSION
         ints[INDEX["rank"]] = -1
         ints[INDEX["local_rank"]] = -1
@@ -244,6 +272,13 @@ class Writer:
 
     def __setitem__(self, name: str, value: int) -> None:
         self._ints[INDEX[name]] = value
+
+    def live(self, name: str) -> int:
+        return self._live[LIVE_INDEX[name]]
+
+    def set_live(self, name: str, value: int) -> None:
+        """A live field (``LIVE_FIELDS``): from the monitor thread or an exception hook, never the loading thread."""
+        self._live[LIVE_INDEX[name]] = value
 
     def add(self, name: str, amount: int) -> None:
         """Add to a counter (atomic under the GIL, like a slot)."""
@@ -275,6 +310,21 @@ class Writer:
                 self._chunks.append(memoryview(self._map(offset)).cast("q"))
             self["slots_used"] = index + 1
             return ReadSlot(self._chunks[chunk][2 * within : 2 * within + 2])
+
+    def open_load_reads(self) -> tuple[int, int]:
+        """(tensors, bytes) read so far by the open (or last) outermost load: its slots summed, lock-free (a slot read
+        mid-``+=`` is the value before or after it)."""
+        tensors = nbytes = 0
+        first, used = self["load_first_slot"], self["slots_used"]
+        chunks = self._chunks
+        for index in range(first, used):
+            chunk, within = divmod(index, SLOTS_PER_CHUNK)
+            if chunk >= len(chunks):
+                break  # handed out, its chunk not yet mapped here (another thread is growing the file)
+            counts = chunks[chunk]
+            tensors += counts[2 * within]
+            nbytes += counts[2 * within + 1]
+        return tensors, nbytes
 
     # Loads ----------------------------------------------------------------------------------------------------------
 

@@ -5,6 +5,9 @@
     .venv/bin/python scripts/gen_docs.py --record   # run the jobs again (torchrun, both venvs; minutes), then rewrite
     .venv/bin/python scripts/gen_docs.py --record zero3_512     # only this run again
 
+The ``top`` sample is a tmux capture of ``loadtrace top`` during a slow load, recorded by ``scripts/top_screenshot.py``
+into ``docs/samples/top/capture.txt``.
+
 A sample is the fenced block right after a marker line ``<!-- gen_docs: NAME -->``; the script replaces the block's
 contents and nothing else, so running it twice changes nothing. The runs are recorded under ``docs/samples/<run>/``:
 each rank's OTLP JSON Lines file and rank 0's closing line (``summary.txt``), exactly as the job wrote them
@@ -92,11 +95,17 @@ def compare_pick_error() -> str:
     )
 
 
+def top() -> str:
+    """``loadtrace top`` in tmux mid-load, as scripts/top_screenshot.py captured it (a run of its own: minutes)."""
+    return (SAMPLES / "top" / "capture.txt").read_text().rstrip()
+
+
 SAMPLE: dict[str, Callable[[], str]] = {
     "demo": demo,
     **{f"report-{run}": (lambda run=run: report(run)) for run in RUNS},
     "forecast": forecast,
     "compare-pick-error": compare_pick_error,
+    "top": top,
 }
 
 

@@ -40,7 +40,7 @@ def string_constants() -> dict[str, str]:
 
 def semconv_names() -> tuple[set[str], set[str], set[str]]:
     """(span names, attribute keys, prefixes) that semconv defines; keys built by its functions included."""
-    constants = string_constants()
+    constants = {k: v for k, v in string_constants().items() if not k.startswith("METRIC_")}  # test_metrics_...
     spans = {v for k, v in constants.items() if k.startswith("SPAN_")}
     prefixes = {v for v in constants.values() if PREFIX.fullmatch(v)}
     keys = {v for v in constants.values() if KEY.fullmatch(v) and v not in spans}
@@ -150,3 +150,13 @@ def test_every_strategy_and_finding_constant_is_listed():
     assert strategies == listed_strategies, f"STRATEGY_ vs STRATEGIES: {sorted(strategies ^ listed_strategies)}"
     assert kinds == listed_kinds, f"FINDING_ constants vs FINDING_KINDS: {sorted(kinds ^ listed_kinds)}"
     assert len(semconv.STRATEGIES) == len(strategies) and len(semconv.FINDING_KINDS) == len(kinds), "listed twice"
+
+
+def test_metrics_are_documented_both_ways():
+    """The progress metrics (issue 25) and their one data-point attribute: README.md's "Metrics" table, exactly."""
+    rows = table(README.read_text(), "### Metrics")
+    documented = [backticked(row[0])[0] for row in rows]
+    assert documented == list(semconv.METRICS)
+    constants = {v for k, v in string_constants().items() if k.startswith("METRIC_")}
+    attributes = {name for row in rows for name in backticked(row[2]) if name in constants}
+    assert constants == set(semconv.METRICS) | attributes, "a METRIC_ constant the README's table does not name"

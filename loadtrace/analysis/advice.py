@@ -70,4 +70,9 @@ def next_step(finding: Finding) -> str | None:
         if strategies & {sc.STRATEGY_TP, sc.STRATEGY_FSDP_TP, sc.STRATEGY_FSDP_CPU_RAM_EFFICIENT_TP}:
             return "nothing to do: each tensor parallel rank read its own slice"
         return "nothing to do: each rank read only its own slices of the tensors"
+    if kind == sc.FINDING_COLLECTIVE_TIMEOUT:
+        return (
+            "raise the process group's timeout (init_process_group(timeout=timedelta(...))) above the slowest rank's "
+            "load, or make the slow rank's storage faster (loadtrace top shows each rank's read rate while it loads)"
+        )
     return None

@@ -18,6 +18,7 @@ from .. import semconv as sc
 from .attrs import META, int_attr, real_bytes
 from .model import INFO, WARNING, Finding, LastState, RankLoad, to_json
 from .ranks import LOADING_RANK, STATUS_ERROR, Job, converted_bytes, sharded
+from .skew import collective_timeout
 from .units import human_bytes, percent
 
 # Bytes a non-loading rank may read or convert before it counts: 1% of the loading rank's (a config, a buffer).
@@ -308,6 +309,7 @@ RULES: list[Callable[[Job, int], Finding | None]] = [
     duplicate_conversion,
     replicated_load,
     sharded_read,
+    collective_timeout,
 ]
 
 

@@ -186,6 +186,9 @@ class RankLoad:
     rename_bytes: int = field(default=0, repr=False, metadata=NOT_IN_JSON)
     partial_tensors: int = field(default=0, repr=False, metadata=NOT_IN_JSON)
     partial_bytes: int = field(default=0, repr=False, metadata=NOT_IN_JSON)
+    # An exception nobody caught, from its state file ("Type: first line", when): the ``loadtrace.exception`` span's
+    # words where that span was lost (analysis/skew.py).
+    exception: tuple[str, int] | None = field(default=None, repr=False, metadata=NOT_IN_JSON)
 
     @property
     def label(self) -> str:
@@ -250,6 +253,8 @@ class Finding:
     detail: str
     evidence: dict[str, Any] = field(default_factory=dict)  # kind-specific numbers behind the finding
     next_step: str | None = None  # what removes it, and the upstream report it matches (analysis/advice.py)
+    # collective_timeout only: the ranks still loading when the collective timed out (analysis/skew.py).
+    waiting_for: list[dict[str, Any]] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
 
 
 # The forecast -----------------------------------------------------------------------------------------------------

@@ -382,6 +382,8 @@ def apply_processes(rank: RankLoad, members: list[Process]) -> None:
             rank.cgroup_memory_max_bytes = rank.cgroup_memory_max_bytes or process.state["cgroup_memory_max"] or None
             if not process.spans and not rank.failed and process.state.texts.get("failure"):
                 rank.failed = process.state.texts["failure"]
+            if rank.exception is None and process.state["exception_ns"] > 0:
+                rank.exception = (process.state.texts.get("exception") or "", process.state["exception_ns"])
         elif process.witness is not None:
             attributes = process.witness.attributes
             rank.node_memory_bytes = rank.node_memory_bytes or opt_int_attr(attributes, sc.NODE_MEMORY_TOTAL)

@@ -84,6 +84,13 @@ COMMAND_HELP: dict[str, tuple[str, str | None]] = {
         "(slowest rank), median rank, slowest rank and phase, findings by kind; then statistics per group "
         "(--group-by) and the largest differences between groups.",
     ),
+    "top": (
+        "watch a load while it happens: every rank's phase, bytes, rate, ETA and memory, refreshed each second",
+        "A live view of the state files under DIR (one node's ranks, or every node's on a shared filesystem): status, "
+        "phase, files, bytes read of the bytes expected, rate, ETA, seconds since the last progress, RSS and peak "
+        "against the memory limit; marks the slowest rank, a stuck one (no progress for 30 s) and one whose memory "
+        "trend reaches its limit before its load can end (oom_ahead). q or Ctrl-C leaves.",
+    ),
 }
 
 
@@ -102,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_timeline_command,
         _add_view_command,
         _add_jobs_command,
+        _add_top_command,
     ):
         add_command(commands)
     return parser
@@ -215,6 +223,21 @@ def _add_timeline_command(commands: Any) -> None:
 def _add_view_command(commands: Any) -> None:
     view = _command(commands, "view", run_view)
     view.add_argument("dir", metavar="DIR", help="a folder of trace files: loadtrace-traces/, or one job's folder")
+
+
+def _add_top_command(commands: Any) -> None:
+    top = _command(commands, "top", run_top)
+    top.add_argument("dir", nargs="?", metavar="DIR", help="default: $LOADTRACE_DIR, else ./loadtrace-traces")
+    top.add_argument("--once", action="store_true", help="print one snapshot and exit (for scripts)")
+    top.add_argument(
+        "--format", choices=("table", "json"), default="table", help='with --once: json prints {"ranks": [...]}'
+    )
+
+
+def run_top(args: argparse.Namespace) -> int:
+    from loadtrace.cli import top  # curses only for this command
+
+    return top.run(args.dir, args.once, args.format)
 
 
 def _add_jobs_command(commands: Any) -> None:

@@ -93,7 +93,9 @@ def uninstrument() -> None:
         if not _instrumented:
             return
         _instrumented = False
-        from . import spans
+        from . import excepthooks, spans
+
+        excepthooks.stop()
 
         if _registry is not None:
             _registry.uninstall()

@@ -26,10 +26,11 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status,
 
 from .. import semconv, statefile
 from ..version import __version__
-from . import context, export, witness
+from . import context, excepthooks, export, witness
 from ._log import warn_once
 from .memory import Memory
 from .monitor import Monitor
+from .progress import Progress
 from .settings import Settings
 from .termination import bounded
 
@@ -59,6 +60,8 @@ class Provider:
         self._lock = threading.Lock()
         self.monitor: Monitor | None = None
         self.state: statefile.Writer | None = None
+        self.progress: Progress | None = None
+        self._resource_made: Resource | None = None
         self.exporting = False  # our own SDK exports this process's spans (to trace_file, OTLP, or both)
         self.trace_file: str | None = None
 
@@ -78,7 +81,7 @@ class Provider:
         try:
             if self._given is not None:
                 self.state = self._open_state(None)
-                self.monitor = Monitor(self._on_sample)
+                self._watch()
                 atexit.register(self._at_exit)
                 return self._given.get_tracer(semconv.SCOPE_NAME, __version__)
             export.route_otel_logs()
@@ -87,7 +90,8 @@ class Provider:
             path = export.trace_file_path(self.settings, attributes) if self.settings.writes_files else None
             processors = export.span_processors(self.settings, path)
             self.state = self._open_state(path)
-            self.monitor = Monitor(self._on_sample)
+            self._resource_made = resource
+            self._watch()
             # Our own bounded flush at exit replaces the SDK's, which can wait on a dead collector for many seconds.
             sdk = TracerProvider(resource=resource, shutdown_on_exit=False)
             for processor in processors:
@@ -102,6 +106,44 @@ class Provider:
         except Exception as error:
             warn_once("tracer", f"tracing is off in this process: {type(error).__name__}: {error}")
             return trace.NoOpTracer()
+
+    def _watch(self) -> None:
+        """The monitor thread (its samples keep the state's live fields: progress.py) and the excepthooks."""
+        self.progress = Progress(self.settings, self.resource)
+        self.monitor = Monitor(self._sample)
+        excepthooks.install(self._uncaught)
+
+    def resource(self) -> Resource:
+        if self._resource_made is None:
+            self._resource_made = self._resource()
+        return self._resource_made
+
+    def _sample(self, reading: Memory) -> None:
+        """A monitor sample: the load's peak (spans.Tracing), then the live fields and metrics."""
+        try:
+            if self._on_sample is not None:
+                self._on_sample(reading)
+        finally:
+            state, progress = self.state, self.progress
+            if state is not None and progress is not None:
+                progress.sample(state, reading)
+
+    def _uncaught(self, kind: str, line: str) -> None:
+        """An exception nobody caught (excepthooks.py): into the state file and a ``loadtrace.exception`` span. Not in a
+        forked child that has not traced anything of its own (its parent's set-up is not its own)."""
+        if self._tracer is None:
+            return
+        now = time.time_ns()
+        state = self.state
+        if state is not None:
+            state.set_text("exception", f"{kind}: {line}" if line else kind)
+            state.set_live("exception_ns", now)
+        attributes = {semconv.EXCEPTION_TYPE: kind}
+        if line and not self.settings.redact_paths:
+            attributes[semconv.EXCEPTION_MESSAGE] = line
+        span = self.start_span(semconv.SPAN_EXCEPTION, None, attributes, now)
+        self.set_error(span, kind)
+        span.end(end_time=now)
 
     def _open_state(self, trace_file: str | None) -> statefile.Writer:
         """The process's state file (see the module's docstring), described and announced."""
@@ -191,13 +233,17 @@ class Provider:
     def shutdown(self) -> None:
         """Flush within ``LOADTRACE_EXIT_TIMEOUT``; a dead or slow collector must not hold the job's exit."""
         sdk, self._sdk = self._sdk, None
-        if sdk is None:
+        progress, self.progress = self.progress, None
+        if sdk is None and progress is None:
             return
         timeout_s = self.settings.exit_timeout_s
 
         def flush() -> None:
-            sdk.force_flush(int(timeout_s * 900))
-            sdk.shutdown()
+            if progress is not None:
+                progress.shutdown(timeout_s * 0.3)
+            if sdk is not None:
+                sdk.force_flush(int(timeout_s * 900))
+                sdk.shutdown()
 
         if not bounded(flush, timeout_s, "loadtrace-exit-flush"):
             warn_once("export", f"gave up flushing spans after {timeout_s:g} s at exit")
@@ -215,6 +261,7 @@ class Provider:
         self._tracer = None
         self.monitor = None
         self.state = None
+        self.progress = None
         self.exporting, self.trace_file = False, None
         self._lock = threading.Lock()
 

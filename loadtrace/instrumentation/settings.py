@@ -56,6 +56,9 @@ class Settings:
     (set by the launcher, never by users)."""
     quiet: bool = False
     """``LOADTRACE_QUIET``: rank 0 does not print the line naming its job's trace and the command that reports it."""
+    progress_interval_s: float = 10.0
+    """``LOADTRACE_PROGRESS_INTERVAL``: with an OTLP endpoint, a loading rank exports its progress as metrics this
+    often, in seconds (0: never)."""
     launch_id: str | None = None
     """``LOADTRACE_LAUNCH_ID``: the launcher invocation, set by a witnessing launcher (never by users)."""
 
@@ -140,6 +143,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         attempt=_count(env, RESTART_COUNTS),
         quiet=_flag(env, "LOADTRACE_QUIET"),
         launch_id=(env.get(semconv.ENV_LAUNCH_ID) or "").strip() or None,
+        progress_interval_s=_seconds(env, "LOADTRACE_PROGRESS_INTERVAL", 10.0),
     )
 
 
