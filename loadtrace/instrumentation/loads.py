@@ -52,3 +52,12 @@ class Loads:
         if last and not open.stages and not startup.awaits_preparation:
             startup.end(semconv.STARTUP_END_LOAD, memory=scope.memory_after)
         startup.settle_handlers()
+
+    def learned(self, scope: Scope, learned: dict[str, Any]) -> None:
+        """What a load's hook learnt after it began (a DCP load: its strategy, from its plan, and the checkpoint's
+        tensor bytes, from its metadata): on its span, and in the state file."""
+        if scope.ended:
+            return
+        if scope.recording:
+            scope.span.set_attributes(learned)
+        self.state_file.load_learned(scope, learned)

@@ -150,15 +150,6 @@ class Tracing:
         self.ends.finish(scope, error=error, extra=extra)
         self.loads.closed(scope, error)
 
-    def load_learned(self, scope: Scope, learned: dict[str, Any]) -> None:
-        """What a load's hook learnt after it began (a DCP load: its strategy, from its plan, and the checkpoint's
-        tensor bytes, from its metadata): on its span, and in the state file."""
-        if scope.ended:
-            return
-        if scope.recording:
-            scope.span.set_attributes(learned)
-        self.state_file.load_learned(scope, learned)
-
     def enter_stage(self, name: str, start: dict[str, Any]) -> tuple[Scope, ActiveToken]:
         """A startup phase outside loading (accelerate's preparation, ``deepspeed.initialize``): a span per call;
         phases entered inside it (``GatheredParameters``) are aggregated into it, as into a load."""

@@ -101,7 +101,7 @@ class MetadataRead(Phase):
     def done(self, result: Any, error: BaseException | None) -> Any:
         super().done(result, error)
         if error is None:
-            self.tracing.load_learned(self.load, learned_from(result, self.reader))
+            self.tracing.loads.learned(self.load, learned_from(result, self.reader))
         return result
 
 
@@ -190,7 +190,7 @@ class Read(Phase):
             strategy, resharded = strategy_of(items, metadata, _slices(reader))
             learned = {semconv.STRATEGY: strategy, semconv.DCP_READ_ITEMS: len(items)}
             learned[semconv.DCP_RESHARDED_ITEMS] = resharded
-            tracing.load_learned(load, learned)
+            tracing.loads.learned(load, learned)
         super().__init__(tracing, semconv.SPAN_DCP_READ_DATA)
         self.file: spans.Scope | None = None
         self.expected: list[int | None] = []  # the open file's items still to come: each tensor's element count
