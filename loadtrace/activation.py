@@ -19,6 +19,7 @@ from __future__ import annotations
 import _thread
 import os
 import sys
+from time import time_ns
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -67,6 +68,7 @@ def _after_fork_in_child() -> None:
     global _import_lock, _lock
     _import_lock = _thread.RLock()  # the parent's is held by the forking thread, gone in this process
     _lock = _thread.RLock()
+    stop_import_clock()  # a forked child has no startup of its own
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -126,6 +128,7 @@ def uninstrument() -> None:
         if not _instrumented:
             return
         _instrumented = False
+        stop_import_clock()
         from . import spans
 
         if _registry is not None:
@@ -146,7 +149,7 @@ def watch() -> None:
         if any(name in sys.modules for name in HOOKED_PACKAGES):
             _on_watched_import()
             return
-        _watcher = _Watcher(HOOKED_PACKAGES, _on_watched_import)
+        _watcher = _clock = _Watcher(HOOKED_PACKAGES, _on_watched_import)
         sys.meta_path.insert(0, _watcher)
 
 
@@ -170,29 +173,54 @@ def _on_watched_import() -> None:
 
 
 def _stop_watching() -> None:
+    """No more activation; the watcher stays on as the import clock until the startup ends (``stop_import_clock``)."""
     global _watcher
     watcher, _watcher = _watcher, None
     if watcher is not None:
-        watcher.stopped = True
+        watcher.triggered = True
+
+
+# The import clock (issue 26): the startup's ``imports`` phase ---------------------------------------------------------
+
+IMPORT_PAIRS_KEPT = 64
+_import_times: list[int] = []  # [start, end, ...] of the outermost imports of hooked packages' modules, in ns
+_clock: _Watcher | None = None
+
+
+def import_times() -> list[int]:
+    """The hooked libraries' outermost imports so far, as ``semconv.STARTUP_IMPORTS`` spells them."""
+    return list(_import_times)
+
+
+def stop_import_clock() -> None:
+    """The startup is over: the watcher leaves ``sys.meta_path``; later imports are not timed."""
+    global _clock
+    clock, _clock = _clock, None
+    if clock is not None:
+        clock.stopped = True
         try:
-            sys.meta_path.remove(watcher)
+            sys.meta_path.remove(clock)
         except ValueError:
             pass
 
 
 class _Watcher:
-    """A ``sys.meta_path`` finder that finds nothing itself: for a watched name it asks the finders after it, and
-    chains the loader they found so that ``on_import`` runs once the module has executed. Every other import, and
-    the module as the job sees it (its ``__loader__`` and ``__spec__.loader``), is left as it was."""
+    """A ``sys.meta_path`` finder that finds nothing itself: for a module of a watched package imported outside another
+    such import (in this thread), it asks the finders after it, and chains the loader they found so that the import's
+    start and end are timed and ``on_import`` runs once (the first). Every other import, and the module as the job
+    sees it (its ``__loader__`` and ``__spec__.loader``), is left as it was."""
 
     def __init__(self, names: tuple[str, ...], on_import: Callable[[], None]):
         self.names = frozenset(names)
         self.on_import = on_import
-        self.stopped = False
+        self.stopped = False  # out of sys.meta_path: finds nothing
+        self.triggered = False  # on_import ran (or instrumentation came another way): only the clock goes on
+        self.inside = _thread._local()  # an outer watched import is running in this thread
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if self.stopped or fullname not in self.names:
+        if self.stopped or fullname.partition(".")[0] not in self.names or getattr(self.inside, "value", False):
             return None
+        started = time_ns()
         for finder in list(sys.meta_path):
             find = getattr(finder, "find_spec", None)
             if finder is self or find is None:
@@ -200,17 +228,18 @@ class _Watcher:
             spec = find(fullname, path, target)
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _ChainedLoader(spec.loader, self)
+                    spec.loader = _ChainedLoader(spec.loader, self, started)
                 return spec
         return None
 
 
 class _ChainedLoader:
-    """The real loader, then ``on_import``; what the module keeps is the real loader."""
+    """The real loader, timed, then ``on_import`` (the first time); what the module keeps is the real loader."""
 
-    def __init__(self, loader: Any, watcher: _Watcher):
+    def __init__(self, loader: Any, watcher: _Watcher, started: int):
         self.loader = loader
         self.watcher = watcher
+        self.started = started
 
     def create_module(self, spec: Any) -> Any:
         return self.loader.create_module(spec)
@@ -221,9 +250,17 @@ class _ChainedLoader:
             spec.loader = self.loader
         if getattr(module, "__loader__", None) is self:
             module.__loader__ = self.loader
-        self.loader.exec_module(module)
-        if not self.watcher.stopped:
-            self.watcher.on_import()
+        watcher = self.watcher
+        watcher.inside.value = True
+        try:
+            self.loader.exec_module(module)
+        finally:
+            watcher.inside.value = False
+            if len(_import_times) < 2 * IMPORT_PAIRS_KEPT:
+                _import_times.extend((self.started, time_ns()))
+        if not watcher.triggered:
+            watcher.triggered = True
+            watcher.on_import()
 
     def __getattr__(self, name: str) -> Any:  # is_package, get_code, get_resource_reader, ... of the real loader
         return getattr(self.loader, name)

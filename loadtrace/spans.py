@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from . import attributes, context, semconv, statefile, summary, termination
 from ._log import warn_once
-from .activation import importing
+from .activation import import_times, importing, stop_import_clock
 from .ledger import Ledger
 from .memory import Memory, Peak, limits, oom_kill_count, process_memory
 from .monitor import Monitor
@@ -69,6 +69,7 @@ class Scope:
         "memory_after",
         "peak",
         "residency",
+        "record",
     )
 
     def __init__(self, kind: ScopeKind, name: str, span: trace.Span, load: Scope | None = None):
@@ -89,6 +90,7 @@ class Scope:
         self.peak: Peak | None = None  # and the highest seen in between
         # Files only: (path, size, bytes in the page cache at open); the cached bytes None where unknown.
         self.residency: tuple[str, int, int | None] | None = None
+        self.record: tuple[statefile.Writer, int] | None = None  # non-file scopes: its record in the state file
 
 
 class LoadListener(Protocol):
@@ -283,6 +285,36 @@ class Tracing:
         )
         self.record_fault("state", scope)
 
+    def _keep(self, scope: Scope) -> None:
+        """An open load, phase or stage in the state file (statefile.py), for the witness to end if the process dies
+        with it open: spans that finished under it keep their parent."""
+        state = self.state
+        if state is None or not scope.recording:
+            return
+        span, context = scope.span, scope.span.get_span_context()
+        parent = getattr(span, "parent", None)
+        try:
+            index = state.open_scope(
+                scope.name,
+                context.trace_id,
+                parent.span_id if parent is not None else 0,
+                getattr(span, "start_time", None) or time.time_ns(),
+                context.span_id,
+            )
+        except Exception as error:
+            self._state_failed(error, scope)
+            return
+        if index is not None:
+            scope.record = (state, index)
+
+    def _release(self, scope: Scope) -> None:
+        record, scope.record = scope.record, None
+        if record is not None and record[0] is self.state:  # not a forked child's: the parent's record is its own
+            try:
+                record[0].close_scope(record[1])
+            except Exception as error:
+                self._state_failed(error, scope)
+
     def _raise_rss_peak(self, reading: Memory) -> None:
         """The state's ``rss_peak``: the highest VmRSS seen during the open load (the monitor's samples and the
         readings at phase boundaries), or VmHWM once it rose during the load (then exact)."""
@@ -464,6 +496,7 @@ class Tracing:
                 attrs = {semconv.STARTUP_START: source}
                 span = self.provider.start_span(semconv.SPAN_STARTUP, None, attrs, started)
                 self._startup = Scope(ScopeKind.STAGE, semconv.SPAN_STARTUP, span)
+                self._keep(self._startup)
                 try:  # a rank stopped before its startup is over still writes it (termination.py)
                     self.handlers.install()
                 except Exception as error:
@@ -487,10 +520,16 @@ class Tracing:
             if startup is None or startup.ended:
                 return
             startup.ended = True
+        self._release(startup)
+        imports = import_times()
+        if how != semconv.STARTUP_END_JOB:
+            stop_import_clock()  # the startup is over for good: later imports are the job's, not its startup's
         if startup.recording:
             startup.span.set_attributes(
                 {semconv.STARTUP_END: how, **attributes.startup_end(memory or process_memory())}
             )
+            if imports:
+                startup.span.set_attribute(semconv.STARTUP_IMPORTS, imports)
             if signal_name is not None:
                 startup.span.set_attribute(semconv.EXIT_SIGNAL, signal_name)
                 self.provider.set_error(startup.span, signal_name)
@@ -502,6 +541,7 @@ class Tracing:
         phases entered inside it (``GatheredParameters``) are aggregated into it, as into a load."""
         stack = _active.get()
         scope = Scope(ScopeKind.STAGE, name, self._start(name, start, stack[-1] if stack else None))
+        self._keep(scope)
         self._raise_rss_peak(self._measure_from_now(scope))
         self._open_stages.add(scope)
         try:  # a rank stopped here ends its stage and startup (termination.py), as it ends its loads
@@ -571,6 +611,7 @@ class Tracing:
     def start_load(self, name: str, start: dict[str, Any]) -> tuple[Scope, ActiveToken]:
         stack = _active.get()
         scope = Scope(ScopeKind.LOAD, name, self._start(name, start, stack[-1] if stack else None))
+        self._keep(scope)
         reading = self._measure_from_now(scope)
         if self._loads_open == 0:
             self._load_hwm = reading.hwm
@@ -603,6 +644,7 @@ class Tracing:
         phase = load.phases.get(name) if load is not None else None
         if phase is None:
             phase = Scope(ScopeKind.PHASE, name, self._start(name, None, stack[-1] if stack else None), load)
+            self._keep(phase)
             if load is not None:
                 load.phases[name] = phase
             else:
@@ -697,6 +739,7 @@ class Tracing:
         if scope.ended:
             return
         scope.ended = True
+        self._release(scope)
         span = scope.span
         if scope.recording:
             if scope.kind is ScopeKind.LOAD:
