@@ -12,8 +12,11 @@ files and over OTLP. The teardown and OOM cases are walked the same way in test_
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,7 +56,8 @@ def run_two_nodes(cwd: Path, env_extra: dict[str, str]) -> tuple[list[str], list
     venv = VENVS[0]
     require_installed(venv)
     cwd.mkdir(parents=True, exist_ok=True)
-    env = clean_env(venv, {**MODE_ENV["fsdp"], "LOADTRACE": "1", **env_extra})
+    # Plain data parallel: no collective inside the load, so the other node's ranks finish while rank 3 lies dead.
+    env = clean_env(venv, {**MODE_ENV["plain"], "LOADTRACE": "1", **env_extra})
     port = free_port()
     launchers = []
     for node in (0, 1):
@@ -71,21 +75,31 @@ def run_two_nodes(cwd: Path, env_extra: dict[str, str]) -> tuple[list[str], list
                 ["unshare", "-u", "sh", "-c", script, "sh", *torchrun],
                 cwd=cwd,
                 env=env,
-                stdout=subprocess.PIPE,
+                stdout=(cwd / f"node{node}.log").open("w"),  # a file: a full pipe would stall a node nobody reads
                 stderr=subprocess.STDOUT,
-                text=True,
+                start_new_session=True,  # a hung job is killed whole: the launcher and its workers
             )
         )
-    outputs, codes = [], []
-    for launcher in launchers:
-        try:
-            output, _ = launcher.communicate(timeout=TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            for other in launchers:
-                other.kill()
-            raise
-        outputs.append(output)
-        codes.append(launcher.returncode)
+    codes = [0, 0]
+    try:
+        codes[1] = launchers[1].wait(timeout=TIMEOUT_S)  # rank 3's node: fails once rank 3 is dead
+        # Node 0's ranks finish; its launcher then waits at torchelastic's exit barrier for a node that is gone (300 s
+        # by default): once its workers are done, it has nothing more to write.
+        deadline = time.monotonic() + TIMEOUT_S
+        while launchers[0].poll() is None and time.monotonic() < deadline:
+            if all((cwd / "out" / f"finished-rank{rank}.json").exists() for rank in (0, 1)):
+                time.sleep(5)  # their exit: the spans' flush
+                break
+            time.sleep(0.5)
+    finally:
+        for launcher in launchers:
+            if launcher.poll() is None:
+                try:
+                    os.killpg(launcher.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+    codes[0] = launchers[0].wait()
+    outputs = [(cwd / f"node{node}.log").read_text(errors="replace") for node in (0, 1)]
     return outputs, codes
 
 
