@@ -12,8 +12,15 @@ if TYPE_CHECKING:
     from types import TracebackType
     from typing import Any
 
-__version__ = "0.1.0"
 __all__ = ["instrument", "uninstrument", "traced_load", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":  # read when asked: the processes ``LOADTRACE=1`` reaches import no module for it
+        from .version import __version__
+
+        return __version__
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def instrument(**kwargs: Any) -> None:
@@ -21,14 +28,14 @@ def instrument(**kwargs: Any) -> None:
 
     ``tracer_provider=`` sends spans to your own provider instead of loadtrace's files / OTLP export.
     """
-    from . import activation
+    from .instrumentation import activation
 
     activation.instrument(kwargs.get("settings"), kwargs.get("tracer_provider"))
 
 
 def uninstrument() -> None:
     """Remove every hook ``instrument()`` installed, exactly; flush what was traced. Idempotent."""
-    from . import activation
+    from .instrumentation import activation
 
     activation.uninstrument()
 
@@ -45,7 +52,8 @@ class traced_load:  # noqa: N801 - used as a function: ``with loadtrace.traced_l
         self._opened: Any = None
 
     def __enter__(self) -> None:
-        from . import semconv, spans
+        from . import semconv
+        from .instrumentation import spans
 
         self._tracing = tracing = spans.tracing()
         if tracing is not None:

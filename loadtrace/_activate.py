@@ -9,14 +9,14 @@ import os
 
 try:
     if os.environ.get("LOADTRACE", "").strip().lower() in ("1", "true", "yes", "on"):  # settings.TRUE (tested)
-        from .activation import watch
+        from .instrumentation.activation import watch
 
         watch()
     else:  # a value the .pth line lets through but settings does not take as on: said once
-        from .settings import from_env
+        from .instrumentation.settings import from_env
 
         from_env()
 except Exception as _error:  # pragma: no cover - the last line of defence
-    from ._log import warn_once
+    from .instrumentation._log import warn_once
 
     warn_once("activate", f"could not start ({type(_error).__name__}: {_error}); the job runs untraced")

@@ -7,14 +7,15 @@ The work is ``activation.instrument`` / ``uninstrument``, which ``loadtrace.inst
 from __future__ import annotations
 
 from collections.abc import Collection
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 # That module says ``# type: ignore`` of itself, so mypy sees no names in it (and none where OTel is not installed).
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined, unused-ignore]
 
-from . import activation
-from .activation import registry as registry
-from .hooks.registry import Registry
+from .instrumentation import INSTRUMENTS, activation
+from .instrumentation.activation import registry as registry
+from .instrumentation.hooks.registry import Registry
 
 
 class LoadtraceInstrumentor(BaseInstrumentor):
@@ -37,10 +38,22 @@ class LoadtraceInstrumentor(BaseInstrumentor):
         return activation.registry()
 
     def instrumentation_dependencies(self) -> Collection[str]:
-        return ()
+        """The tested releases (``INSTRUMENTS``) of the hooked libraries installed here. ``BaseInstrumentor.instrument``
+        refuses where one is outside its range; it would refuse where one is missing too (a listed package that is not
+        installed is a conflict to it), so the missing are left out: loadtrace hooks each library only where present.
+        """
+        return [f"{name} {releases}" for name, releases in INSTRUMENTS.items() if installed(name)]
 
     def _instrument(self, **kwargs: Any) -> None:
         activation.instrument(kwargs.get("settings"), kwargs.get("tracer_provider"))
 
     def _uninstrument(self, **kwargs: Any) -> None:
         activation.uninstrument()
+
+
+def installed(distribution: str) -> bool:
+    try:
+        version(distribution)
+    except PackageNotFoundError:
+        return False
+    return True

@@ -1,14 +1,16 @@
 """The vocabulary both halves share: span names, attribute keys and prefixes, strategies, finding kinds.
 
 The instrumentation half writes these names and the analysis half reads them back; spelling each once, here, makes a
-rename an import error instead of a report that silently reads zero. Standard library only,
-like OTel contrib's ``semconv.py`` and ddtrace's ``constants.py``. README.md's "Span and attribute reference" documents
+rename an import error instead of a report that silently reads zero. Standard library only: the role the
+``opentelemetry-semantic-conventions`` package plays for OTel's own names, and ddtrace's ``constants.py`` for its
+integrations. README.md's "Span and attribute reference" documents
 every name below, and a test holds the two equal.
 """
 
 from __future__ import annotations
 
 import hashlib
+import signal
 
 # The instrumentation scope every loadtrace span is emitted under.
 SCOPE_NAME = "loadtrace"
@@ -43,7 +45,7 @@ PHASE_SPANS = frozenset({SPAN_LOAD_STATE_DICT, SPAN_CONVERT, SPAN_ZERO3_LOAD, SP
 POINT_SPANS = frozenset({SPAN_SAFETENSORS_READ, SPAN_TORCH_MATERIALIZE})
 SPAN_RANK_EXIT = "loadtrace.rank_exit"  # the launcher's witness: one per worker that died (loadtrace/witness.py)
 
-# The whole startup (issue 14): rendezvous, the checkpoint load, then the strategy's distribution of the weights.
+# The whole startup: rendezvous, the checkpoint load, then the strategy's distribution of the weights.
 SPAN_STARTUP = "loadtrace.startup"  # one per rank: process start (or init_process_group) to the end of preparation
 SPAN_INIT_PROCESS_GROUP = "torch.init_process_group"  # rendezvous: its duration is the wait for the other ranks
 SPAN_ACCELERATE_PREPARE = "accelerate.prepare_model"  # accelerate's model preparation (FSDP/FSDP2 sharding)
@@ -129,7 +131,7 @@ def held_bytes_key(device: str) -> str:
     return HELD_BYTES_PREFIX + device
 
 
-# Startup (issue 14) --------------------------------------------------------------------------------------------------
+# Startup --------------------------------------------------------------------------------------------------------------
 
 RENDEZVOUS_BACKEND = "loadtrace.rendezvous.backend"  # init_process_group's backend: gloo, nccl, ...
 BROADCAST_BYTES_SENT = "loadtrace.broadcast.bytes_sent"  # weight bytes this rank sent to others (rank 0's broadcast)
@@ -262,7 +264,7 @@ FINDING_DUPLICATE_CONVERSION = "duplicate_conversion"
 FINDING_REPLICATED_LOAD = "replicated_load"
 FINDING_SHARDED_READ = "sharded_read"  # ranks read slices that together make up the model (tensor parallel)
 FINDING_FAILED_LOAD = "failed_load"  # a load that raised
-FINDING_SLOW_RANK = "slow_rank"  # a rank's startup far behind the other ranks' (issue 14)
+FINDING_SLOW_RANK = "slow_rank"  # a rank's startup far behind the other ranks'
 FINDING_SLOW_STORAGE = "slow_storage"  # a node reading its checkpoint from storage far slower than the job's others
 FINDING_RENDEZVOUS_WAIT = "rendezvous_wait"  # ranks that waited in init_process_group for the others
 FINDING_KINDS = (
@@ -295,7 +297,7 @@ SCOPE_PHASE = "phase"
 SCOPE_FILE = "file"
 SCOPE_STAGE = "stage"  # a startup phase (accelerate, deepspeed) or the startup itself
 
-# A rank that dies, fails or restarts (issue 11) ---------------------------------------------------------------------
+# A rank that dies, fails or restarts ----------------------------------------------------------------------------------
 
 # Resource: which launch and which restart of it this process belongs to. A job id can repeat (torchrun
 # --max-restarts, a SLURM requeue, a reused LOADTRACE_JOB_ID); the report never sums two attempts.
@@ -324,8 +326,33 @@ EXIT_DURING = "loadtrace.exit.during"  # the innermost span it had open
 EXIT_LOAD = "loadtrace.exit.load"  # the outermost load it had open
 WITNESS_PID = "loadtrace.witness.pid"  # the launcher process that saw it
 
+
+def signal_name(number: int) -> str:
+    """A signal's name as ``loadtrace.exit.signal`` spells it: 9 → ``SIGKILL``; ``signal N`` where Python has none."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def exit_phrase(signal_: str | None, code: int | None, oom_killed: bool | None) -> str:
+    """How a rank ended, in the words of the rank_exit span's status: ``SIGKILL (OOM)``, ``SIGTERM``, ``exit code 1``,
+    or ``exited`` when nothing says how."""
+    if signal_ is not None:
+        return f"{signal_} (OOM)" if oom_killed else signal_
+    return "exited" if code is None else f"exit code {code}"
+
+
 # Environment the witnessing launcher gives its workers (internal; users set neither).
 ENV_LAUNCH_ID = "LOADTRACE_LAUNCH_ID"
 ENV_WITNESS_DIR = "LOADTRACE_WITNESS_DIR"  # where each worker leaves a pointer <pid> → its state file
 
 STATE_SUFFIX = ".state"  # next to the trace file, in place of TRACE_FILE_SUFFIX: see statefile.py
+
+# The report's JSON (``loadtrace report --format json``: analysis/model.py's Report, its JobSummary and RankLoad
+# records) where the job's summary line reads it back in the job (instrumentation/summary.py). Tested against the model.
+REPORT_TRACES = "traces"
+REPORT_RANKS = "ranks"
+REPORT_FINDINGS = "findings"
+REPORT_WORLD_SIZE = "world_size"  # of each trace
+REPORT_RANK = "rank"  # of each rank

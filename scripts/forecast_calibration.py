@@ -58,8 +58,8 @@ def runs(folder: Path) -> list[dict[str, Any]]:
 def points(run: dict[str, Any]) -> list[dict[str, Any]]:
     """Per rank of a run: its calibration key, load bytes and measured growth (RSS and anonymous)."""
     from loadtrace import semconv as sc
+    from loadtrace.analysis.attrs import str_attr
     from loadtrace.analysis.forecast import split
-    from loadtrace.analysis.ranks import str_attr
 
     job, truth = run["job"], run["truth"]
     model, world = job.model_bytes(), job.world_size or len(job.ranks)

@@ -20,7 +20,7 @@ from loadtrace.analysis.compare import pick_job
 from loadtrace.analysis.ranks import jobs_from_spans
 from loadtrace.analysis.sources import read_files
 from loadtrace.analysis.timeline import timeline
-from loadtrace.render_timeline import html_page
+from loadtrace.cli.render_timeline import html_page
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [

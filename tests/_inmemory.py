@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import loadtrace
-from loadtrace import settings
+from loadtrace.instrumentation import settings
 
 
 class Traced:

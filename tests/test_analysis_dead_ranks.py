@@ -18,7 +18,7 @@ from loadtrace.analysis.forecast import Target
 from loadtrace.analysis.model import to_json
 from loadtrace.analysis.report import report
 from loadtrace.analysis.sources import read_files
-from loadtrace.render import report_table
+from loadtrace.cli.render import report_table
 
 JOB = "job-1"
 TRACE = format(sc.job_trace_ids(JOB)[0], "032x")  # every rank of job-1 derives this trace id

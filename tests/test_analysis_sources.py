@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_analysis_otlp import T0, line, resource, span, trace_id_of, write_lines
 
-from loadtrace.analysis import sources
 from loadtrace.analysis.sources import SourceError, SpanSet, decode_line, read_files, read_stream
+from loadtrace.analysis.sources import files as sources
 
 TRACE = trace_id_of("sources")
 

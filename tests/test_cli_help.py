@@ -8,7 +8,7 @@ import subprocess
 import sys
 from importlib.metadata import version
 
-from loadtrace.cli import build_parser
+from loadtrace.cli.commands import build_parser
 
 
 def commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

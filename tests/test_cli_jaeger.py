@@ -13,8 +13,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from test_analysis_otlp import field_fact_job, trace_id_of
 
-from loadtrace.analysis import jaeger
-from loadtrace.analysis.sources import SourceError
+from loadtrace.analysis.sources import SourceError, jaeger
 from loadtrace.cli import main
 
 JOBS = {

@@ -17,8 +17,8 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from support.jobtree import BETA_STRETCH, RANKS_PER_NODE, cluster_of, job_ids, write_tree
 
-from loadtrace.analysis import jaeger, sources
-from loadtrace.analysis.sources import read_files
+from loadtrace.analysis.sources import files as sources
+from loadtrace.analysis.sources import jaeger, read_files
 from loadtrace.cli import main
 
 JOBS, RANKS = 30, 8

@@ -2,7 +2,7 @@
 
 import pytest
 
-from loadtrace.context import Job, job_id_from_env, rank_from_env
+from loadtrace.instrumentation.context import Job, job_id_from_env, rank_from_env
 from loadtrace.semconv import job_trace_ids as trace_ids
 
 
@@ -93,7 +93,7 @@ def test_a_known_job_id_is_never_replaced():
 
 
 def test_cluster_from_loadtrace_slurm_or_kubernetes():
-    from loadtrace import context, settings
+    from loadtrace.instrumentation import context, settings
 
     def cluster_attributes(env):  # the cluster name is a Settings knob; the pod and namespace are read from env
         return context.cluster_attributes(settings.from_env(env).cluster, env)

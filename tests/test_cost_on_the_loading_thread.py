@@ -10,7 +10,8 @@ from _examples import make_checkpoint
 from _inmemory import traced
 from transformers import AutoModelForCausalLM
 
-from loadtrace import context, semconv, spans
+from loadtrace import semconv
+from loadtrace.instrumentation import context, lifecycle, readings, spans, startup
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +29,8 @@ def test_memory_is_read_on_the_loading_thread_only_at_the_loads_start_and_end(ch
         readers.append(threading.current_thread().name)
         return original()
 
-    monkeypatch.setattr(spans, "process_memory", counted)
+    for module in (spans, readings, startup, lifecycle):  # where spans.py's readings are since it was split
+        monkeypatch.setattr(module, "process_memory", counted)
     with traced() as t:
         AutoModelForCausalLM.from_pretrained(checkpoint)
         AutoModelForCausalLM.from_pretrained(checkpoint)

@@ -11,7 +11,7 @@ from _inmemory import traced
 
 import loadtrace
 from loadtrace import semconv
-from loadtrace.hooks import safetensors as safetensors_hooks
+from loadtrace.instrumentation.hooks import safetensors as safetensors_hooks
 
 TENSORS = {
     "a": torch.arange(12, dtype=torch.float32).reshape(3, 4),  # 48 B

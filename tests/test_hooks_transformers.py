@@ -110,7 +110,7 @@ def test_the_load_span_carries_the_checkpoints_exact_tensor_bytes(checkpoint):
     ],
 )
 def test_strategy_names_tensor_parallelism_and_its_combinations(monkeypatch, environment, kwargs, expected):
-    from loadtrace.hooks.transformers import strategy
+    from loadtrace.instrumentation.hooks.transformers import strategy
 
     for name in ("ACCELERATE_USE_FSDP", "FSDP_CPU_RAM_EFFICIENT_LOADING"):
         monkeypatch.delenv(name, raising=False)
@@ -122,7 +122,7 @@ def test_strategy_names_tensor_parallelism_and_its_combinations(monkeypatch, env
 def test_a_rename_counts_only_when_the_key_changes():
     from transformers.core_model_loading import WeightRenaming
 
-    from loadtrace.hooks.transformers import renames
+    from loadtrace.instrumentation.hooks.transformers import renames
 
     assert not renames(WeightRenaming("model.norm.weight", "model.norm.weight"))
     assert renames(WeightRenaming("transformer.norm.weight", "model.norm.weight"))
@@ -133,7 +133,7 @@ def test_the_index_total_is_read_from_its_head_and_equals_a_full_parse(checkpoin
     opens with it (transformers writes it so), else from the whole JSON; the same number either way."""
     import json
 
-    from loadtrace.hooks.transformers import _total_size_ahead, checkpoint_tensor_bytes
+    from loadtrace.instrumentation.hooks.transformers import _total_size_ahead, checkpoint_tensor_bytes
 
     path, summary = checkpoint
     index = path / "model.safetensors.index.json"
@@ -152,7 +152,7 @@ def test_the_index_total_is_read_from_its_head_and_equals_a_full_parse(checkpoin
 
 def test_held_bytes_count_each_tensor_once_by_device():
     """Tied weights are one tensor; parameters and buffers by device type, against ``parameters()``/``buffers()``."""
-    from loadtrace.hooks.transformers import held_bytes
+    from loadtrace.instrumentation.hooks.transformers import held_bytes
 
     model = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10), torch.nn.BatchNorm1d(10))
     model[1].weight = model[0].weight  # tied, as an LM head and its embeddings
@@ -171,7 +171,7 @@ def test_a_renaming_hook_counts_a_changed_key_and_passes_a_kept_one():
 
     import loadtrace
     from loadtrace import semconv
-    from loadtrace.hooks.transformers import weight_renaming
+    from loadtrace.instrumentation.hooks.transformers import weight_renaming
 
     kept = WeightRenaming("model.norm.weight", "model.norm.weight")
     changed = WeightRenaming("transformer.norm.weight", "model.norm.weight")

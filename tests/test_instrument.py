@@ -10,7 +10,7 @@ import wrapt
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
 import loadtrace
-from loadtrace.hooks import all_hooks
+from loadtrace.instrumentation.hooks import all_hooks
 from loadtrace.instrumentor import LoadtraceInstrumentor
 
 
@@ -117,3 +117,25 @@ def test_a_missing_target_is_skipped_with_a_note_and_the_others_still_run(monkey
     notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("loadtrace:")]
     assert len(notes) == 1 and "_load_state_dict_into_zero3_model not found" in notes[0]
     assert t.one("transformers.from_pretrained").attributes["loadtrace.read.bytes"] > 0
+
+
+def test_its_dependencies_are_the_tested_releases_of_the_libraries_installed_here():
+    """OTel's check (``BaseInstrumentor.instrument``) refuses a release outside a library's tested range, and passes
+    the ones CI installs; a library not installed is left out, so it is no conflict (hooked only where present)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
+
+    from loadtrace.instrumentation import INSTRUMENTS
+
+    def present(name: str) -> bool:
+        try:
+            return bool(version(name))
+        except PackageNotFoundError:
+            return False
+
+    dependencies = LoadtraceInstrumentor().instrumentation_dependencies()
+    assert [line.split()[0] for line in dependencies] == [name for name in INSTRUMENTS if present(name)]
+    assert get_dependency_conflicts(dependencies) is None
+    assert get_dependency_conflicts(["torch >= 99"]) is not None  # a release outside the range: refused
+    assert get_dependency_conflicts(["loadtrace-no-such-library >= 1"]) is not None  # why the absent are left out

@@ -14,7 +14,7 @@ from support.torchrun import clean_env, free_port, torchrun
 from support.venvs import discover
 
 from loadtrace.analysis.sources import read_files
-from loadtrace.context import (
+from loadtrace.instrumentation.context import (
     SOURCE_LAUNCH,
     SOURCE_LAUNCH_DIR,
     Job,

@@ -24,7 +24,8 @@ import pytest
 from support.torchrun import torchrun
 from support.venvs import REPO, discover
 
-from loadtrace import semconv, settings, summary
+from loadtrace import semconv
+from loadtrace.instrumentation import settings, summary
 
 FIXTURES = Path(__file__).parent / "fixtures" / "spans"
 FSDP524_JOB = "cc2eef90-40e1-446d-ac10-d780c6600db0"  # tests/fixtures/spans/fsdp524: 2 ranks, 3 findings

@@ -15,10 +15,11 @@ from pathlib import Path
 
 from test_witness import DEAD_PID, RANK1_ENV, read_lines, witness_dir  # noqa: F401 - a fixture
 
-from loadtrace import semconv, statefile, witness
+from loadtrace import semconv, statefile
 from loadtrace.analysis.report import build_report
 from loadtrace.analysis.sources import read_files
-from loadtrace.settings import Settings
+from loadtrace.instrumentation import witness
+from loadtrace.instrumentation.settings import Settings
 
 FIXTURES = Path(__file__).parent / "fixtures" / "spans"
 TRACE = 0x1234_5678_9ABC_DEF0_1234_5678_9ABC_DEF0

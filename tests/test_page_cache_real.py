@@ -16,8 +16,8 @@ from support.pagecache import evict
 from support.torchrun import torchrun
 from support.venvs import discover
 
-from loadtrace import memory
 from loadtrace.cli import main
+from loadtrace.instrumentation import memory
 
 VENVS = discover()
 

@@ -18,9 +18,10 @@ from _inmemory import traced
 from support.pagecache import evict
 
 import loadtrace
-from loadtrace import memory, semconv, spans
-from loadtrace.hooks import safetensors as safetensors_hooks
-from loadtrace.hooks._common import file_attributes_and_head
+from loadtrace import semconv
+from loadtrace.instrumentation import memory, spans
+from loadtrace.instrumentation.hooks import safetensors as safetensors_hooks
+from loadtrace.instrumentation.hooks._common import file_attributes_and_head
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 REPO = Path(__file__).resolve().parents[1]

@@ -1,7 +1,7 @@
 """Promise: with ``LOADTRACE=1``, a process that never loads (the launcher, a DataLoader worker, a tokenizer pool, any
 helper) pays almost nothing: no OpenTelemetry, no hook machinery until a hooked library is imported, no files, threads,
 signal handlers or exit handlers until the first span; the first span of any kind sets everything up, from any
-thread, without a fork in the meantime inheriting a half-done import (loadtrace/activation.py)."""
+thread, without a fork in the meantime inheriting a half-done import (loadtrace/instrumentation/activation.py)."""
 
 import json
 import os
@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from loadtrace import _activate, settings  # noqa: F401 - _activate does nothing here: LOADTRACE is unset in tests
+from loadtrace import _activate  # noqa: F401 - _activate does nothing here: LOADTRACE is unset in tests
+from loadtrace.instrumentation import settings  # noqa: F401
 
 
 def run(code: str, loadtrace: str | None = "1", timeout: int = 120, **extra: str) -> subprocess.CompletedProcess:
@@ -34,7 +35,13 @@ MODULES = "import sys, json; print(json.dumps(sorted(sys.modules)))"
 def test_a_bare_interpreter_imports_three_small_modules_of_ours_and_nothing_else():
     untraced = set(output(run(MODULES, loadtrace=None)))
     traced = set(output(run(MODULES)))
-    assert traced - untraced == {"loadtrace", "loadtrace._activate", "loadtrace.activation", "__future__"}
+    assert traced - untraced == {
+        "loadtrace",
+        "loadtrace._activate",
+        "loadtrace.instrumentation",
+        "loadtrace.instrumentation.activation",
+        "__future__",
+    }
 
 
 NEVER_LOADS = """
@@ -70,7 +77,7 @@ def test_importing_torch_hooks_it_and_sets_up_nothing_else(tmp_path):
 
 FIRST_SPAN_OF_ANY_KIND = """
 import json, sys, safetensors, safetensors.torch, torch
-from loadtrace import spans
+from loadtrace.instrumentation import spans
 safetensors.torch.save_file({"w": torch.ones(4)}, sys.argv[1] if len(sys.argv) > 1 else "/tmp/unused")
 before = "opentelemetry.sdk.trace" in sys.modules
 tracing = spans.tracing()
@@ -93,7 +100,7 @@ def test_the_first_span_of_any_kind_sets_up_the_sdk(tmp_path):
 FORK_RACE = r"""
 import os, sys, threading, time, torch
 import loadtrace
-from loadtrace import spans
+from loadtrace.instrumentation import spans
 
 started = threading.Event()
 def first_span():
@@ -140,8 +147,8 @@ def test_a_fork_while_the_first_span_imports_the_sdk_does_not_hang_the_child(tmp
 
 
 def test_every_hook_lives_in_a_watched_package():
-    from loadtrace.activation import HOOKED_PACKAGES
-    from loadtrace.hooks import all_hooks
+    from loadtrace.instrumentation.activation import HOOKED_PACKAGES
+    from loadtrace.instrumentation.hooks import all_hooks
 
     assert {hook.module.partition(".")[0] for hook in all_hooks()} <= set(HOOKED_PACKAGES)
 

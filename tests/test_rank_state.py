@@ -2,7 +2,7 @@
 that the kernel keeps if it dies: tensors and bytes counted into per-file read slots (the same numbers the spans
 carry), its status, load and phase, its memory limit from the load's start, which attempt of which launch it is, and
 why its load failed; a process that finished says so. The per-tensor path costs no more than the list append it
-replaced (see the module docstring of loadtrace/hooks/safetensors.py)."""
+replaced (see the module docstring of loadtrace/instrumentation/hooks/safetensors.py)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,9 @@ from _examples import make_checkpoint
 from _inmemory import traced
 
 import loadtrace
-from loadtrace import attributes, context, memory, semconv, settings, spans, statefile
+from loadtrace import semconv, statefile
 from loadtrace.analysis.sources import read_files
+from loadtrace.instrumentation import attributes, context, memory, settings, spans
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "workers"))
 
@@ -385,7 +386,7 @@ def test_a_temporary_directory_someone_else_made_is_not_used(tmp_path):
 
 FORKS = r"""
 import os, sys, safetensors, loadtrace
-from loadtrace import spans
+from loadtrace.instrumentation import spans
 with loadtrace.traced_load("parent"):
     f = safetensors.safe_open(sys.argv[1], framework="pt")
     f.get_tensor("w")

@@ -21,8 +21,8 @@ from support.pagecache import evict
 from support.torchrun import torchrun
 from support.venvs import REPO, discover
 
-from loadtrace import memory
 from loadtrace.cli import main
+from loadtrace.instrumentation import memory
 
 VENVS = discover()
 WORKER = REPO / "tests" / "workers" / "startup_load.py"

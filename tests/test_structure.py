@@ -2,11 +2,12 @@
 
 - ruff (lint and format) and mypy are clean, run here so README's test command covers them;
 - every span name and ``loadtrace.*`` attribute key is spelled once, in ``loadtrace/semconv.py``;
-- data flows one way: the analysis half (``loadtrace/analysis/``, ``cli.py``, ``render.py``,
-  ``render_timeline.py``) imports nothing of loadtrace but the shared formats and itself, the instrumentation half
-  imports nothing of the analysis half, and the shared formats import only the standard library. The shared formats
+- data flows one way: the analysis half (``loadtrace/analysis/``, ``loadtrace/cli/``) imports nothing of loadtrace
+  but the shared formats and itself, the instrumentation half imports nothing of the analysis half, and the shared
+  formats import only the standard library. The shared formats
   are the contracts of the files between the halves: ``semconv`` (span names and keys) and ``statefile`` (the state a
-  dead rank leaves).
+  dead rank leaves);
+- the import graph of ``loadtrace/`` has no cycle, lazy imports included, and at most 8 modules sit at its top.
 
 These read the source tree (``ast``), not the installed wheel.
 """
@@ -67,12 +68,7 @@ MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
 
 
 def is_analysis(module: str) -> bool:
-    return module in (
-        "loadtrace.__main__",
-        "loadtrace.cli",
-        "loadtrace.render",
-        "loadtrace.render_timeline",
-    ) or module.startswith("loadtrace.analysis")
+    return module == "loadtrace.__main__" or module.startswith(("loadtrace.analysis", "loadtrace.cli"))
 
 
 ANALYSIS = sorted(m for m in MODULES if is_analysis(m))
@@ -202,4 +198,84 @@ def test_the_shared_formats_import_only_the_standard_library(module):
 def test_the_halves_are_found():
     """The checks above are only as good as the module lists they walk."""
     assert "loadtrace.cli" in ANALYSIS and any(m.startswith("loadtrace.analysis.") for m in ANALYSIS), ANALYSIS
-    assert "loadtrace.spans" in INSTRUMENTATION and "loadtrace.hooks" in INSTRUMENTATION, INSTRUMENTATION
+    in_job = {"loadtrace.instrumentation.spans", "loadtrace.instrumentation.hooks"}
+    assert in_job <= set(INSTRUMENTATION), INSTRUMENTATION
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module → the modules of loadtrace it imports, lazy imports inside functions and type-checking-only imports
+    included. A submodule's implicit import of its parent package is not an edge: ``loadtrace/__init__.py`` imports
+    its halves lazily, and nothing imports it back."""
+    return {m: {imported for _, imported in imports(m) if imported in MODULES and imported != m} for m in MODULES}
+
+
+def cycle_in(graph: dict[str, set[str]]) -> list[str]:
+    """One cycle of ``graph`` (its modules in order, the first repeated at the end), or [] when there is none."""
+    done: set[str] = set()
+    path: list[str] = []
+    on_path: set[str] = set()
+
+    def visit(module: str) -> list[str]:
+        path.append(module)
+        on_path.add(module)
+        for imported in sorted(graph[module]):
+            if imported in on_path:
+                return path[path.index(imported) :] + [imported]
+            if imported not in done:
+                found = visit(imported)
+                if found:
+                    return found
+        on_path.discard(path.pop())
+        done.add(module)
+        return []
+
+    for module in sorted(graph):
+        if module not in done:
+            found = visit(module)
+            if found:
+                return found
+    return []
+
+
+def test_the_import_graph_has_no_cycle():
+    cycle = cycle_in(import_graph())
+    assert not cycle, "an import cycle inside loadtrace/ (lazy imports included):\n  " + "\n  → ".join(cycle)
+
+
+def test_the_cycle_check_finds_a_cycle():
+    """The check above is only as good as its search: a cycle two hops away is found, a diamond is not one."""
+    assert cycle_in({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert cycle_in({"a": {"b", "c"}, "b": {"d"}, "c": {"d"}, "d": set()}) == []
+    assert "loadtrace.instrumentation.spans" in import_graph()["loadtrace.instrumentation.activation"]
+
+
+def test_at_most_eight_modules_sit_directly_under_loadtrace():
+    """The folders show the halves (README, How it works): the in-job half in ``instrumentation/``, the offline
+    half in ``analysis/`` and ``cli/``, and at the top only the package's surface and the shared formats."""
+    top = sorted(path.name for path in PACKAGE.glob("*.py"))
+    assert len(top) <= 8, top
+
+
+def test_the_report_keys_the_summary_line_reads_are_the_models():
+    """The job's summary line (in-job) reads ``loadtrace report --format json`` back by the keys in semconv: they
+    are the field names of the report's model (the JSON is its fields, by name)."""
+    import dataclasses
+
+    from loadtrace import semconv
+    from loadtrace.analysis.model import JobSummary, RankLoad, Report
+
+    def names(record: type) -> set[str]:
+        return {item.name for item in dataclasses.fields(record) if item.metadata.get("json", True)}
+
+    assert {semconv.REPORT_TRACES, semconv.REPORT_RANKS, semconv.REPORT_FINDINGS} <= names(Report)
+    assert semconv.REPORT_WORLD_SIZE in names(JobSummary) and semconv.REPORT_RANK in names(RankLoad)
+    hints = {name: str(hint) for name, hint in Report.__annotations__.items()}
+    assert "JobSummary" in hints[semconv.REPORT_TRACES] and "RankLoad" in hints[semconv.REPORT_RANKS], hints
+
+
+def test_the_readme_support_table_is_instruments():
+    """The README's table of tested releases is ``INSTRUMENTS``, the one place they are written."""
+    from loadtrace.instrumentation import INSTRUMENTS
+
+    rows = re.findall(r"^  \| (\w+) \| `([^`]+)` \|$", (REPO / "README.md").read_text(), flags=re.M)
+    assert dict(rows) == INSTRUMENTS and [name for name, _ in rows] == list(INSTRUMENTS), rows

@@ -22,7 +22,7 @@ from loadtrace import semconv as sc
 from loadtrace.analysis.ranks import jobs_from_spans
 from loadtrace.analysis.sources import Span, read_files
 from loadtrace.analysis.timeline import ERROR, FAILED, INCOMPLETE, KILLED, OK, SLOW, UNFINISHED, timeline
-from loadtrace.render_timeline import chrome_trace, html_page, lane_detail, nested_tracks
+from loadtrace.cli.render_timeline import chrome_trace, html_page, lane_detail, nested_tracks
 
 SPANS = Path(__file__).parent / "fixtures" / "spans"
 LOADTRACE = [sys.executable, "-m", "loadtrace.cli"]

@@ -22,7 +22,7 @@ from loadtrace import semconv as sc
 from loadtrace.analysis.ranks import jobs_from_spans
 from loadtrace.analysis.sources import read_files
 from loadtrace.analysis.timeline import timeline
-from loadtrace.render_timeline import html_page
+from loadtrace.cli.render_timeline import html_page
 
 CHROMIUM = Path("/usr/bin/chromium")
 SPANS = Path(__file__).parent / "fixtures" / "spans"

@@ -19,9 +19,9 @@ from support.torchrun import clean_env
 from support.venvs import discover
 
 import loadtrace
-from loadtrace.hooks import registry
-from loadtrace.hooks import safetensors as safetensors_hooks
-from loadtrace.hooks.registry import CALL_THROUGH_MARK, Hook, Registry
+from loadtrace.instrumentation.hooks import registry
+from loadtrace.instrumentation.hooks import safetensors as safetensors_hooks
+from loadtrace.instrumentation.hooks.registry import CALL_THROUGH_MARK, Hook, Registry
 
 MODULE = "_loadtrace_warning_target"
 
@@ -134,7 +134,7 @@ def test_tracebacks_still_show_the_wrapper_and_its_source(target):
     finally:
         hooks.uninstall()
     text = "".join(traceback.format_exception(raised.type, raised.value, raised.tb))
-    assert "loadtrace/hooks/registry.py" in text and CALL_THROUGH_MARK in text
+    assert "loadtrace/instrumentation/hooks/registry.py" in text and CALL_THROUGH_MARK in text
     assert "result = wrapped(*args, **kwargs)" in text  # the source line, found through the module's loader
     assert "ValueError: from the job" in text
 

@@ -1,6 +1,7 @@
 """Promise: with LOADTRACE=1 the launcher (torchrun's elastic agent, which `accelerate launch` also uses) outlives its
 workers and writes one `loadtrace.rank_exit` span per dead rank into the job's trace: how it ended (signal or exit
-code, and whether the OOM killer did it) and its exact last state (loadtrace/witness.py, hooks/torchelastic.py)."""
+code, and whether the OOM killer did it) and its exact last state (loadtrace/instrumentation/witness.py,
+hooks/torchelastic.py)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ from support.span_reference import documented
 from support.torchrun import torchrun
 from support.venvs import REPO, discover
 
-from loadtrace import semconv, statefile, witness
-from loadtrace.settings import Settings
+from loadtrace import semconv, statefile
+from loadtrace.instrumentation import witness
+from loadtrace.instrumentation.settings import Settings
 
 VENVS = discover()
 RANK1_ENV = {
@@ -80,7 +82,7 @@ def test_exit_description():
     assert witness.exit_description(-15, None) == "SIGTERM"
     assert witness.exit_description(1, None) == "exit code 1"
     assert witness.exit_description(None, None) == "exited"
-    assert witness.signal_name(-200) == "signal 200"
+    assert witness.exit_signal(-200) == "signal 200"
 
 
 # The worker's pointer -------------------------------------------------------------------------------------------------

@@ -1,13 +1,13 @@
-"""Issue 16: loadtrace's own time on the loading thread per load, metered inside real warm loads.
+"""loadtrace's own time on the loading thread per load, metered inside real warm loads.
 
 Whole-load timings on a shared 2-core machine scatter by ±100 ms, far more than the few ms to resolve. So this part
 times only loadtrace's code, with the loading thread's CPU clock (``time.thread_time_ns``, which other jobs' CPU is not
 in), at the points where it runs on that thread:
 
-- every hook's handler and its ``done``: the hook engine's one wrapper (``hooks/registry.py`` ``_wrapper``) is
-  replaced before any hook is installed by one that times both, exclusive of the wrapped original; hooks are told
-  apart by ``Hook.name``, whatever they are;
-- the tracing's methods called from outside any hook (``spans.Tracing``, whatever its class is called: the file
+- every hook's handler and its ``done``: the hook engine's one wrapper (``instrumentation/hooks/registry.py``
+  ``_wrapper``) is replaced before any hook is installed by one that times both, exclusive of the wrapped original;
+  hooks are told apart by ``Hook.name``, whatever they are;
+- the tracing's methods called from outside any hook (``spans.Tracing`` and the collaborators it owns: the file
   proxy ending its file's span when transformers closes the file);
 - nested loadtrace code (a tracing method inside a handler, a hooked call inside ``done``) counts once, in the
   outermost piece;
@@ -16,7 +16,7 @@ in), at the points where it runs on that thread:
   in it: what the cost cannot go below without giving one of them up.
 
 Not in it: the slice proxies' per-tensor work (``get_slice(name)[...]``), timed apart through the public path
-(``cost.slice_cost_us``) and added to the per-tensor figure; and the monitor thread, which runs beside the loading
+(``slices.slice_cost_us``) and added to the per-tensor figure; and the monitor thread, which runs beside the loading
 thread: its CPU per load is its own line (``time.pthread_getcpuclockid``). Every metered interval also holds about one
 clock read; that bias (calls x the mean empty interval, measured here) is subtracted and stated.
 
@@ -25,7 +25,6 @@ clock read; that bias (calls x the mean empty interval, measured here) is subtra
 
 from __future__ import annotations
 
-import json
 import statistics
 import threading
 import time
@@ -33,8 +32,8 @@ from pathlib import Path
 from types import FunctionType
 from typing import Any
 
-from .common import best_ns, clean_env, run_checked, worker
-from .cost import slice_cost_us
+from .common import best_ns, clean_env, line_through, min_median, quiet_transformers, run_worker
+from .slices import slice_cost_us
 
 OUTSIDE = " (outside hooks)"
 DONE = " done"
@@ -140,6 +139,7 @@ SPANS = "OpenTelemetry's span calls: start, attributes, end"
 EXPORT = "writing each span as it ends (OTLP JSON, one write)"
 RESIDENCY = "page-cache residency of each file at open (cachestat)"
 READINGS = "memory readings (/proc, cgroup)"
+PARTS = (SPANS, EXPORT, RESIDENCY, READINGS)
 
 
 def meter_parts(meter: Meter) -> None:
@@ -148,8 +148,8 @@ def meter_parts(meter: Meter) -> None:
     residency of files; the memory readings (at the names the loading thread's code calls them by)."""
     from opentelemetry.sdk import trace as sdk_trace
 
-    from loadtrace import attributes, export, spans
-    from loadtrace.hooks import _common
+    from loadtrace.instrumentation import attributes, export, lifecycle, loads, readings, spans, startup, statemirror
+    from loadtrace.instrumentation.hooks import _common
 
     for cls, name in (
         (sdk_trace.Tracer, "start_span"),
@@ -160,8 +160,13 @@ def meter_parts(meter: Meter) -> None:
         setattr(cls, name, meter.part(SPANS, getattr(cls, name)))
     export.WriteAsItEnds.on_end = meter.part(EXPORT, export.WriteAsItEnds.on_end)  # type: ignore[method-assign]
     _common.cached_bytes_of = meter.part(RESIDENCY, _common.cached_bytes_of)
-    readings = ((spans, "process_memory"), (spans, "limits"), (spans, "oom_kill_count"), (attributes, "limits"))
-    for module, name in readings:
+    called = (
+        *((module, "process_memory") for module in (spans, readings, startup, lifecycle)),
+        (loads, "limits"),
+        (attributes, "limits"),
+        (statemirror, "oom_kill_count"),
+    )
+    for module, name in called:
         setattr(module, name, meter.part(READINGS, getattr(module, name)))
 
 
@@ -193,80 +198,88 @@ def clock_bias_ns(n: int = 200_000) -> dict[str, float]:
     return {"empty_ns": total / n, "pair_ns": best_ns(pairs, 20_000)}
 
 
-def cmd_own(argv: list[str]) -> int:
-    """Worker (LOADTRACE unset: it instruments itself once the meter is in): ``_own ROUNDS OUT CKPT...``."""
-    import gc
+def install_meter() -> Meter:
+    """A meter in the hook engine, before loadtrace instruments anything: every hook wrapper is made by one factory,
+    when a hook is installed or a while-loading hook put in place."""
+    from loadtrace.instrumentation import activation
+    from loadtrace.instrumentation.hooks import registry as hook_registry
 
-    from loadtrace import activation, spans
-    from loadtrace.hooks import registry as hook_registry
-
-    rounds, out, ckpts = int(argv[0]), argv[1], argv[2:]
     assert not activation.registry().active, "start this worker without LOADTRACE: the meter goes in first"
     meter = Meter()
-    # Every hook wrapper is made by this one factory, when a hook is installed or a while-loading hook put in place.
     factory = getattr(hook_registry, "_wrapper", None)
-    assert factory is not None, "loadtrace.hooks.registry._wrapper (the hook wrapper factory) is gone: update the meter"
+    assert factory is not None, (
+        "loadtrace.instrumentation.hooks.registry._wrapper (the hook wrapper factory) is gone: update the meter"
+    )
     hook_registry._wrapper = meter.wrapper_factory(factory)
+    return meter
 
+
+def metered_load(meter: Meter, load: Any, ckpt: str, monitor: int | None) -> dict[str, Any]:
+    """One warm load: what the meter found, the monitor thread's CPU, the loading thread's CPU and the wall time."""
+    import gc
+
+    gc.collect()
+    meter.reset()
+    m0 = time.clock_gettime_ns(monitor) if monitor is not None else 0
+    c0, w0 = time.thread_time_ns(), time.perf_counter()
+    model = load(ckpt)
+    wall, thread_ns = time.perf_counter() - w0, time.thread_time_ns() - c0
+    m1 = time.clock_gettime_ns(monitor) if monitor is not None else 0
+    del model
+    return {
+        "ckpt": ckpt,
+        "spent_ns": meter.spent,
+        "calls": meter.calls,
+        "parts_ns": meter.parts,
+        "part_calls": meter.part_calls,
+        "other_threads": meter.other_threads,
+        "monitor_ns": m1 - m0 if monitor is not None else None,
+        "thread_ns": thread_ns,
+        "wall_s": wall,
+    }
+
+
+def cmd_own(argv: list[str]) -> dict[str, Any]:
+    """Worker (LOADTRACE unset: it instruments itself once the meter is in): ``_own OUT ROUNDS CKPT...``."""
+    from loadtrace.instrumentation import spans
+
+    rounds, ckpts = int(argv[0]), argv[1:]
+    meter = install_meter()
     from transformers import AutoModelForCausalLM
-    from transformers.utils import logging as hf_logging
 
     import loadtrace
 
-    hf_logging.disable_progress_bar()
+    quiet_transformers()
     loadtrace.instrument()
+    load = AutoModelForCausalLM.from_pretrained
     for ckpt in ckpts:  # imports, the provider, the first span, the monitor thread: once per process, not here
-        AutoModelForCausalLM.from_pretrained(ckpt)
+        load(ckpt)
     tracing = spans.tracing()
     assert tracing is not None
-    outside = meter.meter_methods(type(tracing))
+    # The front and the collaborators it owns (a call from one into another counts once, in the outer one).
+    owners = (tracing, tracing.state_file, tracing.readings, tracing.startup, tracing.loads, tracing.ends)
+    outside = [name for owner in (*owners, tracing.lifecycle) for name in meter.meter_methods(type(owner))]
     meter_parts(meter)
     monitor = monitor_clock()
-    rows: list[dict[str, Any]] = []
+    rows = []
     for r in range(rounds):
         for ckpt in ckpts[r % len(ckpts) :] + ckpts[: r % len(ckpts)]:
-            gc.collect()
-            meter.reset()
-            m0 = time.clock_gettime_ns(monitor) if monitor is not None else 0
-            c0, w0 = time.thread_time_ns(), time.perf_counter()
-            model = AutoModelForCausalLM.from_pretrained(ckpt)
-            wall, thread_ns = time.perf_counter() - w0, time.thread_time_ns() - c0
-            m1 = time.clock_gettime_ns(monitor) if monitor is not None else 0
-            del model
-            rows.append(
-                {
-                    "ckpt": ckpt,
-                    "spent_ns": meter.spent,
-                    "calls": meter.calls,
-                    "parts_ns": meter.parts,
-                    "part_calls": meter.part_calls,
-                    "other_threads": meter.other_threads,
-                    "monitor_ns": m1 - m0 if monitor is not None else None,
-                    "thread_ns": thread_ns,
-                    "wall_s": wall,
-                }
-            )
-    result = {"rows": rows, "bias": clock_bias_ns(), "outside_methods": outside}
-    Path(out).write_text(json.dumps(result))
-    return 0
+            rows.append(metered_load(meter, load, ckpt, monitor))
+    return {"rows": rows, "bias": clock_bias_ns(), "outside_methods": outside}
 
 
-def stat(values: list[float]) -> dict[str, float]:
-    return {"min": min(values), "median": statistics.median(values)}
+def net_ms(rows: list[dict[str, Any]], spent: str, calls: str, label: str, empty_ns: float) -> dict[str, float]:
+    """A label's ms per load (min and median over loads) less the clock bias, and its calls per load (median)."""
+    ms = [(row[spent].get(label, 0) - empty_ns * row[calls].get(label, 0)) / 1e6 for row in rows]
+    return {**min_median(ms), "calls": statistics.median(row[calls].get(label, 0) for row in rows)}
 
 
 def summarize_size(rows: list[dict[str, Any]], empty_ns: float, pair_ns: float) -> dict[str, Any]:
     """One checkpoint's loads: per label and in total, ms per load (min and median over loads), less the clock bias
     (and in the total, the two clock reads each timed part adds to the piece it is in); the timed parts apart."""
     labels = sorted({label for row in rows for label in row["spent_ns"]})
-    per_label = {}
-    for label in labels:
-        ms = [(row["spent_ns"].get(label, 0) - empty_ns * row["calls"].get(label, 0)) / 1e6 for row in rows]
-        per_label[label] = {**stat(ms), "calls": statistics.median(row["calls"].get(label, 0) for row in rows)}
-    parts = {}
-    for label in (SPANS, EXPORT, RESIDENCY, READINGS):
-        ms = [(row["parts_ns"].get(label, 0) - empty_ns * row["part_calls"].get(label, 0)) / 1e6 for row in rows]
-        parts[label] = {**stat(ms), "calls": statistics.median(row["part_calls"].get(label, 0) for row in rows)}
+    per_label = {label: net_ms(rows, "spent_ns", "calls", label, empty_ns) for label in labels}
+    parts = {label: net_ms(rows, "parts_ns", "part_calls", label, empty_ns) for label in PARTS}
     calls = [sum(row["calls"].values()) for row in rows]
     part_calls = [sum(row["part_calls"].values()) for row in rows]
     raw = [sum(row["spent_ns"].values()) / 1e6 for row in rows]
@@ -276,27 +289,24 @@ def summarize_size(rows: list[dict[str, Any]], empty_ns: float, pair_ns: float) 
         "loads": len(rows),
         "labels": dict(sorted(per_label.items(), key=lambda item: -item[1]["median"])),
         "parts": parts,
-        "total_ms": stat(total),
-        "raw_total_ms": stat(raw),
+        "total_ms": min_median(total),
+        "raw_total_ms": min_median(raw),
         "calls": statistics.median(calls),
         "bias_ms": statistics.median(calls) * empty_ns / 1e6,
         "other_thread_calls": max(row["other_threads"] for row in rows),
-        "monitor_ms": stat(monitor) if monitor else None,
-        "thread_s": stat([row["thread_ns"] / 1e9 for row in rows]),
+        "monitor_ms": min_median(monitor) if monitor else None,
+        "thread_s": min_median([row["thread_ns"] / 1e9 for row in rows]),
         # Contention inflates a thread's CPU clock too (from 0.56 to 0.84 s for the same load here): the share of the
         # load's own thread CPU moves less than the ms.
-        "share_pct": stat([t / (row["thread_ns"] / 1e6) * 100 for t, row in zip(total, rows, strict=True)]),
-        "wall_s": stat([row["wall_s"] for row in rows]),
+        "share_pct": min_median([t / (row["thread_ns"] / 1e6) * 100 for t, row in zip(total, rows, strict=True)]),
+        "wall_s": min_median([row["wall_s"] for row in rows]),
     }
 
 
 def bench_own(ckpts: list[tuple[Path, int, int]], rounds: int, work: Path) -> dict[str, Any]:
     """``ckpts``: (directory, tensors, files) of two checkpoints; ``rounds`` warm loads of each, alternating."""
-    out = work / "results" / "own.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
     env = clean_env(LOADTRACE_DIR=str(work / "traces" / "own"), HF_DEACTIVATE_ASYNC_LOAD="1")
-    run_checked(worker("_own", rounds, out, *(c for c, _, _ in ckpts)), env, 3600, work / "results" / "own.log", work)
-    found = json.loads(out.read_text())
+    found = run_worker("_own", [rounds, *(c for c, _, _ in ckpts)], env, work)
     bias = found["bias"]
     sizes = []
     for ckpt, tensors, files in ckpts:
@@ -305,12 +315,9 @@ def bench_own(ckpts: list[tuple[Path, int, int]], rounds: int, work: Path) -> di
     result: dict[str, Any] = {"rounds": rounds, "sizes": sizes, "bias": bias, "outside": found["outside_methods"]}
     small, large = sorted(sizes, key=lambda entry: entry["tensors"])
     result["slice_us"] = slice_cost_us()
-    for stat_name in ("min", "median"):
-        a, b = small["total_ms"][stat_name], large["total_ms"][stat_name]
-        slope_us = (b - a) / (large["tensors"] - small["tensors"]) * 1e3
-        result[f"fit_{stat_name}"] = {
-            "fixed_ms": a - slope_us * small["tensors"] / 1e3,
-            "metered_per_tensor_us": slope_us,
-            "per_tensor_us": slope_us + result["slice_us"]["extra"],
-        }
+    for stat in ("min", "median"):
+        line = line_through((small["tensors"], small["total_ms"][stat]), (large["tensors"], large["total_ms"][stat]))
+        slope = line.pop("per_tensor_us")
+        line |= {"metered_per_tensor_us": slope, "per_tensor_us": slope + result["slice_us"]["extra"]}
+        result[f"fit_{stat}"] = line
     return result

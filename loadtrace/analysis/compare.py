@@ -24,8 +24,9 @@ import re
 from typing import Any
 
 from .. import semconv as sc
+from .attrs import int_attr, real_bytes
 from .model import ComparedJob, Comparison, PhaseRow, RankLoad, ResourceRow
-from .ranks import Job, int_attr, outermost, real_bytes
+from .ranks import Job, outermost
 from .sources import SourceError, rfc3339_nanos
 
 # Spans of their own for reading: only at tensor detail, or around a state dict (at default detail reads happen inside

@@ -15,8 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import semconv as sc
+from .attrs import META, int_attr, real_bytes
 from .model import INFO, WARNING, Finding, LastState, RankLoad, to_json
-from .ranks import LOADING_RANK, META, STATUS_ERROR, Job, converted_bytes, int_attr, real_bytes, sharded
+from .ranks import LOADING_RANK, STATUS_ERROR, Job, converted_bytes, sharded
 from .units import human_bytes, percent
 
 # Bytes a non-loading rank may read or convert before it counts: 1% of the loading rank's (a config, a buffer).
@@ -210,25 +211,6 @@ def lowest_limit(ranks: list[RankLoad]) -> tuple[int | None, str | None]:
     return min(known, key=lambda item: item[0] or 0) if known else (None, None)
 
 
-STOPPING_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
-
-
-def how_it_ended(rank: RankLoad) -> str:
-    """ "was OOM-killed", "was stopped by SIGTERM", "was killed (SIGKILL)", "exited with code 3", or "died"."""
-    ended = rank.exit
-    if ended.oom_killed:
-        return "was OOM-killed"
-    if ended.signal in STOPPING_SIGNALS:
-        return f"was stopped by {ended.signal}"
-    if ended.signal == "SIGKILL":
-        return "was killed (SIGKILL)"
-    if ended.signal is not None:
-        return f"died of {ended.signal}"
-    if ended.code is not None:
-        return f"exited with code {ended.code}"
-    return "died"
-
-
 def _made(state: LastState) -> str:
     return ", ".join(f"{human_bytes(n)} on {d}" for d, n in state.materialized_bytes.items() if d != META)
 
@@ -245,7 +227,9 @@ def incomplete_rank(job: Job, model: int) -> Finding | None:
         unknown = "" if rank.exit.source is not None else " (no launcher witness: how it ended is unknown)"
         if isinstance(state, LastState):
             during = state.during or state.load or "its load"
-            sentence = f"{name} {how_it_ended(rank)} during {during} after reading {human_bytes(state.read_bytes)}"
+            sentence = (
+                f"{name} {rank.exit.describe('sentence')} during {during} after reading {human_bytes(state.read_bytes)}"
+            )
             if made := _made(state):
                 sentence += f" and materialising {made}"
             sentence += unknown
@@ -269,17 +253,13 @@ def incomplete_rank(job: Job, model: int) -> Finding | None:
             }
         )
     worst = max((state.read_bytes for rank in stopped if isinstance(state := rank.last_state, LastState)), default=0)
-    return Finding(
-        trace_id=job.trace_id,
-        attempt=job.attempt,
-        run=job.run,
-        kind=sc.FINDING_INCOMPLETE_RANK,
-        severity=WARNING,
-        ranks=[rank.rank for rank in stopped if rank.rank is not None],
-        bytes=worst,
-        projected_node_bytes=0,
-        detail="; ".join(sentences) + ". The rank's row shows its finished spans plus these last known totals.",
-        evidence={"model_bytes": model, "per_rank": evidence},
+    return job.finding(
+        sc.FINDING_INCOMPLETE_RANK,
+        WARNING,
+        (rank.rank for rank in stopped),
+        worst,
+        "; ".join(sentences) + ". The rank's row shows its finished spans plus these last known totals.",
+        {"model_bytes": model, "per_rank": evidence},
     )
 
 
@@ -299,23 +279,19 @@ def failed_load(job: Job, model: int) -> Finding | None:
         if rank.exit.code is not None:
             sentence += f"; the process exited with code {rank.exit.code}"
         elif rank.exit.signal is not None:
-            sentence += f"; the process then {how_it_ended(rank).removeprefix('was ')}"
+            sentence += f"; the process then {rank.exit.describe('sentence').removeprefix('was ')}"
         sentences.append(sentence)
         evidence.append(
             {"rank": rank.rank, "host": rank.host, "load": what, "error_type": rank.failed, "read_bytes": read}
             | {"exit": to_json(rank.exit)}
         )
-    return Finding(
-        trace_id=job.trace_id,
-        attempt=job.attempt,
-        run=job.run,
-        kind=sc.FINDING_FAILED_LOAD,
-        severity=WARNING,
-        ranks=[rank.rank for rank in failed if rank.rank is not None],
-        bytes=sum(item["read_bytes"] for item in evidence),
-        projected_node_bytes=0,
-        detail="; ".join(sentences) + ". Its numbers are those of a load that did not complete.",
-        evidence={"model_bytes": model, "per_rank": evidence},
+    return job.finding(
+        sc.FINDING_FAILED_LOAD,
+        WARNING,
+        (rank.rank for rank in failed),
+        sum(item["read_bytes"] for item in evidence),
+        "; ".join(sentences) + ". Its numbers are those of a load that did not complete.",
+        {"model_bytes": model, "per_rank": evidence},
     )
 
 
@@ -372,25 +348,20 @@ def _finding(
         + (f" {note}" if note else "")
         + (f" {_last_known(unfinished)}" if (unfinished := [r for r in ranks if r.incomplete]) else "")
     )
-    return Finding(
-        trace_id=job.trace_id,
-        attempt=job.attempt,
-        run=job.run,
-        kind=kind,
-        severity=severity,
-        ranks=[r.rank for r in ranks if r.rank is not None],
-        bytes=sum(offenders.values()),
+    per_rank = [
+        {"rank": r.rank, "host": r.host, "strategy": r.strategy, "bytes": offenders[r], **extra(r)} for r in ranks
+    ]
+    found = job.finding(
+        kind,
+        severity,
+        (r.rank for r in ranks),
+        sum(offenders.values()),
+        detail,
+        {"model_bytes": model, "ranks_per_node": per_node, "per_rank": per_rank},
         projected_node_bytes=worst * per_node,
-        detail=detail,
-        evidence={
-            "model_bytes": model,
-            "ranks_per_node": per_node,
-            "per_rank": [
-                {"rank": r.rank, "host": r.host, "strategy": r.strategy, "bytes": offenders[r], **extra(r)}
-                for r in ranks
-            ],
-        },
-        symptom=symptom + (f"; {note[0].lower()}{note[1:].rstrip('.')}" if note.startswith(_SITE_NOTE) else ""),
-        projection=projection,
-        model_share=worst / model if model > 0 else 0.0,
     )
+    # For the table's one finding per cause (cli/render.py): what the ranks did, the projection, the model's share.
+    found.symptom = symptom + (f"; {note[0].lower()}{note[1:].rstrip('.')}" if note.startswith(_SITE_NOTE) else "")
+    found.projection = projection
+    found.model_share = worst / model if model > 0 else 0.0
+    return found

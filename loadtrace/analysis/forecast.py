@@ -41,6 +41,7 @@ from importlib import resources
 from typing import Any
 
 from .. import semconv as sc
+from .attrs import by_device, opt_int_attr, real_bytes, str_attr
 from .model import (
     Categories,
     Confidence,
@@ -58,7 +59,7 @@ from .model import (
     ScaledCategory,
     TargetJob,
 )
-from .ranks import LOADING_RANK, Job, by_device, opt_int_attr, real_bytes, sharded, str_attr
+from .ranks import LOADING_RANK, Job, sharded
 from .units import human_bytes
 
 DTYPE_BYTES = {"fp8": 1, "bf16": 2, "fp16": 2, "fp32": 4}
@@ -376,8 +377,9 @@ def confidence(node: list[Profile], calibration: Mapping[str, Any]) -> tuple[Con
     return Confidence(level, "; ".join(reasons)), widen
 
 
-def forecast(job: Job, target: Target) -> Forecast:
-    """The ``forecast`` object of ``loadtrace report --forecast-...`` (docs/report.md)."""
+def _shapes(job: Job, target: Target) -> tuple[int, RankLoad, int, int, int]:
+    """The measured model's bytes, the loading rank, and the measured and target world: (model, rank 0, world size
+    measured, ranks per node, world size at the target); a forecast that cannot be made raises ``ForecastError``."""
     if target.model_bytes <= 0:
         raise ForecastError("the target model size must be positive")
     measured_model = job.model_bytes()
@@ -394,14 +396,24 @@ def forecast(job: Job, target: Target) -> Forecast:
     world_t = target.world_size or max(world_s, per_node)
     if world_t < per_node:
         raise ForecastError(f"a world size of {world_t} cannot have {per_node} ranks per node")
-    calibration = target.calibration if target.calibration is not None else packaged_calibration()
-    scale = target.model_bytes / measured_model
+    return measured_model, loading, world_s, per_node, world_t
+
+
+def _profiles(
+    job: Job,
+    loading: RankLoad,
+    measured_model: int,
+    scale: float,
+    worlds: tuple[int, int],
+    calibration: Mapping[str, Any],
+) -> tuple[list[Profile], list[LeftOutRank], Profile]:
+    """Every numbered rank's profile, the ranks left out and why, and rank 0's (without which nothing scales)."""
     profiles: list[Profile] = []
     left_out: list[LeftOutRank] = []
     for rank in job.ranks:
         if rank.rank is None:
             continue  # which rank of the job it was is unknown
-        found = profile(rank, measured_model, scale, world_s, world_t, calibration)
+        found = profile(rank, measured_model, scale, *worlds, calibration)
         if found is None:
             why = (
                 "did not finish"
@@ -423,27 +435,30 @@ def forecast(job: Job, target: Target) -> Forecast:
             else "carry no loadtrace.rss.* memory figures (an older loadtrace?)"
         )
         raise ForecastError(f"trace {job.trace_id}: rank 0's load spans {why}; nothing to scale")
+    return profiles, left_out, first
+
+
+def forecast(job: Job, target: Target) -> Forecast:
+    """The ``forecast`` object of ``loadtrace report --forecast-...`` (docs/report.md)."""
+    measured_model, loading, world_s, per_node, world_t = _shapes(job, target)
+    calibration = target.calibration if target.calibration is not None else packaged_calibration()
+    scale = target.model_bytes / measured_model
+    profiles, left_out, first = _profiles(job, loading, measured_model, scale, (world_s, world_t), calibration)
     others = [p for p in profiles if p is not first]
     worst = max(others, key=lambda p: (p.at_target("mid")[0], -(p.rank.rank or 0)), default=None)
     stand_in = worst or first
     node0 = [first] + [stand_in] * (per_node - 1)
     trust, widen = confidence(node0, calibration)
     for p in profiles:
-        p.widen = widen
+        p.widen = widen  # every rank's range, as wide as node 0's confidence says
     ends = {end: _node_peak(node0, end) for end in ENDS}
     others_ends = {end: _node_peak([stand_in] * per_node, end) for end in ENDS} if world_t > per_node else None
     # The node the verdict is about: node 0, or another node when the world spans several and theirs is worse.
     chosen = others_ends if others_ends is not None and others_ends["mid"][0] > ends["mid"][0] else ends
     node_peak, node_sum, node_shared = chosen["mid"]
-    low, high = chosen["low"][0], max(chosen["high"][0], node_peak)
-    low = min(low, node_peak)
+    low, high = min(chosen["low"][0], node_peak), max(chosen["high"][0], node_peak)
     memory, memory_source, limit_source = node_memory(job, target)
     verdict = None if memory is None else ("oom" if low > memory else "ok" if high <= memory else "uncertain")
-
-    if stand_in is first or per_node == 1:
-        counts = [NodeProfile(LOADING_RANK, per_node)]
-    else:
-        counts = [NodeProfile(LOADING_RANK, 1), NodeProfile(stand_in.rank.rank, per_node - 1)]
     other_peak = others_ends["mid"][0] if others_ends is not None else None
     text = _text(job, target, measured_model, world_s, world_t, per_node, scale, worst, other_peak)
     return Forecast(
@@ -461,19 +476,13 @@ def forecast(job: Job, target: Target) -> Forecast:
             trace_id=job.trace_id,
             job_id=job.job_id,
             measured=MeasuredJob(measured_model, world_s, job.ranks_per_node(loading)),
-            target=TargetJob(
-                model_bytes=target.model_bytes,
-                given_as=target.given_as,
-                world_size=world_t,
-                world_size_given=target.world_size is not None,
-                ranks_per_node=per_node,
-            ),
+            target=TargetJob(target.model_bytes, target.given_as, world_t, target.world_size is not None, per_node),
             model_scale=round(scale, 6),
             categories=_categories(profiles, scale, world_s, world_t),
             ranks={_rank_number(p): _rank_basis(p) for p in profiles},
             left_out_ranks=left_out,
             node=NodeBasis(
-                profiles=counts,
+                profiles=_node_profiles(first, stand_in, per_node),
                 sum_of_rank_peaks_bytes=node_sum,
                 file_backed_bytes_counted_once=node_shared,
                 node_0_peak_bytes=ends["mid"][0],
@@ -485,6 +494,14 @@ def forecast(job: Job, target: Target) -> Forecast:
             calibration=str(calibration.get("about", "")),
         ),
     )
+
+
+def _node_profiles(first: Profile, stand_in: Profile, per_node: int) -> list[NodeProfile]:
+    """A node's ranks by profile: rank 0, and the worst other rank standing in for the rest."""
+    if stand_in is first or per_node == 1:
+        return [NodeProfile(LOADING_RANK, per_node)]
+    assert stand_in.rank.rank is not None  # only numbered ranks are profiled
+    return [NodeProfile(LOADING_RANK, 1), NodeProfile(stand_in.rank.rank, per_node - 1)]
 
 
 def _range(p: Profile) -> list[int]:

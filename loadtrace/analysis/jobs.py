@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import semconv as sc
+from .attrs import str_attr
 from .findings import find
 from .model import NOT_IN_JSON
 from .processes import TRACE_ID_HEX, state_trace_id
-from .ranks import Job, jobs_from_spans, str_attr
+from .ranks import Job, jobs_from_spans
 from .sources import SourceError, SpanSet, read_sources, rfc3339_nanos, source_files
 from .startup import STARTUP_PHASES, Thresholds, job_startup, startup_findings
 

@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from .. import semconv as sc
 from .sources import Span
 
 # Field metadata: left out of the JSON (a rank's spans and resource), or left out while None (an optional block).
@@ -36,6 +37,9 @@ def to_json(value: Any) -> Any:
         return [to_json(content) for content in value]
     return value
 
+
+# The signals a launcher or a person stops a rank with (as opposed to one that kills it).
+STOPPING_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
 
 # Findings' severities: a warning fails ``--fail-on-findings``, info never does.
 WARNING, INFO = "warning", "info"
@@ -62,6 +66,31 @@ class Exit:
     code: int | None = None  # the exit status, when it exited rather than being killed
     oom_killed: bool | None = None  # the cgroup's OOM killer did it (None: unknown)
     source: str | None = None
+
+    def describe(self, form: str = "status") -> str:
+        """How the rank ended, in one of three forms; empty for a rank that ended cleanly (or unseen).
+
+        ``status``: as the rank_exit span's status says it (``SIGKILL (OOM)``, ``SIGTERM``, ``exit code 1``);
+        ``cell``: a table cell (``SIGKILL OOM``, ``exit 1``); ``sentence``: after a rank's name (``was OOM-killed``,
+        ``was stopped by SIGTERM``, ``was killed (SIGKILL)``, ``exited with code 3``, ``died``)."""
+        if form == "sentence":
+            return self._sentence()
+        if self.signal is None and self.code is None:
+            return ""
+        if form == "cell":
+            return f"{self.signal} OOM" if self.signal and self.oom_killed else (self.signal or f"exit {self.code}")
+        return sc.exit_phrase(self.signal, self.code, self.oom_killed)
+
+    def _sentence(self) -> str:
+        if self.oom_killed:
+            return "was OOM-killed"
+        if self.signal in STOPPING_SIGNALS:
+            return f"was stopped by {self.signal}"
+        if self.signal == "SIGKILL":
+            return "was killed (SIGKILL)"
+        if self.signal is not None:
+            return f"died of {self.signal}"
+        return f"exited with code {self.code}" if self.code is not None else "died"
 
 
 @dataclass
@@ -201,7 +230,7 @@ class JobSummary:
     model_bytes: int
     spans: int
     nodes: list[NodeReads]
-    startup: Startup | None = field(default=None, metadata=OMITTED_WHEN_NONE)  # issue 14: None when nothing loaded
+    startup: Startup | None = field(default=None, metadata=OMITTED_WHEN_NONE)  # None when nothing loaded
     # Ranks below the world size that left no spans and no state file here (another node's files, a lost file).
     missing_ranks: list[int] = field(default_factory=list)
 

@@ -152,66 +152,82 @@ def state_trace_id(state: statefile.State, known: Iterable[str] = ()) -> str:
 def processes(spans: Iterable[Span], states: Iterable[StateFile] = ()) -> dict[str, list[Process]]:
     """Every process of every trace, in start order: spans by (host, pid), state files and witness spans joined to
     the process they describe. Spans without a pid (a foreign producer) group by rank, as one process per rank."""
-    found: dict[tuple[Any, ...], Process] = {}
-    seen: set[tuple[str, str]] = set()
-
-    def process(trace_id: str, host: str | None, pid: int | None, resource: dict[str, Any]) -> Process:
-        if pid is not None:
-            key: tuple[Any, ...] = (trace_id, host, pid)
-        else:
-            rank = _int(resource.get(sc.RANK))
-            key = (trace_id, "rank", rank, None if rank is not None else _text(resource.get(sc.SERVICE_INSTANCE_ID)))
-        if key not in found:
-            found[key] = Process(trace_id, host, pid)
-        return found[key]
-
-    witnesses: list[Span] = []
-    for span in spans:
-        # The same span read twice (a copied file, a file and a collector's copy of it) must not count twice.
-        if span.span_id:
-            if (span.trace_id, span.span_id) in seen:
-                continue
-            seen.add((span.trace_id, span.span_id))
-        if span.name == sc.SPAN_RANK_EXIT:
-            witnesses.append(span)
-            continue
-        if span.attributes.get(sc.EXIT_SOURCE) == sc.EXIT_SOURCE_LAUNCHER:
-            continue  # a dead rank's open span, ended by the witness so that its children have a parent: no numbers
-        host, pid = _text(span.resource.get(sc.HOST_NAME)), _int(span.resource.get(sc.PROCESS_PID))
-        process(span.trace_id, host, pid, span.resource).spans.append(span)
-
-    def owner_of(trace_id: str, host: str | None, pid: int | None, resource: dict[str, Any]) -> Process:
-        """The process with this pid: on this host, else the only one of the trace with that pid (a host named
-        differently by the state file and by OTEL_RESOURCE_ATTRIBUTES is still the same process)."""
-        if pid is not None and (trace_id, host, pid) not in found:
-            same_pid = [key for key in found if key[0] == trace_id and len(key) == 3 and key[2] == pid]
-            if len(same_pid) == 1:
-                return found[same_pid[0]]
-        return process(trace_id, host, pid, resource)
-
-    traces = {key[0] for key in found} | {span.trace_id for span in witnesses}
+    index = _Processes()
+    witnesses = index.add_spans(spans)
+    traces = {key[0] for key in index.found} | {span.trace_id for span in witnesses}
     for span in witnesses:
         host, pid = _text(span.resource.get(sc.HOST_NAME)), _int(span.resource.get(sc.PROCESS_PID))
-        owner = owner_of(span.trace_id, host, pid, span.resource)
+        owner = index.owner_of(span.trace_id, host, pid, span.resource)
         # One witness per death; two launchers seeing the same death say the same.
         if owner.witness is None or owner.witness.end_ns < span.end_ns:
             owner.witness = span
     for state_file in states:
         state = state_file.state
         pid = state["pid"] if state["pid"] > 0 else None
-        owner = owner_of(state_trace_id(state, traces), state.texts.get("host") or None, pid, {sc.RANK: state.rank})
+        owner = index.owner_of(
+            state_trace_id(state, traces), state.texts.get("host") or None, pid, {sc.RANK: state.rank}
+        )
         # A state file copied twice is the same process: the later word wins.
         if owner.state is None or owner.state["updated_ns"] < state["updated_ns"]:
             owner.state = state
-    by_trace: dict[str, list[Process]] = defaultdict(list)
-    for owner in found.values():
-        if not owner.spans and owner.witness is None and not owner.loaded:
-            continue  # a state file of a process that never began a load: nothing to report
-        owner.spans.sort(key=lambda s: (s.start_ns, s.span_id))
-        by_trace[owner.trace_id].append(owner)
-    for members in by_trace.values():
-        members.sort(key=lambda p: (p.start_ns, p.host or "", p.pid or 0))
-    return dict(by_trace)
+    return index.by_trace()
+
+
+class _Processes:
+    """The processes found so far: by (trace, host, pid), or by (trace, rank) where spans carry no pid."""
+
+    def __init__(self) -> None:
+        self.found: dict[tuple[Any, ...], Process] = {}
+
+    def process(self, trace_id: str, host: str | None, pid: int | None, resource: dict[str, Any]) -> Process:
+        if pid is not None:
+            key: tuple[Any, ...] = (trace_id, host, pid)
+        else:
+            rank = _int(resource.get(sc.RANK))
+            key = (trace_id, "rank", rank, None if rank is not None else _text(resource.get(sc.SERVICE_INSTANCE_ID)))
+        if key not in self.found:
+            self.found[key] = Process(trace_id, host, pid)
+        return self.found[key]
+
+    def add_spans(self, spans: Iterable[Span]) -> list[Span]:
+        """Each span to its process, each once; the witness spans (of processes that died) are handed back."""
+        seen: set[tuple[str, str]] = set()
+        witnesses: list[Span] = []
+        for span in spans:
+            # The same span read twice (a copied file, a file and a collector's copy of it) must not count twice.
+            if span.span_id:
+                if (span.trace_id, span.span_id) in seen:
+                    continue
+                seen.add((span.trace_id, span.span_id))
+            if span.name == sc.SPAN_RANK_EXIT:
+                witnesses.append(span)
+                continue
+            if span.attributes.get(sc.EXIT_SOURCE) == sc.EXIT_SOURCE_LAUNCHER:
+                continue  # a dead rank's open span, ended by the witness so that its children have a parent: no numbers
+            host, pid = _text(span.resource.get(sc.HOST_NAME)), _int(span.resource.get(sc.PROCESS_PID))
+            self.process(span.trace_id, host, pid, span.resource).spans.append(span)
+        return witnesses
+
+    def owner_of(self, trace_id: str, host: str | None, pid: int | None, resource: dict[str, Any]) -> Process:
+        """The process with this pid: on this host, else the only one of the trace with that pid (a host named
+        differently by the state file and by OTEL_RESOURCE_ATTRIBUTES is still the same process)."""
+        if pid is not None and (trace_id, host, pid) not in self.found:
+            same_pid = [key for key in self.found if key[0] == trace_id and len(key) == 3 and key[2] == pid]
+            if len(same_pid) == 1:
+                return self.found[same_pid[0]]
+        return self.process(trace_id, host, pid, resource)
+
+    def by_trace(self) -> dict[str, list[Process]]:
+        """The processes that loaded (or died), by trace, each trace's in start order and each process's spans too."""
+        by_trace: dict[str, list[Process]] = defaultdict(list)
+        for owner in self.found.values():
+            if not owner.spans and owner.witness is None and not owner.loaded:
+                continue  # a state file of a process that never began a load: nothing to report
+            owner.spans.sort(key=lambda s: (s.start_ns, s.span_id))
+            by_trace[owner.trace_id].append(owner)
+        for members in by_trace.values():
+            members.sort(key=lambda p: (p.start_ns, p.host or "", p.pid or 0))
+        return dict(by_trace)
 
 
 @dataclass

@@ -10,7 +10,6 @@ is a sum of span attributes named in README.md's span reference, so it can be tr
 
 from __future__ import annotations
 
-import signal
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -18,76 +17,24 @@ from typing import Any
 
 from .. import semconv as sc
 from .. import statefile
-from .model import Exit, LastState, RankLoad, Site, UnfinishedSpans
+from .attrs import (
+    by_device,
+    first_known,
+    int_attr,
+    max_known,
+    min_known,
+    opt_int_attr,
+    real_bytes,
+    str_attr,
+    sum_known,
+)
+from .model import Exit, Finding, LastState, RankLoad, Site, UnfinishedSpans
 from .processes import Process, Run, Who, processes, runs
 from .sources import Span, StateFile
 
-# The device of empty weights: bytes there occupy no memory.
-META = "meta"
 # The rank that loads the checkpoint under a sharded strategy (docs/report.md, Findings: a simplification on several
 # nodes, where accelerate loads on each node's local rank 0).
 LOADING_RANK = 0
-
-
-def int_attr(attributes: dict[str, Any], key: str) -> int:
-    """An integer attribute, 0 when absent or not an integer (a hand-edited or foreign span must not break a report)."""
-    value = attributes.get(key)
-    if isinstance(value, bool):
-        return 0
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return 0
-
-
-def opt_int_attr(attributes: dict[str, Any], key: str) -> int | None:
-    """An integer attribute, None when absent or not an integer: unknown is not zero."""
-    value = attributes.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    if isinstance(value, float):
-        return int(value) if value.is_integer() else None
-    return value
-
-
-def _known(values: Iterable[int | None]) -> list[int]:
-    return [value for value in values if value is not None]
-
-
-def _sum_known(spans: list[Span], key: str) -> int | None:
-    """The sum of an attribute over spans, None unless every span carries it (a partial sum would mislead)."""
-    values = [opt_int_attr(span.attributes, key) for span in spans]
-    return sum(values) if values and None not in values else None  # type: ignore[arg-type]
-
-
-def _max_known(spans: list[Span], key: str) -> int | None:
-    return max(_known(opt_int_attr(span.attributes, key) for span in spans), default=None)
-
-
-def _min_known(spans: list[Span], key: str) -> int | None:
-    return min(_known(opt_int_attr(span.attributes, key) for span in spans), default=None)
-
-
-def _first_known(spans: list[Span], key: str) -> int | None:
-    return next(iter(_known(opt_int_attr(span.attributes, key) for span in spans)), None)
-
-
-def str_attr(attributes: dict[str, Any], key: str) -> str | None:
-    value = attributes.get(key)
-    return value if isinstance(value, str) and value else None
-
-
-def by_device(attributes: dict[str, Any], prefix: str) -> dict[str, int]:
-    """``<prefix><device>`` attributes → {device: bytes}."""
-    return {
-        key[len(prefix) :]: int_attr(attributes, key) for key in attributes if key.startswith(prefix) and key != prefix
-    }
-
-
-def real_bytes(per_device: dict[str, int]) -> int:
-    """Bytes that occupy memory: every device but ``meta``."""
-    return sum(value for device, value in per_device.items() if device != META)
 
 
 @dataclass
@@ -158,6 +105,30 @@ class Job:
                     size = known if known is not None else int_attr(span.attributes, sc.FILE_SIZE)
                     sizes[path] = max(sizes.get(path, 0), size)
         return sum(sizes.values())
+
+    def finding(
+        self,
+        kind: str,
+        severity: str,
+        ranks: Iterable[int | None],
+        nbytes: int,
+        detail: str,
+        evidence: dict[str, Any],
+        projected_node_bytes: int = 0,
+    ) -> Finding:
+        """A finding about this job (its trace, attempt and run) over these ranks, in rank order."""
+        return Finding(
+            trace_id=self.trace_id,
+            attempt=self.attempt,
+            run=self.run,
+            kind=kind,
+            severity=severity,
+            ranks=sorted(rank for rank in ranks if rank is not None),
+            bytes=nbytes,
+            projected_node_bytes=projected_node_bytes,
+            detail=detail,
+            evidence=evidence,
+        )
 
     def ranks_per_node(self, rank: RankLoad) -> int:
         """``loadtrace.local_world_size``, else the ranks seen on the same host, else 1."""
@@ -269,13 +240,6 @@ UNKNOWN_ERROR = "unknown"  # a load span with status ERROR that does not name th
 STATE_FILE, WITNESS = "state file", "launcher witness"
 
 
-def signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
 def exit_of(process: Process) -> Exit:
     """How the process ended: the launcher's word, else the rank's own (a termination signal it caught)."""
     witness = process.witness
@@ -289,7 +253,7 @@ def exit_of(process: Process) -> Exit:
         )
     caught = next((name for s in process.spans if (name := str_attr(s.attributes, sc.EXIT_SIGNAL))), None)
     if caught is None and process.state is not None and process.state["signal"] > 0:
-        caught = signal_name(process.state["signal"])
+        caught = sc.signal_name(process.state["signal"])
     return Exit(signal=caught, source="rank") if caught is not None else Exit()
 
 
@@ -462,48 +426,16 @@ def summarize_rank(
     resource: dict[str, Any] | None = None,
     attempt: tuple[int | None, str | None, int] = (None, None, 0),
 ) -> RankLoad:
-    """The rank's record from its spans alone (``apply_processes`` adds what its state files and witness say)."""
+    """The rank's record from its spans alone (``apply_processes`` adds what its state files and witness say): who it
+    is, then what its loads read, how much memory they took, and whether the last one raised."""
     spans = sorted(spans, key=lambda s: (s.start_ns, s.span_id))
     by_id = {span.span_id: span for span in spans if span.span_id}
     if resource is None:
         resource = spans[0].resource if spans else ({sc.RANK: rank} if rank is not None else {})
     loads = outermost(spans, sc.LOAD_SPANS, by_id)
     pretrained = outermost(spans, frozenset({sc.SPAN_FROM_PRETRAINED}), by_id)
-    # Read bytes outside every load: a bare file span, or ``safetensors.torch.load(bytes)`` without a file of its own.
-    stray_files = [s for s in spans if s.name in sc.FILE_SPANS | sc.BYTES_SPANS and not inside_any(s, loads)]
-
-    files_opened = sum(int_attr(s.attributes, sc.FILES_OPENED) for s in loads)
-    files_opened += sum(1 for s in stray_files if s.name in sc.FILE_SPANS)
-    tensors_read = sum(int_attr(s.attributes, sc.READ_TENSORS) for s in loads + stray_files)
-    read_bytes = sum(int_attr(s.attributes, sc.READ_BYTES) for s in loads + stray_files)
-
-    converts = [s for s in spans if s.name == sc.SPAN_CONVERT]
-    renamed = sc.convert_op_key(sc.RENAME_OP, "bytes")
-    materialized: dict[str, int] = {}
-    held: dict[str, int] = {}
-    for load in loads:
-        _add(materialized, by_device(load.attributes, sc.MATERIALIZED_BYTES_PREFIX))
-    for load in pretrained:
-        _add(held, by_device(load.attributes, sc.HELD_BYTES_PREFIX))
-    # Every load span, nested ones too: a custom ``loadtrace.load`` around ``from_pretrained`` has the same peak.
-    peaks = [int_attr(s.attributes, sc.RSS_PEAK) for s in spans if s.name in sc.LOAD_SPANS]
     strategies = [str_attr(s.attributes, sc.STRATEGY) for s in pretrained]
     checkpoints = [str_attr(s.attributes, sc.CHECKPOINT) for s in pretrained]
-
-    limit = _min_known(loads, sc.MEMORY_LIMIT)
-    limit_source = next(
-        (
-            str_attr(s.attributes, sc.MEMORY_LIMIT_SOURCE)
-            for s in loads
-            if opt_int_attr(s.attributes, sc.MEMORY_LIMIT) == limit
-        ),
-        None,
-    )
-    last_load = loads[-1] if loads else None
-    failed = None
-    if last_load is not None and last_load.status_code == STATUS_ERROR:
-        if not str_attr(last_load.attributes, sc.EXIT_SIGNAL):  # stopped by a signal: incomplete, not failed
-            failed = str_attr(last_load.attributes, sc.ERROR_TYPE) or UNKNOWN_ERROR
     return RankLoad(
         trace_id=trace_id,
         attempt=attempt[0],
@@ -519,40 +451,86 @@ def summarize_rank(
         checkpoint=next((c for c in checkpoints if c), None) or str_attr(resource, sc.CHECKPOINT),
         load_seconds=round(sum(s.seconds for s in loads), 6) if loads else None,
         loads=len(loads),
-        files_opened=files_opened,
-        tensors_read=tensors_read,
-        read_bytes=read_bytes,
-        conversions=sum(int_attr(s.attributes, sc.CONVERT_COUNT) for s in converts),
-        conversion_bytes=sum(int_attr(s.attributes, sc.CONVERT_BYTES) for s in converts),
-        materialized_bytes=dict(sorted(materialized.items())),
-        materialized_sites=merge_sites(loads),
-        held_bytes=dict(sorted(held.items())),
-        peak_rss_bytes=max((p for p in peaks if p > 0), default=None),
-        hook_errors=sum(int_attr(s.attributes, sc.HOOK_ERRORS) for s in loads),
         resource=resource,
         spans=spans,
-        node_memory_bytes=max((int_attr(s.attributes, sc.NODE_MEMORY_TOTAL) for s in loads), default=0) or None,
-        memory_limit_bytes=limit,
-        memory_limit_source=limit_source if limit is not None else None,
-        # Before: the first load's (the process before any loading); after: the last one's.
-        rss_before_bytes=_first_known(loads, sc.RSS_BEFORE),
-        rss_after_bytes=_first_known(loads[::-1], sc.RSS_AFTER),
-        peak_rss_anon_bytes=_max_known(loads, sc.rss_key("anon", "peak")),
-        peak_rss_file_bytes=_max_known(loads, sc.rss_key("file", "peak")),
-        peak_rss_shmem_bytes=_max_known(loads, sc.rss_key("shmem", "peak")),
-        rss_anon_before_bytes=_first_known(loads, sc.rss_key("anon", "before")),
-        rss_file_before_bytes=_first_known(loads, sc.rss_key("file", "before")),
-        storage_read_bytes=_sum_known(loads, sc.IO_STORAGE_READ_BYTES),
-        cached_bytes=_sum_known(loads, sc.IO_CACHED_BYTES),
-        node_available_bytes=_min_known(loads, sc.NODE_MEMORY_AVAILABLE),
-        cgroup_memory_current_bytes=_max_known(loads, sc.CGROUP_MEMORY_CURRENT),
-        cgroup_memory_max_bytes=_min_known(loads, sc.CGROUP_MEMORY_MAX),
-        failed=failed,
-        checkpoint_tensor_bytes=_max_known(pretrained, sc.CHECKPOINT_TENSOR_BYTES),
-        rename_bytes=sum(int_attr(s.attributes, renamed) for s in converts),
-        partial_tensors=sum(int_attr(s.attributes, sc.READ_PARTIAL_TENSORS) for s in loads + stray_files),
-        partial_bytes=sum(int_attr(s.attributes, sc.READ_PARTIAL_BYTES) for s in loads + stray_files),
+        failed=_failure(loads),
+        checkpoint_tensor_bytes=max_known(pretrained, sc.CHECKPOINT_TENSOR_BYTES),
+        **_reads(spans, loads, pretrained),
+        **_memory(spans, loads),
     )
+
+
+def _reads(spans: list[Span], loads: list[Span], pretrained: list[Span]) -> dict[str, Any]:
+    """What the rank's loads read, converted, materialised and held (RankLoad's fields of that name)."""
+    # Read bytes outside every load: a bare file span, or ``safetensors.torch.load(bytes)`` without a file of its own.
+    stray_files = [s for s in spans if s.name in sc.FILE_SPANS | sc.BYTES_SPANS and not inside_any(s, loads)]
+    readers = loads + stray_files
+    converts = [s for s in spans if s.name == sc.SPAN_CONVERT]
+    renamed = sc.convert_op_key(sc.RENAME_OP, "bytes")
+    materialized: dict[str, int] = {}
+    held: dict[str, int] = {}
+    for load in loads:
+        _add(materialized, by_device(load.attributes, sc.MATERIALIZED_BYTES_PREFIX))
+    for load in pretrained:
+        _add(held, by_device(load.attributes, sc.HELD_BYTES_PREFIX))
+    files_opened = sum(int_attr(s.attributes, sc.FILES_OPENED) for s in loads)
+    return {
+        "files_opened": files_opened + sum(1 for s in stray_files if s.name in sc.FILE_SPANS),
+        "tensors_read": sum(int_attr(s.attributes, sc.READ_TENSORS) for s in readers),
+        "read_bytes": sum(int_attr(s.attributes, sc.READ_BYTES) for s in readers),
+        "conversions": sum(int_attr(s.attributes, sc.CONVERT_COUNT) for s in converts),
+        "conversion_bytes": sum(int_attr(s.attributes, sc.CONVERT_BYTES) for s in converts),
+        "materialized_bytes": dict(sorted(materialized.items())),
+        "materialized_sites": merge_sites(loads),
+        "held_bytes": dict(sorted(held.items())),
+        "hook_errors": sum(int_attr(s.attributes, sc.HOOK_ERRORS) for s in loads),
+        "rename_bytes": sum(int_attr(s.attributes, renamed) for s in converts),
+        "partial_tensors": sum(int_attr(s.attributes, sc.READ_PARTIAL_TENSORS) for s in readers),
+        "partial_bytes": sum(int_attr(s.attributes, sc.READ_PARTIAL_BYTES) for s in readers),
+        "storage_read_bytes": sum_known(loads, sc.IO_STORAGE_READ_BYTES),
+        "cached_bytes": sum_known(loads, sc.IO_CACHED_BYTES),
+    }
+
+
+def _memory(spans: list[Span], loads: list[Span]) -> dict[str, Any]:
+    """The loads' memory readings and the limit that applied (RankLoad's fields of that name)."""
+    # Every load span, nested ones too: a custom ``loadtrace.load`` around ``from_pretrained`` has the same peak.
+    peaks = [int_attr(s.attributes, sc.RSS_PEAK) for s in spans if s.name in sc.LOAD_SPANS]
+    limit = min_known(loads, sc.MEMORY_LIMIT)
+    limit_source = next(
+        (
+            str_attr(s.attributes, sc.MEMORY_LIMIT_SOURCE)
+            for s in loads
+            if opt_int_attr(s.attributes, sc.MEMORY_LIMIT) == limit
+        ),
+        None,
+    )
+    return {
+        "peak_rss_bytes": max((p for p in peaks if p > 0), default=None),
+        "node_memory_bytes": max((int_attr(s.attributes, sc.NODE_MEMORY_TOTAL) for s in loads), default=0) or None,
+        "memory_limit_bytes": limit,
+        "memory_limit_source": limit_source if limit is not None else None,
+        # Before: the first load's (the process before any loading); after: the last one's.
+        "rss_before_bytes": first_known(loads, sc.RSS_BEFORE),
+        "rss_after_bytes": first_known(loads[::-1], sc.RSS_AFTER),
+        "peak_rss_anon_bytes": max_known(loads, sc.rss_key("anon", "peak")),
+        "peak_rss_file_bytes": max_known(loads, sc.rss_key("file", "peak")),
+        "peak_rss_shmem_bytes": max_known(loads, sc.rss_key("shmem", "peak")),
+        "rss_anon_before_bytes": first_known(loads, sc.rss_key("anon", "before")),
+        "rss_file_before_bytes": first_known(loads, sc.rss_key("file", "before")),
+        "node_available_bytes": min_known(loads, sc.NODE_MEMORY_AVAILABLE),
+        "cgroup_memory_current_bytes": max_known(loads, sc.CGROUP_MEMORY_CURRENT),
+        "cgroup_memory_max_bytes": min_known(loads, sc.CGROUP_MEMORY_MAX),
+    }
+
+
+def _failure(loads: list[Span]) -> str | None:
+    """The exception type the last load raised; None when it finished, or was stopped by a signal (incomplete, not
+    failed)."""
+    last_load = loads[-1] if loads else None
+    if last_load is None or last_load.status_code != STATUS_ERROR or str_attr(last_load.attributes, sc.EXIT_SIGNAL):
+        return None
+    return str_attr(last_load.attributes, sc.ERROR_TYPE) or UNKNOWN_ERROR
 
 
 def _positive(value: Any) -> int | None:

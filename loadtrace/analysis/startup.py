@@ -1,8 +1,8 @@
 """A job's startup: how long each rank took to be ready, where that time went, and which rank or node held the job back.
 
 A rank's startup is its ``loadtrace.startup`` span (process start, or ``init_process_group``, to the end of the
-strategy's preparation). Without one (spans of a loadtrace before issue 14, or an instrumentation that is off) it is
-the rank's own spans: from its first span to the end of its last load or startup phase. A job starts when its slowest
+strategy's preparation). Without one (an older loadtrace's spans, or an instrumentation that is off) it is the rank's
+own spans: from its first span to the end of its last load or startup phase. A job starts when its slowest
 rank is ready.
 
 The rank's time is split into phases by the spans open at each instant; where spans overlap (transformers 5.24 reads
@@ -17,9 +17,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .. import semconv as sc
+from .attrs import opt_int_attr
 from .model import INFO, WARNING, Finding, NodeStartup, RankLoad, RankStartup, Startup
 from .nodes import COLD, PARTLY_COLD, WARM, checkpoint_residency
-from .ranks import Job, opt_int_attr, outermost
+from .ranks import Job, outermost
 from .sources import Span
 from .units import human_bytes
 
@@ -249,21 +250,6 @@ def job_startup(job: Job) -> Startup | None:
 # Findings ---------------------------------------------------------------------------------------------------------
 
 
-def _finding(job: Job, kind: str, severity: str, ranks: list[int | None], nbytes: int, detail: str, evidence: dict):
-    return Finding(
-        trace_id=job.trace_id,
-        attempt=job.attempt,
-        run=job.run,
-        kind=kind,
-        severity=severity,
-        ranks=sorted(r for r in ranks if r is not None),
-        bytes=nbytes,
-        projected_node_bytes=0,
-        detail=detail,
-        evidence=evidence,
-    )
-
-
 def _name(rank: int | None) -> str:
     return f"rank {rank}" if rank is not None else "a rank without a number"
 
@@ -293,8 +279,7 @@ def slow_rank(job: Job, startup: Startup, limits: Thresholds) -> Finding | None:
         f"{r.phases[phase]:.2f} s"
         for r, m, phase, more, theirs in slow
     ]
-    return _finding(
-        job,
+    return job.finding(
         sc.FINDING_SLOW_RANK,
         WARNING,
         [r.rank for r, *_ in slow],
@@ -338,8 +323,7 @@ def slow_storage(job: Job, startup: Startup, limits: Thresholds) -> Finding | No
         f"{n.reading_seconds:.2f} s, {rate_text(n.storage_bytes_per_second or 0.0)}"
         for n in slow
     ]
-    return _finding(
-        job,
+    return job.finding(
         sc.FINDING_SLOW_STORAGE,
         WARNING,
         [r for n in slow for r in n.ranks],
@@ -390,8 +374,7 @@ def rendezvous_wait(job: Job, startup: Startup, limits: Thresholds) -> Finding |
         f"before {whom}"
         for r in waited
     ]
-    return _finding(
-        job,
+    return job.finding(
         sc.FINDING_RENDEZVOUS_WAIT,
         INFO,
         waited,

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import semconv as sc
+from .attrs import META, by_device, opt_int_attr
 from .findings import find
 from .model import Exit, Finding, LastState, RankLoad, to_json
-from .ranks import META, STATUS_ERROR, Job, by_device, opt_int_attr
+from .ranks import STATUS_ERROR, Job
 from .sources import rfc3339_nanos
 
 # The bytes a bar stands for: the first of these its span carries (a load's or file's reads, a conversion's output,
@@ -124,8 +125,34 @@ def rebuilt_load(rank: RankLoad, zero: int) -> Bar | None:
 
 
 def lane_of(rank: RankLoad, zero: int, findings: list[Finding], median: float | None) -> Lane:
+    entries = _entries(rank, zero)
+    entries.sort(key=lambda entry: (entry[0].start_ns, -entry[0].end_ns, entry[1]))
+    index = {span_id: i for i, (_, span_id, _) in enumerate(entries) if span_id}
+    bars = [bar for bar, _, _ in entries]
+    parents = {i: index.get(parent) for i, (_, _, parent) in enumerate(entries)}
+    last = rank.last_state
+    slow = round(rank.load_seconds / median, 2) if median and rank.load_seconds and not rank.incomplete else None
+    return Lane(
+        rank=rank.rank,
+        label=rank.label,
+        host=rank.host,
+        state=_lane_state(rank, slow),
+        exit=rank.exit,
+        during=last.during if isinstance(last, LastState) else None,
+        failed=rank.failed,
+        load_seconds=rank.load_seconds,
+        slow_factor=slow,
+        death_ns=_death(rank, bars, zero),
+        findings=[f.kind for f in findings if rank.rank is not None and rank.rank in f.ranks],
+        rows=pack(bars, parents),
+        bars=bars,
+    )
+
+
+def _entries(rank: RankLoad, zero: int) -> list[tuple[Bar, str, str]]:
+    """(bar, its span id, its parent's) for each of the rank's spans, and its rebuilt load: a rebuilt load has no id
+    of its own, and "" never names a span."""
     spans = [s for s in rank.spans if s.name not in (sc.SPAN_JOB, sc.SPAN_RANK_EXIT)]
-    # (bar, its span id, its parent's): a rebuilt load has no id of its own, "" never names a span.
     entries = [
         (
             Bar(
@@ -154,42 +181,24 @@ def lane_of(rank: RankLoad, zero: int, findings: list[Finding], median: float | 
             for bar, span_id, parent in entries
         ]
         entries.append((rebuilt, REBUILT, ""))
-    entries.sort(key=lambda entry: (entry[0].start_ns, -entry[0].end_ns, entry[1]))
-    index = {span_id: i for i, (_, span_id, _) in enumerate(entries) if span_id}
-    bars = [bar for bar, _, _ in entries]
-    parents = {i: index.get(parent) for i, (_, _, parent) in enumerate(entries)}
-    rows = pack(bars, parents)
-    last = rank.last_state
-    death = None
-    if rank.incomplete or rank.exit.signal is not None or rank.exit.code not in (None, 0):
-        if isinstance(last, LastState):
-            death = last.time_unix_nano - zero
-        elif bars:
-            death = max(bar.end_ns for bar in bars)
-    slow = round(rank.load_seconds / median, 2) if median and rank.load_seconds and not rank.incomplete else None
+    return entries
+
+
+def _death(rank: RankLoad, bars: list[Bar], zero: int) -> int | None:
+    """When a rank that died (or failed) did, relative to ``zero``: its last state's time, else its last bar's end."""
+    if not (rank.incomplete or rank.exit.signal is not None or rank.exit.code not in (None, 0)):
+        return None
+    if isinstance(rank.last_state, LastState):
+        return rank.last_state.time_unix_nano - zero
+    return max(bar.end_ns for bar in bars) if bars else None
+
+
+def _lane_state(rank: RankLoad, slow: float | None) -> str:
     if rank.incomplete or rank.exit.signal is not None:
-        state = KILLED if rank.exit.signal is not None else INCOMPLETE  # incomplete: died, how is unknown
-    elif rank.failed is not None or rank.exit.code not in (None, 0):
-        state = FAILED
-    elif slow is not None and slow >= SLOW_FACTOR:
-        state = SLOW
-    else:
-        state = OK
-    return Lane(
-        rank=rank.rank,
-        label=rank.label,
-        host=rank.host,
-        state=state,
-        exit=rank.exit,
-        during=last.during if isinstance(last, LastState) else None,
-        failed=rank.failed,
-        load_seconds=rank.load_seconds,
-        slow_factor=slow,
-        death_ns=death,
-        findings=[f.kind for f in findings if rank.rank is not None and rank.rank in f.ranks],
-        rows=rows,
-        bars=bars,
-    )
+        return KILLED if rank.exit.signal is not None else INCOMPLETE  # incomplete: died, how is unknown
+    if rank.failed is not None or rank.exit.code not in (None, 0):
+        return FAILED
+    return SLOW if slow is not None and slow >= SLOW_FACTOR else OK
 
 
 def timeline(job: Job) -> Timeline:

@@ -21,11 +21,11 @@ def broken(*args, **kwargs):
 
 # Each kind of hook code: a handler before the call, a handler after it, a proxy on the per-tensor path, a phase.
 FAULTS = {
-    "file_open": ("loadtrace.hooks.safetensors", "TracedSafeOpen"),  # after safe_open returns
+    "file_open": ("loadtrace.instrumentation.hooks.safetensors", "TracedSafeOpen"),  # after safe_open returns
     "tensor_read": None,  # inside the slice proxy, in transformers' threads (see inject)
-    "materialize": ("loadtrace.hooks.torch", "call_site"),  # before zeros_like / empty_like
-    "phase": ("loadtrace.spans", "Tracing.enter_phase"),  # before convert / materialize_missing
-    "conversion": ("loadtrace.spans", "Tracing.record_conversion"),  # after each weight conversion
+    "materialize": ("loadtrace.instrumentation.hooks.torch", "call_site"),  # before zeros_like / empty_like
+    "phase": ("loadtrace.instrumentation.spans", "Tracing.enter_phase"),  # before convert / materialize_missing
+    "conversion": ("loadtrace.instrumentation.spans", "Tracing.record_conversion"),  # after each weight conversion
 }
 
 
@@ -44,7 +44,7 @@ def inject(kind: str) -> None:
     import importlib
 
     if kind == "tensor_read":  # every per-tensor count fails, on the hot path itself
-        from loadtrace.hooks import safetensors as hook
+        from loadtrace.instrumentation.hooks import safetensors as hook
 
         init = hook.TracedSafeOpen.__init__
 

@@ -100,7 +100,7 @@ def digest(model) -> str:
 
 
 def inject_fault() -> None:
-    from loadtrace import spans
+    from loadtrace.instrumentation import spans
 
     def broken(*args, **kwargs):
         raise RuntimeError("injected fault")

@@ -45,7 +45,8 @@ class StateCounts(Counts):
 
 def own_state(rank: int, world: int, cgroup: str | None) -> Any:
     """A state file where loadtrace's would be, announced to the witnessing launcher; its load already begun."""
-    from loadtrace import export, semconv, spans, statefile, witness
+    from loadtrace import semconv, statefile
+    from loadtrace.instrumentation import export, spans, witness
 
     tracing = spans.tracing()
     if tracing is None or tracing.job.id is None:

@@ -1,0 +1,430 @@
+"""The report and comparison models → the text tables ``loadtrace report`` and ``loadtrace compare`` print.
+
+The only place that formats for people; the JSON comes from ``loadtrace.analysis.model.to_json``, over the same
+model, so the two say the same thing. docs/report.md shows the table's columns.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import textwrap
+from collections.abc import Sequence
+
+from loadtrace.analysis.jobs import JobsReport
+from loadtrace.analysis.model import ComparedJob, Comparison, Finding, Forecast, RankLoad, Report, Startup
+from loadtrace.analysis.units import human_bytes
+
+RANK_COLUMNS = (
+    *("rank", "host", "strategy", "load s", "files", "tensors", "read", "from storage", "conversions"),
+    *("zeros/empty_like", "held at return", "peak RSS"),
+)
+# The columns of a table that fits WIDTH; ``--wide`` shows RANK_COLUMNS. Exact bytes are in ``--format json``.
+NARROW_COLUMNS = tuple(name for name in RANK_COLUMNS if name not in ("files", "tensors", "conversions"))
+FORECAST_COLUMNS = (
+    *("rank", "fixed B", "+ once per job B", "+ own share B", "+ duplicated B", "+ not model B", "= peak RSS B"),
+    "range B",
+)
+# The forecast's columns in human sizes, to fit WIDTH; ``--wide`` shows FORECAST_COLUMNS, in exact bytes.
+FORECAST_NARROW_COLUMNS = tuple(name.removesuffix(" B") for name in FORECAST_COLUMNS)
+COMPARE_COLUMNS = ("phase", "rank", "metric", "A", "B", "B - A", "B / A")
+COMPARE_COUNTS = frozenset({"seconds", "count"})  # every other compare metric is bytes: a human size in the table
+WIDTH = 120  # a line of prose (compare's "same:" names) wraps here
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -> str:
+    """Columns padded to their widest cell: the first ``left`` left-aligned, the rest (numbers) right-aligned."""
+    grid = [list(headers), *(list(row) for row in rows)]
+    widths = [max(len(row[column]) for row in grid) for column in range(len(headers))]
+
+    def pad(column: int, text: str) -> str:
+        return text.ljust(widths[column]) if column < left else text.rjust(widths[column])
+
+    return "\n".join("  ".join(pad(column, text) for column, text in enumerate(row)).rstrip() for row in grid)
+
+
+def number(value: float | int | None, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return f"{value:,}"
+
+
+def signed(value: float | int | None) -> str:
+    return "-" if value is None else ("+" if value > 0 else "") + number(value)
+
+
+def devices(per_device: dict[str, int]) -> str:
+    return " ".join(f"{device}={size:,}" for device, size in per_device.items()) or "-"
+
+
+def size(value: int | None) -> str:
+    """Bytes for a table cell: ``1.0 MB``, ``64 B``; ``-`` when unknown. Decimal units, as ``human_bytes``."""
+    if value is None:
+        return "-"
+    for unit, scale in (("PB", 10**15), ("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.1f} {unit}"
+    return f"{value} B"
+
+
+def device_sizes(per_device: dict[str, int]) -> str:
+    return " ".join(f"{device}={size(value)}" for device, value in per_device.items()) or "-"
+
+
+def ranges(numbers: Sequence[int]) -> str:
+    """``0, 2-5, 9``: a long list of ranks, short."""
+    parts: list[str] = []
+    for number in sorted(numbers):
+        if parts and parts[-1].rpartition("-")[2] == str(number - 1):
+            parts[-1] = f"{parts[-1].partition('-')[0]}-{number}"
+        else:
+            parts.append(str(number))
+    return ", ".join(parts)
+
+
+_SIZE = re.compile(r"(\d) (?=[kMGTP]?B\b)")
+
+
+def wrapped(text: str, indent: str, hanging: str | None = None) -> str:
+    """Prose wrapped at WIDTH, every line indented (the second on by ``hanging`` where given); URLs, identifiers and
+    sizes (``1.0 MB``) are never broken."""
+    kept = _SIZE.sub("\\1\u00a0", text)
+    lines = textwrap.fill(
+        kept,
+        width=WIDTH,
+        initial_indent=indent,
+        subsequent_indent=indent if hanging is None else hanging,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+    return lines.replace("\u00a0", " ")
+
+
+# loadtrace report -------------------------------------------------------------------------------------------------
+
+
+def report_table(report: Report, wide: bool = False) -> str:
+    """Per job (one attempt of a trace): its header, one row per rank (the columns that fit WIDTH, or all with
+    ``wide``), which ranks are missing, one ``I/O:`` note per node, its findings; then the forecast."""
+    columns = RANK_COLUMNS if wide else NARROW_COLUMNS
+    keep = [RANK_COLUMNS.index(name) for name in columns]
+    blocks = []
+    for trace in report.traces:
+        key = (trace.trace_id, trace.attempt, trace.run)
+        ranks = [rank for rank in report.ranks if (rank.trace_id, rank.attempt, rank.run) == key]
+        findings = [f for f in report.findings if (f.trace_id, f.attempt, f.run) == key]
+        runs = sum(1 for other in report.traces if (other.trace_id, other.attempt) == key[:2])
+        # The launch id tells attempts of one trace apart; on a trace's only job it is noise (JSON keeps it).
+        launch = trace.launch_id if sum(other.trace_id == trace.trace_id for other in report.traces) > 1 else None
+        header = f"job {trace.job_id or '-'}  trace {trace.trace_id}"
+        if trace.attempt is not None:
+            header += f"  attempt {trace.attempt}" + (f" of launch {launch}" if launch else "")
+        elif launch:
+            header += f"  launch {launch}"
+        if runs > 1:
+            header += f"  run {trace.run + 1} of {runs} (the same ranks again, new pids)"
+        model = size(trace.model_bytes) if trace.model_bytes > 0 else "unknown"
+        header += f"  world size {number(trace.world_size)}  model {model}"
+        missing = ""
+        if trace.missing_ranks:
+            present = (trace.world_size or 0) - len(trace.missing_ranks)
+            missing = f"\n{present} of {trace.world_size} ranks present (missing: {ranges(trace.missing_ranks)})"
+        io = "".join(
+            "\n" + wrapped(sizes(f"I/O: {node.note}.", wide), "").replace("\n", "\n  ")
+            for node in trace.nodes
+            if node.note
+        )
+        rows = [[cells[i] for i in keep] for cells in (rank_row(rank) for rank in ranks)]
+        startup = "\n" + sizes(startup_text(trace.startup), wide) if trace.startup is not None else ""
+        body = table(columns, rows, left=3) + missing + io + startup
+        blocks.append(header + "\n" + body + "\n\n" + findings_text(findings, wide))
+    if report.skipped_lines:
+        blocks.append(f"{report.skipped_lines} corrupt or truncated lines skipped")
+    if report.skipped_state_files:
+        blocks.append(f"{report.skipped_state_files} corrupt, truncated or foreign state files skipped")
+    if report.forecast is not None:
+        blocks.append(forecast_text(report.forecast, wide))
+    return "\n\n".join(blocks)
+
+
+def startup_text(startup: Startup) -> str:
+    """``Startup:`` the slowest rank and the median, one row per rank split by phase, one ``Storage:`` line per node
+    whose checkpoint residency or storage bytes are known."""
+    slowest = f"rank {startup.slowest_rank}" if startup.slowest_rank is not None else "a rank without a number"
+    phase = f", {startup.slowest_phase} phase" if startup.slowest_phase else ""
+    median = number(startup.median_rank_seconds)
+    lines = [f"Startup: {number(startup.seconds)} s (slowest: {slowest}{phase}), median rank {median} s; in seconds:"]
+    phases = list(startup.ranks[0].phases) if startup.ranks else []
+    rows = [
+        [str(r.rank) if r.rank is not None else "?", number(r.seconds), *(number(r.phases[p]) for p in phases)]
+        for r in startup.ranks
+    ]
+    lines.append(table(("rank", "startup", *phases), rows))  # one unit, said above: a unit per header is past 120
+    for node in startup.nodes:
+        if node.checkpoint is None and node.storage_bytes is None:
+            continue
+        text = f"Storage: {node.host or 'an unnamed host'}: checkpoint {node.checkpoint or 'residency unknown'}"
+        if node.storage_bytes is not None:
+            text += f", {human_bytes(node.storage_bytes)} from storage in {number(node.reading_seconds)} s reading"
+        if node.storage_bytes_per_second is not None:
+            text += f" = {human_bytes(round(node.storage_bytes_per_second))}/s"
+        lines.append(text)
+    return "\n".join(lines)
+
+
+def rank_row(rank: RankLoad) -> list[str]:
+    name = str(rank.rank) if rank.rank is not None else (rank.instance or "?")
+    marks = [word for word, on in (("incomplete", rank.incomplete), ("failed", rank.failed)) if on]
+    if ended := rank.exit.describe("cell"):
+        marks.append(f"({ended})")
+    return [
+        " ".join([name, *marks]),
+        rank.host or "-",
+        rank.strategy or "-",
+        number(rank.load_seconds),
+        number(rank.files_opened),
+        number(rank.tensors_read),
+        size(rank.read_bytes),
+        size(rank.storage_read_bytes),
+        number(rank.conversions),
+        device_sizes(rank.materialized_bytes),
+        device_sizes(rank.held_bytes),
+        size(rank.peak_rss_bytes),
+    ]
+
+
+def findings_text(findings: list[Finding], wide: bool = False) -> str:
+    """One entry per cause: symptoms of one cause (``Finding.cause``) in one job show as one finding with a line each
+    and one ``next:``. Sizes once, human (``1.0 MB``); ``wide`` keeps the exact bytes beside them, as the JSON has."""
+    if not findings:
+        return "findings: none"
+    groups: dict[tuple, list[Finding]] = {}
+    for finding in findings:
+        key = (finding.trace_id, finding.attempt, finding.run, finding.cause) if finding.cause else (id(finding),)
+        groups.setdefault(key, []).append(finding)
+    lines = ["findings (warnings first, most bytes first):"]
+    for group in groups.values():
+        lines += cause_lines(group, wide) if len(group) > 1 else finding_lines(group[0], wide)
+    return "\n".join(lines)
+
+
+_EXACT_AND_HUMAN = re.compile(r"\b\d[\d,]* B \((\d+(?:\.\d)? [kMGTP]B)\)")
+
+
+def sizes(text: str, wide: bool) -> str:
+    """``1,009,152 B (1.0 MB)`` → ``1.0 MB`` for the table; as it is with ``wide``."""
+    return text if wide else _EXACT_AND_HUMAN.sub(r"\1", text)
+
+
+_PROJECTION = re.compile(r"Projected host memory: (.+?) x (\d+) ranks? per node = (.+?) per node")
+
+
+def finding_lines(finding: Finding, wide: bool) -> list[str]:
+    ranks = ("ranks " if len(finding.ranks) > 1 else "rank ") + ranges(finding.ranks)
+    amount = human_bytes(finding.bytes) if wide else size(finding.bytes)
+    lines = [f"  {finding.severity.upper()} {finding.kind}  {ranks}  {amount}"]
+    detail = finding.detail if wide else _PROJECTION.sub(r"Per node: \1 x \2 = \3", sizes(finding.detail, wide))
+    lines.append(wrapped(detail, "    "))
+    return lines + next_lines(finding)
+
+
+def next_lines(finding: Finding) -> list[str]:
+    if not finding.next_step:
+        return []
+    end = "" if finding.next_step.rpartition(" ")[2].startswith("https://") else "."  # a URL stays clickable
+    return [wrapped(f"next: {finding.next_step}{end}", "    ")]
+
+
+def cause_lines(symptoms: list[Finding], wide: bool) -> list[str]:
+    """``WARNING ranks 1-15 each loaded the whole model ...``, then each symptom's kind and numbers, then one next."""
+    ranks = sorted({rank for finding in symptoms for rank in finding.ranks})
+    strategies = sorted(
+        {str(entry.get("strategy") or "none") for f in symptoms for entry in f.evidence.get("per_rank", [])}
+    )
+    whole = max(finding.model_share for finding in symptoms) >= 0.99
+    did = ("each " if len(ranks) > 1 else "") + ("loaded the whole model" if whole else "repeated rank 0's loading")
+    worst = max(symptoms, key=lambda finding: finding.projected_node_bytes)
+    host = worst.projection.partition(" = ")[2].rstrip(".")
+    who = ("ranks " if len(ranks) > 1 else "rank ") + ranges(ranks)
+    headline = f"{symptoms[0].severity.upper()} {who} {did} under {'/'.join(strategies)}"
+    lines = [wrapped(sizes(headline + (f"; host memory {host}" if host else ""), wide), "  ", "    ")]
+    for finding in symptoms:
+        own = (
+            "" if finding.ranks == ranks else ("ranks " if len(finding.ranks) > 1 else "rank ") + ranges(finding.ranks)
+        )
+        text = f"{finding.kind}: {own + ' ' if own else ''}{finding.symptom or finding.detail}"
+        lines.append(wrapped(sizes(text, wide), "    ", "      "))
+    return lines + next_lines(symptoms[0])
+
+
+def forecast_text(forecast: Forecast, wide: bool = False) -> str:
+    """The forecast block: per rank, per node with its range, the node's memory and a verdict nobody can miss.
+    The table in human sizes (exact bytes with ``wide``, and in the JSON); its prose wrapped at WIDTH."""
+    cell = number if wide else size
+    basis, node = forecast.basis, forecast.basis.node
+    given = basis.target.given_as
+    lines = [
+        f"forecast: {human_bytes(forecast.model_bytes)} model"
+        + (f" ({given})" if given and "parameters" in given else "")
+        + f", {forecast.ranks_per_node} ranks per node, world size {basis.target.world_size}"
+        + f" (scaled x{basis.model_scale:.4g} from {human_bytes(basis.measured.model_bytes)})"
+    ]
+    categories = basis.categories
+    rows = []
+    for rank, peak in forecast.per_rank_peak_bytes.items():
+        cells = [str(rank), cell(categories.fixed.ranks[rank].to_bytes)]
+        for category in categories.scaled:
+            entry = category.ranks.get(rank)
+            cells.append(cell(entry.to_growth_bytes) if entry else "-")
+        low, high = forecast.per_rank_peak_range_bytes[rank]
+        cells += [cell(basis.ranks[rank].not_model_bytes), cell(peak), f"{cell(low)} - {cell(high)}"]
+        rows.append(cells)
+    columns = FORECAST_COLUMNS if wide else FORECAST_NARROW_COLUMNS
+    lines.append("  " + table(columns, rows).replace("\n", "\n  "))
+    prose = len(lines)
+    profiles = " + ".join(f"{profile.count} x rank {profile.rank}" for profile in node.profiles)
+    low, high = forecast.per_node_peak_range_bytes
+    lines.append(
+        f"  per node: {profiles} = {human_bytes(forecast.per_node_peak_bytes)}, range {human_bytes(low)} -"
+        f" {human_bytes(high)} (file-backed pages counted once; sum of rank peaks"
+        f" {human_bytes(node.sum_of_rank_peaks_bytes)})"
+    )
+    lines.append(f"  confidence: {forecast.confidence.level}: {forecast.confidence.reason}")
+    memory = forecast.node_memory_bytes
+    if memory is None:
+        lines.append("  node memory: unknown; give --node-memory-bytes")
+        lines.append("  verdict: UNKNOWN")
+    else:
+        limit = node.memory_limit_source
+        what = "node memory" if limit in (None, "node") else f"memory limit ({limit})"
+        lines.append(f"  {what}: {human_bytes(memory)} ({node.node_memory_source})")
+        lines.append("  verdict: " + verdict_text(forecast))
+    lines.append("  basis: " + basis.text)
+    lines = [sizes(line, wide) for line in lines]
+    title = wrapped(lines[0], "", "    ")
+    return "\n".join([title, *lines[1:prose], *(wrapped(line.lstrip(), "  ", "    ") for line in lines[prose:])])
+
+
+def verdict_text(forecast: Forecast) -> str:
+    """``WILL OOM: ...``, ``UNCERTAIN: ...`` or ``OK: ...``: the verdict in one line (also ``--fail-on-oom``'s)."""
+    memory = forecast.node_memory_bytes or 0
+    low, high = forecast.per_node_peak_range_bytes
+    ratio = forecast.per_node_peak_bytes / memory if memory else math.inf
+    if forecast.verdict == "oom":
+        return (
+            f"WILL OOM: a node needs {human_bytes(forecast.per_node_peak_bytes)}, {ratio:.2f}x its memory"
+            f" (even the low end, {human_bytes(low)}, exceeds {human_bytes(memory)})"
+        )
+    if forecast.verdict == "uncertain":
+        return (
+            f"UNCERTAIN: the node's {human_bytes(memory)} lies inside the range {human_bytes(low)} -"
+            f" {human_bytes(high)} (point {human_bytes(forecast.per_node_peak_bytes)}, {100 * ratio:.0f}%)"
+        )
+    headroom = human_bytes(forecast.basis.node.headroom_bytes or 0)
+    return (
+        f"OK: a node needs {100 * ratio:.0f}% of its memory ({headroom} to spare; the high end,"
+        f" {human_bytes(high)}, fits)"
+    )
+
+
+# loadtrace compare ------------------------------------------------------------------------------------------------
+
+
+def compared_job_text(side: ComparedJob) -> str:
+    """``spans/a  trace T  job J``, and which attempt (and rerun) of it where that is known."""
+    text = f"{side.source}  trace {side.trace_id}  job {side.job_id or '-'}"
+    if side.attempt is not None:
+        text += f"  attempt {side.attempt}"
+    return text + (f"  run {side.run + 1}" if side.run else "")
+
+
+def compare_table(comparison: Comparison, wide: bool = False) -> str:
+    """The phase rows (bytes in human sizes; exact with ``wide``, and in the JSON), then each parameter that differs
+    with both values, then one line naming those that agree."""
+
+    def cell(metric: str, value: float | int | None, sign: bool = False) -> str:
+        if wide or metric in COMPARE_COUNTS or value is None or isinstance(value, float):
+            return signed(value) if sign else number(value)
+        return ("+" if sign and value > 0 else "") + size(value)
+
+    lines = [f"A: {compared_job_text(comparison.a)}", f"B: {compared_job_text(comparison.b)}", ""]
+    rows = [
+        [
+            row.phase,
+            str(row.rank),
+            row.metric,
+            cell(row.metric, row.a),
+            cell(row.metric, row.b),
+            cell(row.metric, row.difference, sign=True),
+            "-" if row.ratio is None else f"{row.ratio:.2f}x",
+        ]
+        for row in comparison.phases
+        if row.a is not None or row.b is not None
+    ]
+    lines.append(table(COMPARE_COLUMNS, rows, left=3))
+    differing = [[row.name, row.a or "-", row.b or "-"] for row in comparison.resources if row.differs]
+    same = [row.name for row in comparison.resources if not row.differs]
+    lines.append("")
+    if differing:
+        lines.append("what differs:")
+        lines.append(table(["", "A", "B"], differing, left=3))
+    else:
+        lines.append("what differs: nothing recorded")
+    if same:
+        lines.append(
+            textwrap.fill("same: " + ", ".join(same), width=WIDTH, subsequent_indent="  ", break_on_hyphens=False)
+        )
+    return "\n".join(lines)
+
+
+# loadtrace jobs ---------------------------------------------------------------------------------------------------
+
+JOB_COLUMNS = (
+    *("start", "job", "cluster", "world", "model B", "transformers", "startup s", "median s", "slowest"),
+    "findings",
+)
+GROUP_COLUMNS = ("jobs", "startup p50 s", "p95 s", "max s", "storage p50 B/s")
+
+
+def jobs_table(report: JobsReport) -> str:
+    """One row per job, oldest first; then one row per group and the differences between groups in words."""
+    rows = []
+    for job in report.jobs:
+        slowest = "-" if job.slowest_rank is None else f"rank {job.slowest_rank}"
+        if job.slowest_phase and job.slowest_rank is not None:
+            slowest += f" {job.slowest_phase}"
+        found = " ".join(f"{kind}={count}" for kind, count in job.findings.items()) or "-"
+        rows.append(
+            [
+                (job.start_time or "-")[:19],
+                job.job_id or job.trace_id,
+                job.cluster or "-",
+                number(job.world_size),
+                number(job.model_bytes),
+                job.versions.get("transformers", "-"),
+                number(job.startup_seconds),
+                number(job.median_rank_seconds),
+                slowest,
+                found,
+            ]
+        )
+    blocks = [table(JOB_COLUMNS, rows, left=3)]
+    group_rows = [
+        [
+            ", ".join(f"{k}={v if v is not None else 'null'}" for k, v in group.by.items()) or "all jobs",
+            number(group.jobs),
+            number(group.startup_seconds.p50),
+            number(group.startup_seconds.p95),
+            number(group.startup_seconds.max),
+            number(group.storage_bytes_per_second.get("p50"), 0),
+        ]
+        for group in report.groups
+    ]
+    blocks.append(table(("group", *GROUP_COLUMNS), group_rows))
+    if report.differences:
+        blocks.append("differences:\n" + "\n".join(f"  {text}" for text in report.differences))
+    if report.skipped_lines:
+        blocks.append(f"{report.skipped_lines} corrupt or truncated lines skipped")
+    return "\n\n".join(blocks)

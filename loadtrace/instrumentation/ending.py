@@ -1,0 +1,66 @@
+"""How a scope's span ends: its ledger's sums become its attributes (attributes.py), then an error or the signal that
+stopped it; the job's exception itself goes on unchanged."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .. import semconv
+from . import attributes
+from .scope import Scope, ScopeKind
+from .settings import Settings
+
+if TYPE_CHECKING:
+    from opentelemetry import trace
+
+    from .provider import Provider
+
+
+class Ends:
+    """``provider()``: the process's provider (made by then: a scope's span made it)."""
+
+    def __init__(
+        self, settings: Settings, provider: Callable[[], Provider], on_end: Callable[[Scope], None] | None = None
+    ):
+        self.settings = settings
+        self.provider = provider
+        self.on_end = on_end  # the state file's record of the scope goes (statemirror.py)
+
+    def record_error(self, span: trace.Span, error: BaseException) -> None:
+        # The job's own exception, raised on unchanged. Its message can name files: kept only when paths may be shown.
+        if not self.settings.redact_paths:
+            span.record_exception(error)
+        self.provider().set_error(span, type(error).__name__)
+
+    def finish(
+        self,
+        scope: Scope,
+        end_time: int | None = None,
+        error: BaseException | None = None,
+        extra: dict[str, Any] | None = None,
+        signal_name: str | None = None,
+    ) -> None:
+        if scope.ended:
+            return
+        scope.ended = True
+        if self.on_end is not None:
+            self.on_end(scope)
+        span = scope.span
+        if scope.recording:
+            if scope.kind is ScopeKind.LOAD:
+                span.set_attributes(attributes.load_end(scope, extra or {}))
+            elif scope.kind is ScopeKind.PHASE:
+                span.set_attributes(attributes.phase_end(scope))
+            elif scope.kind is ScopeKind.STAGE:
+                span.set_attributes(attributes.stage_end(scope, extra or {}))
+            else:
+                span.set_attributes(attributes.file_end(scope))
+            if error is not None:
+                self.record_error(span, error)
+                if scope.kind is ScopeKind.LOAD:
+                    span.set_attribute(semconv.ERROR_TYPE, type(error).__name__)
+            if signal_name is not None:
+                span.set_attribute(semconv.EXIT_SIGNAL, signal_name)
+                self.provider().set_error(span, signal_name)
+        span.end(end_time=end_time)

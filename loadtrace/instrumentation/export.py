@@ -1,0 +1,293 @@
+"""How spans leave the process: OTLP JSON Lines files (the default) and the standard OTLP exporters.
+
+Files follow the OTLP File Exporter spec: one ``TracesData`` JSON object per line, ids as lowercase hex, enums as
+numbers. Each span is written when it ends, so a rank the OOM killer takes keeps everything it finished.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import re
+import socket
+import stat
+import tempfile
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+from .. import semconv
+from ._log import warn_once
+from .settings import Settings
+
+DEFAULT_ROOT = "loadtrace-traces"
+
+
+# The JSON is written directly as text: building dicts for ``json.dumps`` tripled the cost of each span, which is paid
+# on the loading thread as the span ends. The strings go through the encoder ``json.dumps`` uses, so the text is what
+# ``json.dumps(..., separators=(",", ":"))`` of the same structure gives, byte for byte (tested).
+_string = json.encoder.encode_basestring_ascii
+_float = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return '{"boolValue":true}' if value else '{"boolValue":false}'
+    if isinstance(value, int):
+        return '{"intValue":' + _string(str(value)) + "}"
+    if isinstance(value, str):
+        return '{"stringValue":' + _string(value) + "}"
+    if isinstance(value, float):
+        return '{"doubleValue":' + _float(value) + "}"
+    if isinstance(value, bytes):
+        return '{"bytesValue":' + _string(base64.b64encode(value).decode()) + "}"
+    if isinstance(value, (list, tuple)):
+        return '{"arrayValue":{"values":[' + ",".join(map(_value, value)) + "]}}" if value else '{"arrayValue":{}}'
+    return '{"stringValue":' + _string(str(value)) + "}"
+
+
+def _attributes(attributes: Any) -> str:
+    """A JSON list of OTLP ``KeyValue``s."""
+    items = (attributes or {}).items()
+    return "[" + ",".join('{"key":' + _string(key) + ',"value":' + _value(value) + "}" for key, value in items) + "]"
+
+
+def _span(span: ReadableSpan) -> str:
+    context, parent = span.context, span.parent
+    text = f'{{"traceId":"{context.trace_id:032x}","spanId":"{context.span_id:016x}"'
+    if parent is not None:
+        text += f',"parentSpanId":"{parent.span_id:016x}"'
+    text += (
+        f',"name":{_string(span.name)},"kind":{span.kind.value + 1},'
+        f'"startTimeUnixNano":"{span.start_time}","endTimeUnixNano":"{span.end_time}"'
+    )
+    if span.attributes:
+        text += ',"attributes":' + _attributes(span.attributes)
+    if span.events:
+        text += ',"events":[' + ",".join(map(_event, span.events)) + "]"
+    status = span.status
+    message = ',"message":' + _string(status.description) if status.description else ""
+    code = f',"code":{status.status_code.value}' if status.status_code.value else ""
+    text += ',"status":{' + (message + code)[1:] + "}"
+    # "has is_remote" (0x100) and "is_remote" (0x200) of the parent, as OTel's OTLP encoder sets them.
+    return text + f',"flags":{0x100 | (0x200 if parent is not None and parent.is_remote else 0)}}}'
+
+
+def _event(event: Any) -> str:
+    attributes = ',"attributes":' + _attributes(event.attributes) if event.attributes else ""
+    return f'{{"timeUnixNano":"{event.timestamp}","name":{_string(event.name)}{attributes}}}'
+
+
+def _scope(scope: Any) -> str:
+    if not scope:
+        return "{}"
+    return '{"name":' + _string(scope.name) + (',"version":' + _string(scope.version) if scope.version else "") + "}"
+
+
+_TAIL = "]}]}]}\n"  # what closes the spans' list, their scope's, their resource's and the line's
+
+
+class _Encoder:
+    """OTLP JSON straight from the SDK's spans; a process's resource and scope are encoded once."""
+
+    def __init__(self) -> None:
+        self._heads: dict[tuple[int, Any], tuple[Any, str]] = {}
+
+    def line(self, spans: Sequence[ReadableSpan]) -> str:
+        """One JSON Lines line (``TracesData``): the spans grouped by resource, then scope, in order of appearance.
+        The common case, spans of one resource and scope (every span a process makes), is the cached text of both
+        around the spans'."""
+        if not spans:
+            return '{"resourceSpans":[]}\n'
+        resource, scope = spans[0].resource, spans[0].instrumentation_scope
+        if all(span.resource is resource and span.instrumentation_scope == scope for span in spans):
+            return self._head(resource, scope) + ",".join(map(_span, spans)) + _TAIL
+        groups: dict[tuple[int, Any], list[str]] = {}
+        for span in spans:
+            groups.setdefault((id(span.resource), span.instrumentation_scope), []).append(_span(span))
+        resources: dict[int, list[str]] = {}
+        for (resource_id, scope), encoded in groups.items():
+            resource = next(span.resource for span in spans if id(span.resource) == resource_id)
+            scopes = resources.setdefault(resource_id, [_resource(resource)])
+            scopes.append('{"scope":' + _scope(scope) + ',"spans":[' + ",".join(encoded) + "]}")
+        entries = (head + ',"scopeSpans":[' + ",".join(scopes) + "]}" for head, *scopes in resources.values())
+        return '{"resourceSpans":[' + ",".join(entries) + "]}\n"
+
+    def _head(self, resource: Any, scope: Any) -> str:
+        key = (id(resource), scope)
+        cached = self._heads.get(key)
+        if cached is None or cached[0] is not resource:
+            text = (
+                '{"resourceSpans":[' + _resource(resource) + ',"scopeSpans":[{"scope":' + _scope(scope) + ',"spans":['
+            )
+            cached = self._heads[key] = (resource, text)  # the resource held: its id is not reused while cached
+        return cached[1]
+
+
+def _resource(resource: Any) -> str:
+    """A resource entry's ``{"resource":{...}`` (its ``scopeSpans`` follow)."""
+    return '{"resource":{"attributes":' + _attributes(resource.attributes) + "}"
+
+
+_encoder = _Encoder()
+
+
+def otlp_json(spans: Sequence[ReadableSpan]) -> str:
+    """One OTLP JSON Lines line (``TracesData``) for these spans."""
+    return _encoder.line(spans)
+
+
+def traces_data(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
+    """``TracesData`` for these spans, as the line holds it."""
+    result: dict[str, Any] = json.loads(otlp_json(spans))
+    return result
+
+
+def safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text)[:120] or "_"
+
+
+class JsonLinesExporter(SpanExporter):
+    """Appends spans to one file per process, created owner-only on first use. A write error is said once and the
+    spans are dropped: a full disk must not fail the job."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._fd: int | None = None
+        self._broken = False
+        self._lock = threading.Lock()
+
+    def _open(self) -> int:
+        os.makedirs(os.path.dirname(self.path) or ".", mode=0o700, exist_ok=True)
+        return os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if self._broken:
+            return SpanExportResult.FAILURE
+        try:
+            line = otlp_json(spans).encode()
+            with self._lock:
+                if self._fd is None:
+                    self._fd = self._open()
+                view = memoryview(line)
+                while view:
+                    view = view[os.write(self._fd, view) :]
+            return SpanExportResult.SUCCESS
+        except Exception as error:
+            self._broken = True
+            problem = f"{type(error).__name__}: {error}"
+            dropped = "this process's spans are dropped"
+            warn_once("file-export", f"cannot write traces to {self.path} ({problem}); {dropped}")
+            return SpanExportResult.FAILURE
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True  # every line is written by the time export returns
+
+
+class WriteAsItEnds(SpanProcessor):
+    """Each span written to the file as it ends, by the thread that ends it: what the SDK's ``SimpleSpanProcessor``
+    does, without its per-span context switch and metrics, which cost more than the write itself."""
+
+    def __init__(self, exporter: JsonLinesExporter):
+        self.exporter = exporter
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if span.context.trace_flags.sampled:
+            self.exporter.export((span,))  # never raises: a write error is said once and the spans dropped
+
+    def shutdown(self) -> None:
+        self.exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+def trace_file_path(settings: Settings, resource: dict[str, Any]) -> str:
+    root = settings.trace_dir or os.path.join(DEFAULT_ROOT, safe_name(str(resource[semconv.JOB_ID])))
+    rank = resource.get(semconv.RANK)
+    who = f"rank{rank:05d}" if isinstance(rank, int) else "process"
+    name = f"{who}-{safe_name(socket.gethostname())}-{os.getpid()}{semconv.TRACE_FILE_SUFFIX}"
+    return os.path.join(root, name)
+
+
+def _otlp_exporter(settings: Settings) -> SpanExporter:
+    # The standard exporters read OTEL_EXPORTER_OTLP_* (endpoint, headers, timeout, certificates) themselves.
+    if settings.otlp_protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+
+        return GrpcExporter()
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+
+    return HttpExporter()
+
+
+class _OnceHandler(logging.Handler):
+    """OpenTelemetry's exporters log each failed batch and retry, often with a traceback. In someone else's job that
+    becomes one line per problem kind, said once: the job's owner needs to know, not to read a log flood."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno < logging.WARNING:
+            return
+        kind = "export" if ".export" in record.name else "opentelemetry"
+        try:
+            message = record.getMessage().splitlines()[0]
+        except Exception:
+            message = str(record.msg)
+        warn_once(kind, f"{'span export failing' if kind == 'export' else 'OpenTelemetry setup'}: {message}")
+
+
+def route_otel_logs() -> None:
+    otel = logging.getLogger("opentelemetry")
+    if not any(isinstance(h, _OnceHandler) for h in otel.handlers):
+        otel.addHandler(_OnceHandler())
+        otel.propagate = False
+
+
+def state_file_path(settings: Settings, resource: dict[str, Any], trace_file: str | None) -> str:
+    """Where the process keeps its state (``statefile.py``): beside its trace file, else (spans only over OTLP) under
+    ``<temp dir>/loadtrace-<uid>/<job id>/``, where the launcher's witness can still find it."""
+    if trace_file is not None:
+        return trace_file.removesuffix(semconv.TRACE_FILE_SUFFIX) + semconv.STATE_SUFFIX
+    name = os.path.basename(trace_file_path(settings, resource)).removesuffix(semconv.TRACE_FILE_SUFFIX)
+    return os.path.join(private_temp_dir(), safe_name(str(resource[semconv.JOB_ID])), name + semconv.STATE_SUFFIX)
+
+
+def private_temp_dir() -> str:
+    """``<temp dir>/loadtrace-<uid>``, owner-only; refused (``OSError``) when someone else made it or it is a link:
+    the temporary directory is shared, and the state names this job's files."""
+    path = os.path.join(tempfile.gettempdir(), f"loadtrace-{os.getuid()}")
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    found = os.lstat(path)
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid() or found.st_mode & 0o077:
+        raise PermissionError(f"{path} is not a directory of this user's alone")
+    return path
+
+
+def span_processors(settings: Settings, trace_file: str | None) -> list[SpanProcessor]:
+    processors: list[SpanProcessor] = []
+    if trace_file is not None:
+        processors.append(WriteAsItEnds(JsonLinesExporter(trace_file)))
+    if settings.otlp_endpoint:
+        try:
+            exporter = _otlp_exporter(settings)
+            processors.append(BatchSpanProcessor(exporter, schedule_delay_millis=settings.bsp_schedule_delay_ms))
+        except Exception as error:
+            warn_once(
+                "otlp-export",
+                f"cannot export to {settings.otlp_endpoint} ({type(error).__name__}: {error}); spans are not sent",
+            )
+    return processors

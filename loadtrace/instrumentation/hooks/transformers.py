@@ -1,0 +1,356 @@
+"""transformers: a span per ``from_pretrained``, one per loading phase, and the conversion counts.
+
+These targets are private and move between 5.x releases: each is its own hook, so one that disappears is skipped
+with a note and the others still run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+from ... import semconv
+from .. import spans
+from ._common import tensor_bytes
+from .registry import Hook
+
+TRUE = ("1", "true", "yes", "on")
+
+
+def tp_plan(kwargs: dict) -> Any:
+    """The tensor-parallel plan asked for: ``tp_plan=`` (5.12 on; deprecated in 5.24), or the one of
+    ``distributed_config=DistributedConfig(tp_plan=...)`` (5.24); None without tensor parallelism."""
+    plan = kwargs.get("tp_plan")
+    if plan is None:
+        plan = getattr(kwargs.get("distributed_config"), "tp_plan", None)
+    return plan
+
+
+def _size(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def strategy(kwargs: dict | None = None) -> str:
+    """How this rank was told to load: ZeRO-3, FSDP (with or without cpu_ram_efficient_loading), transformers' own
+    tensor parallelism (alone or with FSDP), or plain."""
+    kwargs = kwargs or {}
+    config = kwargs.get("distributed_config")
+    tensor_parallel = (
+        tp_plan(kwargs) is not None or _size(kwargs.get("tp_size")) > 1 or _size(getattr(config, "tp_size", None)) > 1
+    )
+    try:
+        from transformers.integrations import is_deepspeed_zero3_enabled
+
+        if is_deepspeed_zero3_enabled():
+            return semconv.STRATEGY_ZERO3
+    except ImportError:
+        pass
+    if os.environ.get("ACCELERATE_USE_FSDP", "").lower() in TRUE:
+        if os.environ.get("FSDP_CPU_RAM_EFFICIENT_LOADING", "").lower() in TRUE:
+            return (
+                semconv.STRATEGY_FSDP_CPU_RAM_EFFICIENT_TP
+                if tensor_parallel
+                else semconv.STRATEGY_FSDP_CPU_RAM_EFFICIENT
+            )
+        return semconv.STRATEGY_FSDP_TP if tensor_parallel else semconv.STRATEGY_FSDP
+    if _size(getattr(config, "fsdp_size", None)) > 1:  # transformers' own FSDP (DistributedConfig, 5.24)
+        return semconv.STRATEGY_FSDP_TP if tensor_parallel else semconv.STRATEGY_FSDP
+    return semconv.STRATEGY_TP if tensor_parallel else semconv.STRATEGY_PLAIN
+
+
+def held_bytes(model: Any, partitioned: bool) -> dict[str, int]:
+    """Bytes of parameters and buffers the model holds, by device type (ZeRO-3: this rank's partitions), each tensor
+    once (tied weights are one tensor)."""
+    held: dict[str, int] = {}
+    seen: set[int] = set()
+    dtensor = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)  # none made if never imported
+    for tensor in _parameters_and_buffers(model):
+        if id(tensor) in seen:
+            continue
+        seen.add(id(tensor))
+        if partitioned:
+            # Only ZeRO-3 parameters have a partition; looking for one on a plain tensor costs a caught AttributeError.
+            partition = getattr(tensor, "ds_tensor", None)
+            tensor = partition if partition is not None else tensor
+        if dtensor is not None and isinstance(tensor, dtensor):
+            tensor = tensor._local_tensor  # its ``nbytes`` is the global size
+        device = "cpu" if tensor.is_cpu else tensor.device.type  # ``device`` makes an object per call: CPU skips it
+        held[device] = held.get(device, 0) + tensor.nbytes
+    return held
+
+
+def _parameters_and_buffers(model: Any) -> Iterable[Any]:
+    """Every module's own parameters and buffers: what ``parameters()`` and ``buffers()`` walk, without the dotted
+    names they build for each module (most of their time). A model that is no plain ``nn.Module`` tree: theirs."""
+    try:
+        modules, stack, seen = [], [model], set()
+        while stack:
+            module = stack.pop()
+            if id(module) not in seen:
+                seen.add(id(module))
+                modules.append(module)
+                stack.extend(module._modules.values())
+        return [
+            tensor
+            for module in modules
+            for tensors in (module._parameters, module._buffers)
+            for tensor in tensors.values()
+            if tensor is not None
+        ]
+    except (AttributeError, TypeError):
+        return [*model.parameters(), *model.buffers()]
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
+
+
+def checkpoint_bytes(checkpoint: Any) -> int | None:
+    """Total size of a local checkpoint's weight files (a directory or one file); None for a hub id."""
+    if not isinstance(checkpoint, (str, os.PathLike)):
+        return None
+    path = os.fspath(checkpoint)
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    if not os.path.isdir(path):
+        return None
+    return sum(
+        entry.stat().st_size for entry in os.scandir(path) if entry.is_file() and entry.name.endswith(WEIGHT_SUFFIXES)
+    )
+
+
+MAX_HEADER = 100 * 2**20  # safetensors' own limit on a header
+
+
+def safetensors_tensor_bytes(path: str) -> int | None:
+    """The bytes of the tensors in one safetensors file, from its header alone (8-byte length + JSON)."""
+    try:
+        with open(path, "rb") as file:
+            length = int.from_bytes(file.read(8), "little")
+            if not 0 < length <= MAX_HEADER:
+                return None
+            header = json.loads(file.read(length))
+        return sum(
+            end - begin
+            for name, entry in header.items()
+            if name != "__metadata__"
+            for begin, end in [entry["data_offsets"]]
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _variant(name: str, variant: Any) -> str:
+    """transformers' own naming: ``model.safetensors`` → ``model.fp16.safetensors``."""
+    if not variant:
+        return name
+    parts = name.split(".")
+    return ".".join([*parts[:-1], str(variant), parts[-1]])
+
+
+def _locate(checkpoint: Any, name: str, kwargs: dict) -> str | None:
+    """A file of the checkpoint on this machine: in a local directory, else in the Hugging Face cache (no network)."""
+    if isinstance(checkpoint, (str, os.PathLike)) and os.path.isdir(checkpoint):
+        path = os.path.join(os.fspath(checkpoint), kwargs.get("subfolder") or "", name)
+        return path if os.path.isfile(path) else None
+    if not isinstance(checkpoint, str):
+        return None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        subfolder = kwargs.get("subfolder") or ""
+        found = try_to_load_from_cache(
+            checkpoint,
+            f"{subfolder}/{name}" if subfolder else name,
+            cache_dir=kwargs.get("cache_dir"),
+            revision=kwargs.get("revision"),
+        )
+    except Exception:
+        return None
+    return found if isinstance(found, str) else None
+
+
+def checkpoint_tensor_bytes(checkpoint: Any, kwargs: dict, headers: bool = True) -> int | None:
+    """The exact bytes of the checkpoint's tensors: the headers of the files its ``model.safetensors.index.json``
+    lists (its ``metadata.total_size`` when a file is missing), or of ``model.safetensors``; None when neither is on
+    this machine (a ``.bin`` checkpoint, a hub id not in the cache). ``headers=False`` reads the index alone: before
+    the load, reading the weight files' headers would put their first pages in the page cache, and the load's
+    cold/warm measure (``loadtrace.file.cached_bytes_at_open``) would then see what loadtrace itself read."""
+    variant = kwargs.get("variant")
+    index = _locate(checkpoint, _variant("model.safetensors.index.json", variant), kwargs)
+    if index is not None and not headers and (total := _total_size_ahead(index)) is not None:
+        return total
+    if index is not None:
+        try:
+            with open(index) as file:
+                content = json.load(file)
+        except (OSError, ValueError):
+            return None
+        folder = os.path.dirname(index)
+        files = sorted(set(content.get("weight_map", {}).values())) if isinstance(content, dict) and headers else []
+        sizes = [safetensors_tensor_bytes(os.path.join(folder, name)) for name in files]
+        if files and None not in sizes:
+            return sum(sizes)  # type: ignore[arg-type]
+        total = content.get("metadata", {}).get("total_size") if isinstance(content, dict) else None
+        return _size(total) or None
+    single = _locate(checkpoint, _variant("model.safetensors", variant), kwargs) if headers else None
+    return safetensors_tensor_bytes(single) if single is not None else None
+
+
+# ``{"metadata": {"total_size": N, ...}, "weight_map": {...}}``, as transformers and huggingface_hub write it.
+_TOTAL_SIZE_AHEAD = re.compile(rb'^\s*\{\s*"metadata"\s*:\s*\{[^{}]*?"total_size"\s*:\s*(\d+)\s*[,}]')
+
+
+def _total_size_ahead(index: str) -> int | None:
+    """An index's ``metadata.total_size`` when the file opens with it: parsing all of a large index's JSON (3,219
+    entries: ~1 ms) to read one number at the top would be most of a load's tracing cost. None: parse it all."""
+    try:
+        with open(index, "rb") as file:
+            found = _TOTAL_SIZE_AHEAD.match(file.read(4096))
+    except OSError:
+        return None
+    return int(found[1]) or None if found else None
+
+
+MAX_ARGUMENT = 4096  # characters of a ``str()``-ed argument kept on the span (a per-module device map can be long)
+
+
+class Load:
+    def __init__(self, tracing: spans.Tracing, cls: Any, args: tuple, kwargs: dict):
+        self.tracing = tracing
+        checkpoint = args[0] if args else kwargs.get("pretrained_model_name_or_path")
+        dtype = kwargs.get("dtype", kwargs.get("torch_dtype"))
+        how = strategy(kwargs)
+        attributes: dict[str, Any] = {
+            semconv.MODEL_CLASS: getattr(cls, "__name__", str(cls)),
+            semconv.CHECKPOINT: tracing.path(checkpoint),
+            semconv.DTYPE: str(dtype) if dtype is not None else "default",
+            semconv.STRATEGY: how,
+        }
+        for key, value in ((semconv.DEVICE_MAP, kwargs.get("device_map")), (semconv.TP_PLAN, tp_plan(kwargs))):
+            if value is not None:
+                attributes[key] = str(value)[:MAX_ARGUMENT]
+        self.partitioned = how == semconv.STRATEGY_ZERO3
+        self.checkpoint, self.kwargs = checkpoint, kwargs
+        size = checkpoint_bytes(checkpoint)
+        if size is not None:
+            attributes[semconv.CHECKPOINT_BYTES] = size
+        # At the start, so a rank that dies mid-load still tells the model's size (its state file keeps it): from the
+        # index alone, leaving the weight files' pages as the job found them.
+        self.tensor_bytes = checkpoint_tensor_bytes(checkpoint, kwargs, headers=False)
+        if self.tensor_bytes is not None:
+            attributes[semconv.CHECKPOINT_TENSOR_BYTES] = self.tensor_bytes
+        self.scope, self.token = tracing.start_load(semconv.SPAN_FROM_PRETRAINED, attributes)
+
+    def done(self, result: Any, error: BaseException | None) -> Any:
+        attributes: dict[str, Any] = {}
+        try:
+            model = result[0] if isinstance(result, tuple) else result
+            if model is not None and hasattr(model, "parameters"):
+                for device, nbytes in held_bytes(model, self.partitioned).items():
+                    attributes[semconv.held_bytes_key(device)] = nbytes
+            # Without an index (one file), or a hub checkpoint not yet cached at the start: one header read per file.
+            tensors = checkpoint_tensor_bytes(self.checkpoint, self.kwargs) if self.tensor_bytes is None else None
+            if tensors is not None:
+                attributes[semconv.CHECKPOINT_TENSOR_BYTES] = tensors
+        finally:
+            self.tracing.end_load(self.scope, self.token, attributes, error)
+        return result
+
+
+def from_pretrained(cls, args, kwargs):
+    tracing = spans.tracing()
+    return Load(tracing, cls, args, kwargs) if tracing is not None else None
+
+
+class Phase:
+    __slots__ = ("tracing", "scope", "token")
+
+    def __init__(self, tracing: spans.Tracing, name: str):
+        self.tracing = tracing
+        self.scope, self.token = tracing.enter_phase(name)
+
+    def done(self, result: Any, error: BaseException | None) -> Any:
+        self.tracing.exit_phase(self.scope, self.token, error)
+        return result
+
+
+def _phase(name: str):
+    def handler(instance, args, kwargs):
+        tracing = spans.tracing()
+        return Phase(tracing, name) if tracing is not None else None
+
+    return handler
+
+
+class Conversion:
+    __slots__ = ("tracing", "operations")
+
+    def __init__(self, tracing: spans.Tracing, operations: tuple[str, ...]):
+        self.tracing = tracing
+        self.operations = operations
+
+    def done(self, produced: Any, error: BaseException | None) -> Any:
+        if error is None:
+            nbytes = 0
+            for value in produced.values():
+                for tensor in value if isinstance(value, list) else (value,):
+                    nbytes += tensor_bytes(tensor)
+            self.tracing.record_conversion(self.operations, nbytes)
+        return produced
+
+
+def renames(transform: Any) -> bool:
+    """Whether a ``WeightRenaming`` changes the key. transformers (5.12, 5.24) makes one ``WeightRenaming(original,
+    renamed)`` per checkpoint key that no ``WeightConverter`` takes, renamed or not; its patterns are those two keys
+    (``_original_*``: as given, before the patterns are processed for reverse mapping)."""
+    sources = getattr(transform, "_original_source_patterns", None) or getattr(transform, "source_patterns", None)
+    targets = getattr(transform, "_original_target_patterns", None) or getattr(transform, "target_patterns", None)
+    if sources is None or targets is None:
+        return True  # a release that no longer says: count it, as before
+    return list(sources) != list(targets)
+
+
+def weight_conversion(transform, args, kwargs):
+    """One checkpoint entry turned into model parameters: a chain of ``ConversionOps``, a rename that changes the key,
+    and a quantization op if any. A key kept as it is (most of them) is no conversion and is not counted."""
+    if not spans.active():
+        return None
+    operations = getattr(transform, "operations", None)
+    if operations:
+        return _conversion(tuple(type(op).__name__ for op in operations), transform)
+    return _conversion((semconv.RENAME_OP,) if renames(transform) else (), transform)
+
+
+def weight_renaming(transform, args, kwargs):
+    """``WeightRenaming.convert``: called for every checkpoint key that no converter takes (nearly every key of a dense
+    model), so a key kept as it is returns at once (a renaming has no ``operations`` to look for)."""
+    if not spans.active():
+        return None
+    return _conversion((semconv.RENAME_OP,) if renames(transform) else (), transform)
+
+
+def _conversion(names: tuple[str, ...], transform: Any) -> Conversion | None:
+    quantize = getattr(transform, "quantization_operation", None)
+    if quantize is not None:
+        names += (type(quantize).__name__,)
+    tracing = spans.tracing() if names else None
+    return Conversion(tracing, names) if tracing is not None else None
+
+
+HOOKS = [
+    Hook("transformers.modeling_utils", "PreTrainedModel.from_pretrained", from_pretrained),
+    Hook("transformers.modeling_utils", "load_state_dict", _phase(semconv.SPAN_LOAD_STATE_DICT)),
+    Hook(
+        "transformers.modeling_utils",
+        "PreTrainedModel._move_missing_keys_from_meta_to_device",
+        _phase(semconv.SPAN_MATERIALIZE_MISSING),
+    ),
+    Hook("transformers.core_model_loading", "convert_and_load_state_dict_in_model", _phase(semconv.SPAN_CONVERT)),
+    Hook("transformers.core_model_loading", "WeightConverter.convert", weight_conversion),
+    Hook("transformers.core_model_loading", "WeightRenaming.convert", weight_renaming),
+    Hook("transformers.integrations.deepspeed", "_load_state_dict_into_zero3_model", _phase(semconv.SPAN_ZERO3_LOAD)),
+]

@@ -1,0 +1,130 @@
+"""The process's life around its scopes: its exit (``shutdown``: end what the job left open, flush, the job's summary
+line), a fork (``after_fork``: the child owns none of its parent's scopes) and a termination signal while loading
+(``terminated``: every open span ends with what it counted, ERROR and the signal's name, and is flushed, all within
+``LOADTRACE_EXIT_TIMEOUT``; termination.py)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .. import semconv
+from . import summary, termination
+from ._log import warn_once
+from .context import Job
+from .ending import Ends
+from .memory import process_memory
+from .readings import Readings
+from .scope import OpenScopes, Scope, detached_slot
+from .settings import Settings
+from .startup import Startup
+from .statemirror import StateMirror
+
+if TYPE_CHECKING:
+    from .provider import Provider
+
+
+class Lifecycle:
+    def __init__(
+        self,
+        settings: Settings,
+        job: Job,
+        open: OpenScopes,
+        startup: Startup,
+        state_file: StateMirror,
+        readings: Readings,
+    ):
+        self.settings, self.job, self.open, self.startup = settings, job, open, startup
+        self.state_file, self.readings = state_file, readings
+        self.shut_down = False
+        self.forked = False  # a forked child never says the job's summary line
+
+    def wire(self, ends: Ends, close_file: Callable[[Scope], None], provider: Callable[[], Provider | None]) -> None:
+        """How scopes end, and ``provider()``: the process's provider, None until the first span made it."""
+        self.ends, self.close_file, self.provider = ends, close_file, provider
+
+    def shutdown(self) -> None:
+        """End the files the job left open and the startup (where it was never prepared), then flush (bounded); the
+        state says the process exited (not died)."""
+        for file in list(self.open.files):
+            self.close_file(file)
+        said = self.shut_down
+        try:
+            self.startup.end(semconv.STARTUP_END_EXIT, self.startup.settled())
+        except Exception:
+            pass  # the flush goes ahead whatever happened to the startup
+        self.shut_down = True
+        self.state_file.exited()
+        self.startup.handlers.restore()
+        provider = self.provider()
+        if provider is None:
+            return  # no span was ever made here: nothing to flush, nothing to say
+        state, trace_file, exported = provider.state, provider.trace_file, provider.exporting
+        provider.shutdown()
+        if exported and state is not None and not (said or self.forked):
+            rank = None if state["rank"] < 0 else state["rank"]
+            job_id = self.job.id or self.job.fallback_id()
+            summary.say(self.settings, job_id, rank, state["local_world_size"], trace_file)
+
+    def after_fork(self) -> None:
+        """In a forked child: its parent's open files, loads and state are not its own. A slot of a file still open
+        in the parent becomes private memory, so reads through a handle the child inherited stay out of the
+        parent's state file."""
+        for file in self.open.files:
+            if file.slot is not None:
+                file.slot.counts = detached_slot(file.slot.tensors, file.slot.bytes).counts
+        self.open.reset()
+        self.forked = True
+        self.startup.after_fork()
+        provider = self.provider()
+        if provider is not None:
+            provider.after_fork()
+
+    def terminated(self, signo: int) -> None:
+        """A termination signal while loading: the state says so at once; then every open span ends. The work runs
+        in a thread: the signal may have interrupted this one inside a lock that work needs."""
+        if self.open.loads_open == 0 and not self.startup.is_open():
+            return
+        self.state_file.signalled(signo)
+        timeout_s = self.settings.exit_timeout_s
+        deadline = time.monotonic() + timeout_s
+        name = termination.name(signo)
+
+        def work() -> None:
+            self.end_open_scopes(name)
+            provider = self.provider()
+            if provider is not None:
+                provider.force_flush(max(0.0, deadline - time.monotonic()))
+
+        if not termination.bounded(work, timeout_s, "loadtrace-signal-flush"):
+            warn_once("export", f"gave up flushing spans after {timeout_s:g} s on {name}")
+
+    def end_open_scopes(self, signal_name: str) -> None:
+        """Files, then phases, then loads (innermost first): each with its attributes so far."""
+        reading = process_memory()
+        open = self.open
+        monitor = self.readings.monitor()
+        if monitor is not None:
+            phases = [*open.loose_phases, *(phase for load in open.loads for phase in load.phases.values())]
+            monitor.settle(phases, reading)
+        for file in list(open.files):
+            open.files.discard(file)
+            self.ends.finish(file, signal_name=signal_name)
+        owners = [
+            *sorted(open.loads, key=newest_first, reverse=True),
+            *sorted(open.stages, key=newest_first, reverse=True),
+        ]
+        phases = [*open.loose_phases, *(phase for owner in owners for phase in owner.phases.values())]
+        for scope in sorted((*phases, *owners), key=newest_first, reverse=True):
+            if not scope.ended:
+                scope.memory_after = reading
+                if scope.peak is not None:
+                    scope.peak.raise_to(reading)
+                self.ends.finish(scope, signal_name=signal_name)
+        # Stopped before its startup was over (loading, preparing, or between a load and its preparation).
+        self.startup.end(signal_name, signal_name=signal_name)
+
+
+def newest_first(scope: Scope) -> Any:
+    return getattr(scope.span, "start_time", 0) or 0

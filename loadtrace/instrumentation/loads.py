@@ -1,0 +1,54 @@
+"""The loads open in the process, every thread's: the first to open reads the memory limit (its attributes go on every
+load until the last closes), starts the state's load and watches termination signals; the last to close may end the
+rank's startup (a load with no preparation to follow)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .. import semconv
+from . import attributes
+from .memory import limits
+from .scope import OpenScopes, Scope
+from .startup import Startup
+from .statemirror import StateMirror
+
+
+class Loads:
+    def __init__(self, open: OpenScopes, state_file: StateMirror, startup: Startup):
+        self.open = open
+        self.state_file = state_file
+        self.startup = startup
+        self.limit: dict[str, Any] = {}  # the memory limit attributes of the current outermost load
+
+    def opened(self, scope: Scope, start: dict[str, Any]) -> None:
+        if start.get(semconv.STRATEGY) in semconv.PREPARED_STRATEGIES:
+            self.startup.awaits_preparation = True
+        open = self.open
+        with open.lock:
+            open.loads_open += 1
+            open.loads.add(scope)
+            first = open.loads_open == 1
+        if first:
+            found = limits()
+            self.limit = attributes.memory_limit(found)
+            self.state_file.load_started(scope, start, found)
+            self.startup.handlers.watch()
+        else:
+            self.state_file.load_nested(scope, start)
+        if self.limit and scope.recording:
+            scope.span.set_attributes(self.limit)
+
+    def closed(self, scope: Scope, error: BaseException | None) -> None:
+        open, startup = self.open, self.startup
+        with open.lock:
+            open.loads.discard(scope)
+            open.loads_open = max(0, open.loads_open - 1)
+            last = open.loads_open == 0
+            others = [load.name for load in open.loads]
+        self.state_file.load_closed(scope, error, last, others)
+        startup.last_activity = time.time_ns()
+        if last and not open.stages and not startup.awaits_preparation:
+            startup.end(semconv.STARTUP_END_LOAD, memory=scope.memory_after)
+        startup.settle_handlers()

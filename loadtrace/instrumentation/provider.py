@@ -1,0 +1,226 @@
+"""This process's OpenTelemetry SDK and state file: resource, span processors, the job's root span, the bounded flush.
+
+Imported and set up at the first span (``spans.Tracing.provider``), so processes that never load anything (the
+launcher, pip, a DataLoader worker) import no OpenTelemetry, create no files and say nothing; set up again in a forked
+child, which is a process of its own. The state file (statefile.py) is made with it: beside the trace file, or in a
+private temporary directory when spans go only over OTLP, or in anonymous memory when neither can be written (the same
+code runs either way), and announced to a witnessing launcher.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+from .. import semconv, statefile
+from ..version import __version__
+from . import context, export, witness
+from ._log import warn_once
+from .memory import Memory
+from .monitor import Monitor
+from .settings import Settings
+from .termination import bounded
+
+# The state files of this process, by path: a second ``instrument()`` reuses its predecessor's rather than truncating
+# a file whose pages old proxies may still count into (a store past the end of a mapped file is a SIGBUS).
+_writers: dict[tuple[int, str], statefile.Writer] = {}
+
+
+class Provider:
+    """The tracer spans are started with, and the monitor that watches them while they are open."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        job: context.Job,
+        given: trace.TracerProvider | None,
+        at_exit: Callable[[], None],
+        on_sample: Callable[[Memory], None] | None = None,
+    ):
+        self.settings = settings
+        self.job = job
+        self._given = given  # instrument(tracer_provider=...): the caller's SDK, which we neither build nor flush
+        self._at_exit = at_exit  # what runs at interpreter exit once we are set up (ends open spans, then flushes)
+        self._on_sample = on_sample  # the monitor's memory samples go there
+        self._sdk: TracerProvider | None = None
+        self._tracer: trace.Tracer | None = None
+        self._lock = threading.Lock()
+        self.monitor: Monitor | None = None
+        self.state: statefile.Writer | None = None
+        self.exporting = False  # our own SDK exports this process's spans (to trace_file, OTLP, or both)
+        self.trace_file: str | None = None
+
+    @property
+    def tracer(self) -> trace.Tracer:
+        if self._tracer is None:
+            with self._lock:
+                if self._tracer is None:
+                    self._tracer = self._build()
+        return self._tracer
+
+    def build(self) -> None:
+        """Set up now rather than at the first ``tracer``."""
+        _ = self.tracer
+
+    def _build(self) -> trace.Tracer:
+        try:
+            if self._given is not None:
+                self.state = self._open_state(None)
+                self.monitor = Monitor(self._on_sample)
+                atexit.register(self._at_exit)
+                return self._given.get_tracer(semconv.SCOPE_NAME, __version__)
+            export.route_otel_logs()
+            resource = self._resource()
+            attributes = dict(resource.attributes)
+            path = export.trace_file_path(self.settings, attributes) if self.settings.writes_files else None
+            processors = export.span_processors(self.settings, path)
+            self.state = self._open_state(path)
+            self.monitor = Monitor(self._on_sample)
+            # Our own bounded flush at exit replaces the SDK's, which can wait on a dead collector for many seconds.
+            sdk = TracerProvider(resource=resource, shutdown_on_exit=False)
+            for processor in processors:
+                sdk.add_span_processor(processor)
+            self._sdk = sdk
+            self.exporting, self.trace_file = True, path
+            atexit.register(self._at_exit)
+            job_id = self.job.id
+            if attributes.get(semconv.RANK) == 0 and job_id is not None and self.job.source != context.SOURCE_PROCESS:
+                self._emit_job_root(job_id, resource, processors)
+            return sdk.get_tracer(semconv.SCOPE_NAME, __version__)
+        except Exception as error:
+            warn_once("tracer", f"tracing is off in this process: {type(error).__name__}: {error}")
+            return trace.NoOpTracer()
+
+    def _open_state(self, trace_file: str | None) -> statefile.Writer:
+        """The process's state file (see the module's docstring), described and announced."""
+        rank = context.current_rank()
+        job_id = self.job.id or self.job.fallback_id()
+        identity = {
+            "pid": os.getpid(),
+            "rank": -1 if rank.rank is None else rank.rank,
+            "local_rank": -1 if rank.local_rank is None else rank.local_rank,
+            "world_size": rank.world_size or 0,
+            "local_world_size": rank.local_world_size or 0,
+            "attempt": self.settings.attempt,
+        }
+        texts = {
+            "job_id": job_id,
+            "trace_id": format(semconv.job_trace_ids(job_id)[0], "032x"),
+            "launch_id": self.settings.launch_id or "",
+            "host": socket.gethostname(),
+            "trace_file": os.path.abspath(trace_file) if trace_file is not None else "",
+        }
+        try:
+            resource = {semconv.JOB_ID: job_id, semconv.RANK: rank.rank}
+            path = os.path.abspath(export.state_file_path(self.settings, resource, trace_file))
+            writer = _writers.get((os.getpid(), path))
+            if writer is None:
+                writer = _writers[(os.getpid(), path)] = statefile.Writer(path, identity, texts)
+            else:
+                describe(writer, identity, texts)
+        except Exception as error:
+            key, where = ("file-export", "cannot write traces to") if trace_file else ("state-file", "cannot keep")
+            warn_once(
+                key,
+                f"{where} this process's state file ({type(error).__name__}: {error}); its totals are kept in "
+                "memory only, so if it is killed its last state is lost",
+            )
+            return statefile.Writer(None, identity, texts)
+        witness.announce(path)
+        return writer
+
+    def _resource(self) -> Resource:
+        """Ours, with ``OTEL_RESOURCE_ATTRIBUTES`` and ``OTEL_SERVICE_NAME`` added; our service name unless they set
+        one."""
+        settings = self.settings
+        attributes = context.resource_attributes(
+            self.job, settings.cluster, __version__, settings.attempt, settings.launch_id
+        )
+        default_service = attributes.pop(semconv.SERVICE_NAME)
+        resource = Resource.create(attributes)
+        if str(resource.attributes.get(semconv.SERVICE_NAME, "")).startswith("unknown_service"):
+            resource = resource.merge(Resource({semconv.SERVICE_NAME: default_service}))
+        return resource
+
+    def _emit_job_root(self, job_id: str, resource: Resource, processors: list[SpanProcessor]) -> None:
+        """Rank 0 writes the span that every rank's spans name as their parent, so the trace has one root."""
+        trace_id, span_id = semconv.job_trace_ids(job_id)
+        now = time.time_ns()
+        root = ReadableSpan(
+            semconv.SPAN_JOB,
+            context=SpanContext(trace_id, span_id, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED)),
+            resource=resource,
+            attributes={semconv.JOB_ID: job_id},
+            kind=SpanKind.INTERNAL,
+            start_time=now,
+            end_time=now,
+            instrumentation_scope=InstrumentationScope(semconv.SCOPE_NAME, __version__),
+        )
+        for processor in processors:
+            processor.on_end(root)
+
+    def start_span(
+        self, name: str, parent: trace.Span | None, attributes: dict[str, Any] | None, start_time: int | None
+    ) -> trace.Span:
+        """A span under ``parent``, else under the job's root span."""
+        context = trace.set_span_in_context(parent) if parent is not None else self.job_context()
+        return self.tracer.start_span(name, context=context, attributes=attributes, start_time=start_time)
+
+    @staticmethod
+    def set_error(span: trace.Span, description: str) -> None:
+        span.set_status(Status(StatusCode.ERROR, description))
+
+    def job_context(self) -> otel_context.Context:
+        """The OTel context whose parent is the job's root span: every rank derives the same one."""
+        trace_id, span_id = semconv.job_trace_ids(self.job.id or self.job.fallback_id())
+        parent = SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+        return trace.set_span_in_context(NonRecordingSpan(parent))
+
+    def shutdown(self) -> None:
+        """Flush within ``LOADTRACE_EXIT_TIMEOUT``; a dead or slow collector must not hold the job's exit."""
+        sdk, self._sdk = self._sdk, None
+        if sdk is None:
+            return
+        timeout_s = self.settings.exit_timeout_s
+
+        def flush() -> None:
+            sdk.force_flush(int(timeout_s * 900))
+            sdk.shutdown()
+
+        if not bounded(flush, timeout_s, "loadtrace-exit-flush"):
+            warn_once("export", f"gave up flushing spans after {timeout_s:g} s at exit")
+
+    def force_flush(self, timeout_s: float) -> None:
+        """Send what has ended now (the caller bounds the wait: see ``bounded``); the SDK stays up."""
+        sdk = self._sdk
+        if sdk is not None:
+            sdk.force_flush(max(1, int(timeout_s * 1000)))
+
+    def after_fork(self) -> None:
+        """In a forked child: the parent's SDK, exporter threads, monitor and state file are not ours; build our own
+        on first use (another thread may have held the lock at the fork)."""
+        self._sdk = None
+        self._tracer = None
+        self.monitor = None
+        self.state = None
+        self.exporting, self.trace_file = False, None
+        self._lock = threading.Lock()
+
+
+def describe(writer: statefile.Writer, identity: dict[str, int], texts: dict[str, str]) -> None:
+    for name, value in identity.items():
+        writer[name] = value
+    for name, text in texts.items():
+        writer.set_text(name, text)

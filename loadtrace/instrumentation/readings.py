@@ -1,0 +1,68 @@
+"""Memory read at scope boundaries (memory.py), and the state's ``rss_peak`` raised from every reading while a load is
+open: the monitor thread's samples and the readings at phase boundaries."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .. import statefile
+from .memory import Memory, Peak, process_memory
+from .monitor import Monitor
+from .monitor import record as monitor_record
+from .scope import OpenScopes, Scope
+
+
+class Readings:
+    """``monitor()``: the process's monitor thread, None before the first span (or where it could not start)."""
+
+    def __init__(
+        self, open: OpenScopes, state: Callable[[], statefile.Writer | None], monitor: Callable[[], Monitor | None]
+    ):
+        self.open = open
+        self.state = state
+        self.monitor = monitor
+        self.load_hwm = 0  # the process's VmHWM when the outermost load began
+
+    def raise_rss_peak(self, reading: Memory) -> None:
+        """The state's ``rss_peak``: the highest VmRSS seen during the open load, or VmHWM once it rose during the
+        load (then exact)."""
+        state = self.state()
+        if state is None or self.open.loads_open == 0:
+            return
+        peak = max(reading.rss, reading.hwm if reading.hwm > self.load_hwm else 0)
+        with self.open.lock:
+            if peak > state["rss_peak"]:
+                state["rss_peak"] = peak
+
+    def from_now(self, scope: Scope) -> Memory:
+        """A load's memory at its start, read here and now (exact: its storage reads and high-water mark start here)."""
+        reading = process_memory()
+        scope.memory_before = reading
+        scope.peak = Peak.starting_at(reading)
+        monitor = self.monitor()
+        if monitor is not None:
+            monitor.opened(scope)
+        return reading
+
+    def until_now(self, scope: Scope) -> Memory:
+        scope.memory_after = reading = process_memory()
+        monitor = self.monitor()
+        if monitor is not None:
+            monitor.closed(scope)
+        self.raise_rss_peak(reading)
+        return reading
+
+    def phase_boundary(self, phase: Scope, left: bool) -> None:
+        """A phase's memory when entered or left: read by the monitor thread at once, off the loading thread (here
+        only when there is no monitor)."""
+        monitor = self.monitor()
+        if monitor is None:
+            reading = process_memory()
+            monitor_record(phase, left, reading)
+            self.raise_rss_peak(reading)
+            return
+        if left:
+            monitor.closed(phase)
+        else:
+            monitor.opened(phase)
+        monitor.mark(phase, left)

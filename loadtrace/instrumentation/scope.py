@@ -1,0 +1,119 @@
+"""Scopes: an open span plus the ledger whose counters become its attributes when it ends (attributes.py); a file
+scope also has a read slot in the state file (statefile.py), into which its tensor reads are counted.
+
+Loads and phases are tracked per thread of control (``active_scopes``, a context variable), so a ``zeros_like`` is
+charged to the load open where it was called; file scopes belong to the load that opened them. ``OpenScopes`` is what
+is open in the whole process, every thread's: what a termination signal or the process's exit ends.
+"""
+
+from __future__ import annotations
+
+import threading
+from contextvars import ContextVar, Token
+from enum import Enum
+from typing import TYPE_CHECKING
+
+from .. import semconv, statefile
+from .ledger import Ledger
+from .memory import Memory, Peak
+
+if TYPE_CHECKING:
+    from opentelemetry import trace
+
+
+class ScopeKind(Enum):
+    LOAD = semconv.SCOPE_LOAD  # ``from_pretrained`` or ``traced_load``: the totals
+    PHASE = semconv.SCOPE_PHASE  # a loading step inside a load, one span however often it is entered
+    FILE = semconv.SCOPE_FILE  # a file opened or read, charged to the load that opened it
+    STAGE = semconv.SCOPE_STAGE  # the rank's startup, and its phases outside loading (rendezvous, preparation)
+
+
+class Scope:
+    """An open span and its ledger."""
+
+    __slots__ = (
+        "kind",
+        "name",
+        "span",
+        "ledger",
+        "slot",
+        "load",
+        "phases",
+        "files",
+        "calls",
+        "last_end",
+        "ended",
+        "recording",
+        "memory_before",
+        "memory_after",
+        "peak",
+        "residency",
+        "record",
+    )
+
+    def __init__(self, kind: ScopeKind, name: str, span: trace.Span, load: Scope | None = None):
+        self.kind = kind
+        self.name = name
+        self.span = span
+        self.ledger = Ledger()
+        self.slot: statefile.ReadSlot | None = None  # files only: tensors and bytes read through it
+        self.load = load  # the load a phase or file belongs to
+        self.phases: dict[str, Scope] = {}
+        self.files: list[Scope] = []
+        self.calls = 0  # phases: times entered
+        self.last_end: int | None = None
+        self.ended = False
+        self.recording = span.is_recording()
+        self.memory_before: Memory | None = None  # loads and phases only: memory when first entered,
+        self.memory_after: Memory | None = None  # when last left,
+        self.peak: Peak | None = None  # and the highest seen in between
+        # Files only: (path, size, bytes in the page cache at open); the cached bytes None where unknown.
+        self.residency: tuple[str, int, int | None] | None = None
+        self.record: tuple[statefile.Writer, int] | None = None  # non-file scopes: its record in the state file
+
+
+active_scopes: ContextVar[tuple[Scope, ...]] = ContextVar("loadtrace_active", default=())
+ActiveToken = Token[tuple[Scope, ...]]
+
+
+def active() -> tuple[Scope, ...]:
+    """Loads and phases open in this thread of control, outermost first; empty outside loading (the fast path)."""
+    return active_scopes.get()
+
+
+def current_load() -> Scope | None:
+    for scope in reversed(active_scopes.get()):
+        if scope.kind is ScopeKind.LOAD:
+            return scope
+    return None
+
+
+def owner() -> Scope | None:
+    """Where a phase entered now is aggregated: the innermost open load or startup stage (``deepspeed.initialize``)."""
+    for scope in reversed(active_scopes.get()):
+        if scope.kind is ScopeKind.LOAD or scope.kind is ScopeKind.STAGE:
+            return scope
+    return None
+
+
+def detached_slot(tensors: int = 0, nbytes: int = 0) -> statefile.ReadSlot:
+    """A read slot in private memory: for a process without a state file, and a forked child's inherited files."""
+    counts = memoryview(bytearray(statefile.SLOT_BYTES)).cast("q")
+    counts[0], counts[1] = tensors, nbytes
+    return statefile.ReadSlot(counts)
+
+
+class OpenScopes:
+    """What the process has open, every thread's: ended at exit or on a termination signal if the job never closed
+    it. A forked child starts with none (``reset``)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.files: set[Scope] = set()  # ended at exit if the job never closed them
+        self.loads: set[Scope] = set()  # every thread's
+        self.loose_phases: set[Scope] = set()  # open phases outside any load
+        self.stages: set[Scope] = set()
+        self.loads_open = 0
+        self.lock = threading.Lock()  # the loads open, and the state's load fields with them

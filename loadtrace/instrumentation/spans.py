@@ -1,0 +1,326 @@
+"""The tracing front: loads, phases, stages and files become spans (scope.py), through the process's ``Provider``.
+
+OpenTelemetry is imported, and the process's SDK, files, monitor thread and state built, at the first span of any kind
+(``Tracing.provider``): a process that never opens one pays for none of it. File scopes belong to the load that
+opened them, so reads made in transformers' worker threads are charged to the right file and load without any context
+crossing threads; a load that raises says so (``error.type``) and the exception goes on unchanged.
+
+What follows the scopes is each in a collaborator the front owns: the state file (statemirror.py: exact even at a
+SIGKILL), memory readings and the state's RSS peak (readings.py), the rank's startup span (startup.py), and the
+process's exit, forks and termination signals (lifecycle.py). The hooks reach all of it through the front.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .. import semconv, statefile
+from ..statefile import ReadSlot as ReadSlot  # the hooks' read slots, through the front
+from . import context, importing, termination
+from .ending import Ends
+from .lifecycle import Lifecycle
+from .loads import Loads
+from .memory import process_memory
+from .monitor import Monitor
+from .readings import Readings
+from .scope import ActiveToken as ActiveToken
+from .scope import OpenScopes, Scope, ScopeKind, current_load, owner
+from .scope import active as active
+from .scope import active_scopes as _active
+from .scope import detached_slot as detached_slot
+from .settings import Settings, shown_path
+from .startup import Startup
+from .statemirror import StateMirror, set_phase
+
+if TYPE_CHECKING:
+    from opentelemetry import trace
+
+    from .provider import Provider
+
+
+class LoadListener(Protocol):
+    """Told when loads open and close (the hook registry: its while-loading hooks are in place only meanwhile)."""
+
+    def load_opened(self) -> None: ...
+
+    def load_closed(self) -> None: ...
+
+
+class Tracing:
+    """Opens and ends the scopes of this process; owns what follows them (the module's docstring)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        tracer_provider: trace.TracerProvider | None = None,
+        listener: LoadListener | None = None,
+    ):
+        self.settings = settings
+        self.job = context.Job(settings.job_id)
+        self._given = tracer_provider
+        self._provider: Provider | None = None  # made at the first span: see ``provider``
+        self.listener = listener
+        self.open = OpenScopes()
+        self.state_file = StateMirror(self._state, self.open, self.record_fault)
+        self.readings = Readings(self.open, self._state, self._monitor)
+        self.handlers = termination.Handlers(lambda signo: self.lifecycle.terminated(signo))
+        self.startup = Startup(lambda: self.provider, self.handlers, self.open, self.state_file)
+        self.loads = Loads(self.open, self.state_file, self.startup)
+        self.ends = Ends(settings, lambda: self.provider, self.state_file.release)
+        self.lifecycle = Lifecycle(settings, self.job, self.open, self.startup, self.state_file, self.readings)
+        self.lifecycle.wire(self.ends, self.close_file, lambda: self._provider)
+        self._count_lock = None if getattr(sys, "_is_gil_enabled", lambda: True)() else threading.Lock()
+
+    @property
+    def provider(self) -> Provider:
+        """This process's OpenTelemetry set-up (provider.py), made by the first span of any kind: the SDK is imported
+        then, from whichever thread opens it, with forks held back meanwhile (``instrumentation.importing``)."""
+        provider = self._provider
+        if provider is None:
+            with importing():
+                if self._provider is None:
+                    from .provider import Provider
+
+                    made = Provider(self.settings, self.job, self._given, self.shutdown, self.readings.raise_rss_peak)
+                    made.build()  # the SDK, files, state and monitor now, while forks wait
+                    self._provider = made
+                provider = self._provider
+        return provider
+
+    def _state(self) -> statefile.Writer | None:
+        provider = self._provider
+        return provider.state if provider is not None else None
+
+    state = property(_state, doc="The process's state file, once the first span made the provider (None before).")
+
+    def _monitor(self) -> Monitor | None:
+        provider = self._provider
+        return provider.monitor if provider is not None else None
+
+    def shutdown(self) -> None:
+        self.lifecycle.shutdown()
+
+    def after_fork(self) -> None:
+        self.lifecycle.after_fork()
+
+    def job_changed(self) -> None:
+        """The job id was adopted from the process group's store: the state names the job and trace spans go to."""
+        self.startup.job_changed(self.job.id)
+        self.state_file.job(self.job.id)
+
+    def path(self, value: Any) -> str:
+        """A path as spans show it (``LOADTRACE_REDACT_PATHS``: settings.shown_path)."""
+        return shown_path(value, self.settings.redact_paths)
+
+    # Scopes ---------------------------------------------------------------------------------------------------------
+
+    def start_load(self, name: str, start: dict[str, Any]) -> tuple[Scope, ActiveToken]:
+        stack = _active.get()
+        scope = Scope(ScopeKind.LOAD, name, self._start(name, start, stack[-1] if stack else None))
+        self.state_file.keep(scope)
+        reading = self.readings.from_now(scope)
+        if self.open.loads_open == 0:
+            self.readings.load_hwm = reading.hwm
+        self.loads.opened(scope, start)
+        self.readings.raise_rss_peak(reading)
+        if self.listener is not None:
+            self.listener.load_opened()
+        return scope, _active.set(stack + (scope,))
+
+    def end_load(self, scope: Scope, token: ActiveToken, extra: dict[str, Any], error: BaseException | None) -> None:
+        """``extra``: what the hook learnt from the result (the model's held bytes)."""
+        _active.reset(token)
+        if self.listener is not None:
+            self.listener.load_closed()
+        reading = self.readings.until_now(scope)
+        monitor = self._monitor()
+        if monitor is not None:
+            monitor.settle(scope.phases.values(), reading)  # boundaries the monitor has not read yet: now
+        for phase in scope.phases.values():
+            self.ends.finish(phase, phase.last_end)
+        for file in scope.files:
+            self.close_file(file)
+        self.ends.finish(scope, error=error, extra=extra)
+        self.loads.closed(scope, error)
+
+    def enter_stage(self, name: str, start: dict[str, Any]) -> tuple[Scope, ActiveToken]:
+        """A startup phase outside loading (accelerate's preparation, ``deepspeed.initialize``): a span per call;
+        phases entered inside it (``GatheredParameters``) are aggregated into it, as into a load."""
+        stack = _active.get()
+        scope = Scope(ScopeKind.STAGE, name, self._start(name, start, stack[-1] if stack else None))
+        self.state_file.keep(scope)
+        self.readings.raise_rss_peak(self.readings.from_now(scope))
+        self.open.stages.add(scope)
+        self.handlers.watch()  # a rank stopped here ends its stage and startup (termination.py), as it ends its loads
+        token = _active.set(stack + (scope,))
+        self.state_file.update(set_phase, scope)
+        return scope, token
+
+    def exit_stage(
+        self, scope: Scope, token: ActiveToken, extra: dict[str, Any], error: BaseException | None, prepares: bool
+    ) -> None:
+        """``prepares``: the strategy's preparation, whose end (the outermost one's) ends the rank's startup."""
+        _active.reset(token)
+        self.readings.until_now(scope)
+        for phase in scope.phases.values():
+            self.ends.finish(phase, phase.last_end)
+        self.open.stages.discard(scope)
+        self.ends.finish(scope, error=error, extra=extra)
+        self.startup.last_activity = time.time_ns()
+        self.state_file.update(set_phase, scope)
+        if prepares and not any(open.kind is ScopeKind.STAGE for open in _active.get()):
+            self.startup.end(semconv.STARTUP_END_PREPARATION, memory=scope.memory_after)
+        self.startup.settle_handlers()
+
+    def stage_span(self, name: str, start_time: int, start: dict[str, Any], error: BaseException | None = None) -> None:
+        """A startup phase made after the fact (``init_process_group``: its trace is known only once it returned)."""
+        stack = _active.get()
+        scope = Scope(ScopeKind.STAGE, name, self._start(name, start, stack[-1] if stack else None, start_time))
+        self.ends.finish(scope, error=error)
+        self.startup.last_activity = time.time_ns()
+
+    def enter_phase(self, name: str) -> tuple[Scope, ActiveToken]:
+        """A phase entered several times in one load (transformers' per-file ``load_state_dict``) is ONE span."""
+        stack = _active.get()
+        load = owner()
+        phase = load.phases.get(name) if load is not None else None
+        if phase is None:
+            phase = Scope(ScopeKind.PHASE, name, self._start(name, None, stack[-1] if stack else None), load)
+            self.state_file.keep(phase)
+            if load is not None:
+                load.phases[name] = phase
+            else:
+                self.open.loose_phases.add(phase)
+            self.readings.phase_boundary(phase, left=False)
+        elif (monitor := self._monitor()) is not None:
+            monitor.opened(phase)
+        phase.calls += 1
+        token = _active.set(stack + (phase,))
+        self.state_file.update(set_phase, phase)
+        return phase, token
+
+    def exit_phase(self, phase: Scope, token: ActiveToken, error: BaseException | None) -> None:
+        _active.reset(token)
+        phase.last_end = time.time_ns()
+        self.readings.phase_boundary(phase, left=True)
+        if error is not None and phase.recording and not phase.ended:
+            self.ends.record_error(phase.span, error)
+        if phase.load is None:
+            self.open.loose_phases.discard(phase)
+            monitor = self._monitor()
+            if monitor is not None:
+                monitor.settle((phase,), process_memory())  # a phase outside loads ends now: its span needs them
+            self.ends.finish(phase, phase.last_end)
+        self.state_file.update(set_phase, phase)
+
+    def open_file(self, name: str, start: dict[str, Any], start_time: int | None = None) -> Scope:
+        load = current_load()
+        stack = _active.get()
+        scope = Scope(ScopeKind.FILE, name, self._start(name, start, stack[-1] if stack else None, start_time), load)
+        scope.slot = self.state_file.new_slot(scope)
+        path, size = start.get(semconv.FILE_PATH), start.get(semconv.FILE_SIZE)
+        if path is not None and size is not None:
+            scope.residency = (path, size, start.get(semconv.FILE_CACHED_BYTES_AT_OPEN))
+        if load is not None:
+            load.files.append(scope)
+        self.open.files.add(scope)
+        return scope
+
+    def count_reads(self, scope: Scope, tensors: Iterable[Any]) -> None:
+        """Tensors a file call returned all at once (``torch.load``, ``safetensors.torch.load``), into its slot: they
+        were all read by the time the call returned, so they are counted together, with one ``+=`` each."""
+        slot = scope.slot
+        if slot is None:
+            return
+        count = nbytes = 0
+        for tensor in tensors:
+            count += 1
+            nbytes += int(tensor.nbytes)
+        if self._count_lock is None:
+            counts = slot.counts
+            counts[0] += count
+            counts[1] += nbytes
+        else:
+            with self._count_lock:
+                counts = slot.counts
+                counts[0] += count
+                counts[1] += nbytes
+
+    def close_file(self, scope: Scope, error: BaseException | None = None) -> None:
+        self.open.files.discard(scope)
+        if scope.ended or self.lifecycle.shut_down:
+            return
+        self.ends.finish(scope, error=error)
+
+    def point_span(self, name: str, parent: Scope | None, start_time: int, start: dict[str, Any]) -> None:
+        """A short span for one tensor (``LOADTRACE_DETAIL=tensor``), parented explicitly: it may run in a worker
+        thread that knows nothing of the load."""
+        self._start(name, start, parent, start_time).end()
+
+    def _start(
+        self, name: str, start: dict[str, Any] | None, parent: Scope | None, start_time: int | None = None
+    ) -> trace.Span:
+        if parent is None:
+            parent = self.startup.scope()
+        provider = self._provider or self.provider
+        return provider.start_span(name, parent.span if parent is not None else None, start, start_time)
+
+    # Records from hooks -----------------------------------------------------------------------------------------
+
+    def record_materialized(self, site: str, device: str, nbytes: int) -> None:
+        for scope in _active.get():
+            scope.ledger.add_materialized(site, device, nbytes)
+        self.state_file.update(lambda state: state.add(statefile.device_column(device), nbytes))
+
+    def record_conversion(self, operations: tuple[str, ...], nbytes: int) -> None:
+        # Once per converted weight, inside the load's hottest loop: the fewest steps (see ``_update_state``).
+        record = (operations, nbytes)
+        for scope in _active.get():
+            scope.ledger.conversions.append(record)
+        provider = self._provider
+        state = provider.state if provider is not None else None
+        if state is not None:
+            try:
+                state.add("conversions", 1)
+                state.add("conversion_bytes", nbytes)
+            except Exception as error:
+                self.state_file.failed(error)
+
+    def record_fault(self, where: str, scope: Scope | None = None) -> None:
+        """Count a fault on the load it belongs to: the scope's (a file read in a worker thread), else this thread's."""
+        if scope is None:
+            load = current_load()
+        else:
+            load = scope if scope.kind is ScopeKind.LOAD else scope.load
+        if load is not None:
+            load.ledger.add_error(where)
+            self.state_file.hook_error()
+
+
+# The tracing of this process while instrumented: what every hook reads first (None: pass through untraced).
+_tracing: Tracing | None = None
+
+
+def tracing() -> Tracing | None:
+    return _tracing
+
+
+def set_tracing(value: Tracing | None) -> None:
+    global _tracing
+    _tracing = value
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (DataLoader worker, multiprocessing pool) is a process of its own: it builds its own SDK and
+    file on first use, and starts outside whatever load its parent had open."""
+    if _tracing is not None:
+        _tracing.after_fork()
+    _active.set(())
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

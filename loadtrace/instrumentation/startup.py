@@ -1,0 +1,116 @@
+"""The rank's startup (``loadtrace.startup``): opened with the first span that has no parent, from the process's start;
+every parentless span hangs from it until a preparation ends it (or a load with nothing to prepare, the job's trace
+being adopted, a termination signal, the process's exit)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .. import semconv
+from . import attributes, context
+from .importclock import import_times, stop_import_clock
+from .memory import Memory, process_memory
+from .scope import OpenScopes, Scope, ScopeKind
+from .termination import Handlers
+
+if TYPE_CHECKING:
+    from .provider import Provider
+    from .statemirror import StateMirror
+
+
+class Startup:
+    """``provider()``: the process's provider, made by then (the first span made it). Our signal handlers stay while
+    a load, a startup stage or the startup itself is open (``settle_handlers``), so a rank stopped before its startup
+    is over still writes it."""
+
+    def __init__(
+        self,
+        provider: Callable[[], Provider],
+        handlers: Handlers,
+        open: OpenScopes,
+        state_file: StateMirror | None = None,
+    ):
+        self.provider = provider
+        self.handlers = handlers
+        self.open = open
+        self.state_file = state_file  # keeps the open startup's record for the witness (issue 26)
+        self.scope_: Scope | None = None
+        self.over = False
+        self.lock = threading.Lock()
+        self.last_activity: int | None = None  # when the last load or startup stage ended
+        self.awaits_preparation = False  # a load's strategy (FSDP, ZeRO-3) has a preparation follow it
+        self.instrumented = time.time_ns()
+
+    def is_open(self) -> bool:
+        return self.scope_ is not None and not self.scope_.ended
+
+    def scope(self) -> Scope | None:
+        """The rank's startup span while it lasts, opened by the first span that needs it: from the process's start
+        (the kernel's record), or from ``instrument()`` where that is unknown."""
+        if self.over:
+            return None
+        with self.lock:
+            if self.scope_ is None and not self.over:
+                started, source = context.process_start_ns(), semconv.STARTUP_START_PROCESS
+                if started is None or started > time.time_ns():
+                    started, source = self.instrumented, semconv.STARTUP_START_INSTRUMENT
+                attrs = {semconv.STARTUP_START: source}
+                span = self.provider().start_span(semconv.SPAN_STARTUP, None, attrs, started)
+                self.scope_ = Scope(ScopeKind.STAGE, semconv.SPAN_STARTUP, span)
+                if self.state_file is not None:
+                    self.state_file.keep(self.scope_)
+                self.handlers.watch()  # a rank stopped before its startup is over still writes it (termination.py)
+            return self.scope_
+
+    def settled(self) -> int | None:
+        """Where a startup that no preparation ended stops: the end of its last load or stage (None: now, when one is
+        still open or none ended)."""
+        return None if self.open.loads or self.open.stages else self.last_activity
+
+    def end(
+        self, how: str, end_time: int | None = None, signal_name: str | None = None, memory: Memory | None = None
+    ) -> None:
+        """End the rank's startup: ``how`` it ended (``STARTUP_END_*`` or the signal's name) and the process's memory
+        and storage reads since it started (the kernel's counters are from the process's start, as the span is).
+        ``memory``: the reading the load or stage that ends it took at its end (no second read on that thread)."""
+        with self.lock:
+            startup = self.scope_
+            self.over = True
+            if startup is None or startup.ended:
+                return
+            startup.ended = True
+        if self.state_file is not None:
+            self.state_file.release(startup)
+        imports = import_times()
+        if how != semconv.STARTUP_END_JOB:
+            stop_import_clock()  # the startup is over for good: later imports are the job's, not its startup's
+        if startup.recording:
+            startup.span.set_attributes(
+                {semconv.STARTUP_END: how, **attributes.startup_end(memory or process_memory())}
+            )
+            if imports:
+                startup.span.set_attribute(semconv.STARTUP_IMPORTS, imports)
+            if signal_name is not None:
+                startup.span.set_attribute(semconv.EXIT_SIGNAL, signal_name)
+                self.provider().set_error(startup.span, signal_name)
+        startup.span.end(end_time=end_time)
+        self.settle_handlers()
+
+    def settle_handlers(self) -> None:
+        if not (self.open.loads_open or self.open.stages or self.is_open()):
+            self.handlers.release()
+
+    def job_changed(self, job_id: str | None) -> None:
+        """The job id was adopted: a startup in another trace ends, and the next span opens one in the job's."""
+        startup = self.scope_
+        if job_id and startup is not None and not startup.ended:
+            if startup.span.get_span_context().trace_id != semconv.job_trace_ids(job_id)[0]:
+                self.end(semconv.STARTUP_END_JOB)
+                self.scope_, self.over = None, False
+
+    def after_fork(self) -> None:
+        self.lock = threading.Lock()
+        self.scope_, self.over = None, True  # the parent's startup; a child's spans hang from the job
