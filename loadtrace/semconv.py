@@ -169,6 +169,12 @@ STARTUP_END_PREPARATION = "preparation"  # the end of accelerate's prepare of a 
 STARTUP_END_LOAD = "load"  # no preparation follows its strategy (plain, tp, a traced_load): its outermost load's end
 STARTUP_END_EXIT = "exit"  # none came (a preparation awaited, or a rank that only joined): its last load or phase's end
 STARTUP_END_JOB = "job_changed"  # the job id was learnt at init_process_group: a new startup span goes on in its trace
+# The hooked libraries' imports during the startup (issue 26): [start, end, start, end, ...] in ns since the epoch, one
+# pair per outermost import of a module of torch, transformers, safetensors, accelerate or deepspeed (at most 64 pairs);
+# the first pair's end is the end of the first hooked library's import. Only under LOADTRACE=1 (activation.watch).
+STARTUP_IMPORTS = "loadtrace.startup.imports"
+# On a load span: when it opened its first file (ns since the epoch); the time before it is the model's construction.
+LOAD_FIRST_FILE_OPEN = "loadtrace.load.first_file_open"
 
 
 # Files and reads ----------------------------------------------------------------------------------------------------
@@ -322,6 +328,13 @@ FINDING_KINDS = (
     FINDING_RENDEZVOUS_WAIT,
     FINDING_COLLECTIVE_TIMEOUT,
 )
+# Causes: findings that are symptoms of one cause carry its name (``cause``), and the table shows them as one.
+CAUSE_WHOLE_MODEL_ON_OTHER_RANKS = "whole_model_on_other_ranks"  # non-loading ranks read, converted or held the model
+CAUSE_OF_FINDING = {
+    FINDING_DUPLICATE_CHECKPOINT_READ: CAUSE_WHOLE_MODEL_ON_OTHER_RANKS,
+    FINDING_DUPLICATE_CONVERSION: CAUSE_WHOLE_MODEL_ON_OTHER_RANKS,
+    FINDING_NONZERO_RANK_MATERIALIZATION: CAUSE_WHOLE_MODEL_ON_OTHER_RANKS,
+}
 
 # Files a process writes ----------------------------------------------------------------------------------------------
 
@@ -353,7 +366,10 @@ EXIT_SIGNAL = "loadtrace.exit.signal"
 # The launcher's witness: one span per worker that died, with that worker's resource and its exact last state.
 EXIT_CODE = "loadtrace.exit.code"  # the exit status, when it exited rather than being killed
 EXIT_OOM_KILLED = "loadtrace.exit.oom_killed"  # the cgroup's oom_kill counter rose (absent when unreadable)
-EXIT_SOURCE = "loadtrace.exit.source"  # "launcher"
+EXIT_SOURCE = "loadtrace.exit.source"  # EXIT_SOURCE_LAUNCHER
+# The launcher's witness: on its rank_exit span, and on the spans of a dead rank it ended in its place (the report
+# leaves those out of every number).
+EXIT_SOURCE_LAUNCHER = "launcher"
 EXIT_STATUS = "loadtrace.exit.status"  # the rank's own last status: loading, idle, exited, signalled
 EXIT_DURING = "loadtrace.exit.during"  # the innermost span it had open
 EXIT_LOAD = "loadtrace.exit.load"  # the outermost load it had open

@@ -21,6 +21,12 @@ The live fields (``LIVE_FIELDS``, ``LIVE_TEXT_FIELDS``: progress, current memory
 ``LIVE_OFFSET`` in the same header page, written by the monitor thread or the exception hooks, never per tensor. They
 were added to version 1 without a new version: that part of the page is zeros in every file an older loadtrace wrote,
 and zero (an empty text) means "not known" in each of them, so old files read as before and old readers skip them.
+
+After the live fields, the header's tail keeps the open non-file scopes (the startup, loads, phases, stages):
+``SCOPE_RECORDS`` records of a NUL-padded name, the trace id, the parent span id, the start time and the span id, the
+span id written last and cleared first (0: a free record), so a reader never takes a half-written record for one. A
+span open at a SIGKILL is never written; the launcher's witness ends these at the death, and the spans that finished
+under them keep their parent.
 """
 
 from __future__ import annotations
@@ -130,11 +136,27 @@ _offset = LIVE_OFFSET + _LIVE_INTS.size
 for _name, _size in LIVE_TEXT_FIELDS:
     TEXT_OFFSETS[_name] = (_offset, _size)
     _offset += _size
-assert _offset <= HEADER_BYTES, "the header outgrew its page"
+SCOPE_NAME_BYTES = 40
+SCOPE_RECORDS = 8  # open loads, phases and stages at once; more are not kept (their children may then be orphans)
+_SCOPE = struct.Struct(f"<{SCOPE_NAME_BYTES}s2Q3q")  # name, trace id (high, low), parent id, start ns, span id
+SCOPES_OFFSET = (_offset + 7) // 8 * 8
+_SPAN_ID_OFFSET = _SCOPE.size - 8
+assert SCOPES_OFFSET + SCOPE_RECORDS * _SCOPE.size <= HEADER_BYTES, "the header outgrew its page"
 VERSION = 1
 
 
 # Reading (both halves) -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OpenScope:
+    """A load, phase or stage span the process had open: what the witness needs to end it in its place."""
+
+    name: str
+    trace_id: int
+    parent_span_id: int  # 0: none
+    start_ns: int
+    span_id: int
 
 
 @dataclass(frozen=True)
@@ -144,6 +166,7 @@ class State:
     ints: dict[str, int]
     texts: dict[str, str]
     slots: list[tuple[int, int]] = field(repr=False)
+    open_scopes: list[OpenScope] = field(default_factory=list)
 
     def __getitem__(self, name: str) -> int:
         return self.ints[name]
@@ -190,7 +213,17 @@ def decode(data: bytes) -> State | None:
     slots = list(zip(values[0::2], values[1::2], strict=True))
     if any(t < 0 or b < 0 for t, b in slots) or any(ints[name] < 0 for name in COUNTERS):
         return None
-    return State(ints, texts, slots)
+    return State(ints, texts, slots, _open_scopes(data))
+
+
+def _open_scopes(data: bytes) -> list[OpenScope]:
+    found = []
+    for index in range(SCOPE_RECORDS):
+        raw, high, low, parent, start, span_id = _SCOPE.unpack_from(data, SCOPES_OFFSET + index * _SCOPE.size)
+        if span_id != 0 and start > 0:
+            name = raw.split(b"\0", 1)[0].decode("utf-8", errors="replace")
+            found.append(OpenScope(name, (high << 64) | low, parent & (2**64 - 1), start, span_id & (2**64 - 1)))
+    return found
 
 
 def read(path: str | os.PathLike[str], max_bytes: int = 64 * 1024 * 1024) -> State | None:
@@ -326,6 +359,28 @@ class Writer:
             nbytes += counts[2 * within + 1]
         return tensors, nbytes
 
+    # Open scopes ----------------------------------------------------------------------------------------------------
+
+    def open_scope(self, name: str, trace_id: int, parent_id: int, start_ns: int, span_id: int) -> int | None:
+        """Keep an open span's record (its span id last: until then the record reads as free); its index, or None
+        when every record is taken."""
+        with self._lock:
+            for index in range(SCOPE_RECORDS):
+                offset = SCOPES_OFFSET + index * _SCOPE.size
+                if struct.unpack_from("<q", self._header, offset + _SPAN_ID_OFFSET)[0] == 0:
+                    break
+            else:
+                return None
+            encoded = name.encode("utf-8", errors="replace")[:SCOPE_NAME_BYTES]
+            high, low = trace_id >> 64, trace_id & (2**64 - 1)
+            _SCOPE.pack_into(self._header, offset, encoded, high, low, _signed(parent_id), start_ns, 0)
+            struct.pack_into("<q", self._header, offset + _SPAN_ID_OFFSET, _signed(span_id) or 1)
+            return index
+
+    def close_scope(self, index: int) -> None:
+        """The span ended (or was written): its record is free again, span id cleared first."""
+        struct.pack_into("<q", self._header, SCOPES_OFFSET + index * _SCOPE.size + _SPAN_ID_OFFSET, 0)
+
     # Loads ----------------------------------------------------------------------------------------------------------
 
     def load_started(self) -> None:
@@ -353,6 +408,11 @@ def _reserve(fd: int, offset: int) -> None:
         os.posix_fallocate(fd, offset, PAGE)  # glibc writes the zeros itself where the filesystem cannot allocate
     else:  # pragma: no cover - macOS
         os.pwrite(fd, bytes(PAGE), offset)
+
+
+def _signed(value: int) -> int:
+    """A 64-bit id as the int64 the header stores."""
+    return value - 2**64 if value >= 2**63 else value
 
 
 def device_column(device: str) -> str:

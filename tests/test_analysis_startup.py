@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_analysis_otlp import T0, job_lines, line, resource, span, span_id, trace_id_of
+from test_analysis_otlp import T0, attributes, job_lines, line, resource, span, span_id, trace_id_of
 
 from loadtrace import semconv as sc
 from loadtrace.analysis.report import build_report, report
@@ -110,9 +110,26 @@ def test_phases_of_a_startup_span_add_up_exactly_each_instant_counted_once():
     # instants [4,6] = 0.5; the rest (the load's [2,3] and [6.7,7], then [9,10]) is other.
     assert rank["phases"] == {
         "open": 0.0, "read": 3.0, "convert": 0.5, "materialize": 0.2, "broadcast": 2.0, "wait": 2.0, "prepare": 0.0,
-        "other": 2.3,
+        "imports": 0.0, "construct": 0.0, "other": 2.3,
     }  # fmt: skip
     assert list(rank["phases"]) == list(STARTUP_PHASES)
+    assert sum(rank["phases"].values()) == pytest.approx(rank["seconds"], abs=1e-6)
+
+
+def test_imports_and_construct_name_the_time_before_the_first_file():
+    """Issue 26: the startup's import clock and the load's first file open split what was ``other``: imports from the
+    process's start to the end of the first hooked import, and later ones (the second pair, partly inside the load,
+    where it wins over construct); construct from the load's start to its first file."""
+    spans = startup_rank(wait=(1.5, 2.0), files=[(3.0, 6.0)], convert=None, materialize=None, broadcast=None)
+    startup = next(s for s in spans if s["name"] == sc.SPAN_STARTUP)
+    startup["attributes"] += attributes({sc.STARTUP_IMPORTS: [at(0.2), at(1.0), at(1.8), at(2.5)]})
+    load = next(s for s in spans if s["name"] == sc.SPAN_FROM_PRETRAINED)
+    load["attributes"] += attributes({sc.LOAD_FIRST_FILE_OPEN: at(3.0)})
+    (rank,) = startup_of({0: spans})["ranks"]
+    # imports [0, 1] and [2, 2.5] (its [1.8, 2] is wait's); construct [2.5, 3]; read [3, 6]; other [1, 1.5], [6, 10].
+    assert rank["phases"]["imports"] == 1.5 and rank["phases"]["wait"] == 0.5
+    assert rank["phases"]["construct"] == 0.5 and rank["phases"]["read"] == 3.0
+    assert rank["phases"]["other"] == 4.5
     assert sum(rank["phases"].values()) == pytest.approx(rank["seconds"], abs=1e-6)
 
 
@@ -226,7 +243,7 @@ def test_the_table_shows_the_startup_and_each_ranks_phases(tmp_path, capsys):
     (tmp_path / "job.jsonl").write_text("".join(job_lines(TRACE, slow_reader_job(read_seconds=9.0), world_size=3)))
     assert main(["report", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "Startup: 16.000 s (slowest: rank 2, read phase), median rank 10.000 s" in out
+    assert "Startup: 16.000 s (slowest: rank 2, read phase), median rank 10.000 s; in seconds:" in out
     assert "WARNING slow_rank  rank 2" in out
 
 
@@ -310,5 +327,5 @@ def test_a_zero3_startup_shows_deepspeed_initialisation_as_prepare_and_gathering
     (rank,) = startup_of({0: spans})["ranks"]
     assert rank["phases"] == {
         "open": 0.0, "read": 0.0, "convert": 0.0, "materialize": 0.0, "broadcast": 1.0, "wait": 1.0, "prepare": 5.5,
-        "other": 2.5,
+        "imports": 0.0, "construct": 0.0, "other": 2.5,
     }  # fmt: skip

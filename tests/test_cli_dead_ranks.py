@@ -63,7 +63,7 @@ def test_a_failed_load_fails_the_gate(tmp_path, capsys):
     code, out, _ = run(capsys, "report", str(tmp_path), "--fail-on-findings")
     assert code == 1
     assert "1 failed" in out and "WARNING failed_load  rank 1" in out
-    assert "rank 1's transformers.from_pretrained raised FileNotFoundError after reading 300,000 B" in out
+    assert "rank 1's transformers.from_pretrained raised FileNotFoundError after reading 300.0 kB" in out
 
 
 def test_bad_state_files_are_counted_in_the_table_and_the_json(tmp_path, capsys):

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import field_facts
+from support import field_facts, parents
 from support.multirank import COUNT_WORKER, MODE_ENV, TRACE_ROOT
 from support.torchrun import DEFAULT_TIMEOUT_S, TorchrunResult, clean_env, torchrun
 from support.venvs import REPO, Venv, discover, installed_problems, stale_files
@@ -306,6 +306,17 @@ def test_teardown_stopped_rank_ends_its_spans_with_sigterm(teardown: Teardown):
     assert load["attributes"][sc.READ_BYTES] >= said_loading["read_bytes"] > 0
 
 
+def test_teardown_every_span_has_its_parent_in_the_trace(teardown: Teardown):
+    """Rank 1's startup and load were open at its SIGKILL: the witness ended them, so its finished spans (its
+    init_process_group, its phases) are not orphans."""
+    spans = file_spans(teardown.folder)
+    assert not parents.orphans(parents.from_files(spans)), parents.orphans(parents.from_files(spans))
+    ended = [s for r, s in spans if r.get(sc.RANK) == 1 and s["attributes"].get(sc.EXIT_SOURCE) == "launcher"]
+    names = {s["name"] for s in ended}
+    assert {sc.SPAN_RANK_EXIT, sc.SPAN_STARTUP, sc.SPAN_FROM_PRETRAINED} <= names, names
+    assert all(s.get("status", {}).get("code") == 2 for s in ended), [s.get("status") for s in ended]
+
+
 def test_teardown_findings_name_the_phase_and_the_bytes(teardown: Teardown):
     count = teardown.count()
     ranks = ranks_of(teardown.report)
@@ -377,6 +388,13 @@ def test_otlp_teardown_stopped_rank_spans_arrive(otlp_teardown: OtlpTeardown):
     assert stopped and all(s.status_code == 2 for s in stopped), [(s.name, s.attributes) for s in rank0]
     (load,) = [s for s in stopped if s.name == sc.SPAN_FROM_PRETRAINED]
     assert load.attributes[sc.READ_BYTES] >= said_loading["read_bytes"] > 0
+
+
+def test_otlp_teardown_every_span_has_its_parent_in_the_trace(otlp_teardown: OtlpTeardown):
+    found = parents.orphans(parents.from_wire(otlp_teardown.spans))
+    assert not found, found
+    ended = {s.name for s in otlp_teardown.spans if s.resource.get(sc.RANK) == 1 and s.attributes.get(sc.EXIT_SOURCE)}
+    assert {sc.SPAN_RANK_EXIT, sc.SPAN_STARTUP, sc.SPAN_FROM_PRETRAINED} <= ended, ended
 
 
 def test_otlp_teardown_dead_rank_exit_arrives_with_exact_bytes(otlp_teardown: OtlpTeardown, tmp_path):
@@ -485,6 +503,11 @@ def test_oom_killed_rank_is_told_apart(oom_run: OomRun):
     rank0 = ranks_of(oom_run.report)[0]  # loaded in full before rank 1 began, then stopped while idle
     assert rank0["incomplete"] is False and rank0["read_bytes"] == oom_run.checkpoint["bytes"], rank0
     assert rank0["exit"]["oom_killed"] is not True
+
+
+def test_oom_killed_rank_s_spans_all_have_their_parent_in_the_trace(oom_run: OomRun):
+    found = parents.orphans(parents.from_files(file_spans(job_dir(oom_run.run))))
+    assert not found, found
 
 
 def test_oom_killed_rank_shows_its_cgroup_limit(oom_run: OomRun):

@@ -68,7 +68,9 @@ def test_importing_torch_hooks_it_and_sets_up_nothing_else(tmp_path):
     assert traced["hooked"] == "HookWrapper" and untraced["hooked"] != "HookWrapper"
     for same in ("threads", "atexit", "handlers", "loader"):
         assert traced[same] == untraced[same], same
-    assert "_Watcher" not in traced["finders"]  # one-shot: gone once the hooks are in
+    # One-shot activation; the watcher stays only as the startup's import clock (a name check per new import) until
+    # a startup ends, which this process never has.
+    assert traced["finders"].count("_Watcher") <= 1
     assert not (tmp_path / "traces").exists()
     assert not list(tmp_path.iterdir())
 

@@ -9,7 +9,10 @@ The compare outputs were rewritten once since, on purpose (issue 12): each side'
 ``start_time``, the load parameters (``loadtrace.checkpoint.bytes``, ``loadtrace.model.class``, ``loadtrace.dtype``) in
 ``resources``, and the table's ``same:`` line were added; every phase row and every earlier value stayed as it was.
 The report outputs were rewritten once more (issue 14): each trace's ``startup`` block and the table's ``Startup:``
-lines were added; nothing else changed.
+lines were added; nothing else changed. And once more (issue 26, by ``loadtrace report`` over the same fixtures): the
+JSON only by added fields (each finding's ``cause``, the startup phases ``imports`` and ``construct``); the table
+shows symptoms of one cause as one finding, sizes once (``1.0 MB``, exact bytes with ``--wide``), and the startup table
+in seconds under one unit.
 """
 
 from __future__ import annotations

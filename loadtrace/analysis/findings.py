@@ -29,11 +29,14 @@ MODEL_SHARE = 0.5
 REPLICATED_SHARE = 0.99
 
 _SEVERITY_ORDER = {WARNING: 0, INFO: 1}
+_SITE_NOTE = "Largest call site"
 
 
 def find(jobs: list[Job]) -> list[Finding]:
     """Every finding of every job, warnings first, then the most bytes first."""
     found = [finding for job in jobs for rule in RULES if (finding := rule(job, job.model_bytes())) is not None]
+    for finding in found:
+        finding.cause = sc.CAUSE_OF_FINDING.get(finding.kind)
     return sorted(found, key=finding_order)
 
 
@@ -95,7 +98,7 @@ def nonzero_rank_materialization(job: Job, model: int) -> Finding | None:
     worst = max(offenders, key=offenders.__getitem__)
     sites = [(site, size) for site, size in worst.materialized_sites if not _meta_site(site)]
     if worst in created and sites:
-        note = f"Largest call site on rank {worst.rank}: {sites[0][0]} ({human_bytes(sites[0][1])})."
+        note = f"{_SITE_NOTE} on rank {worst.rank}: {sites[0][0]} ({human_bytes(sites[0][1])})."
     elif devices := ", ".join(f"{d} {human_bytes(size)}" for d, size in worst.held_bytes.items() if d != META):
         note = f"Rank {worst.rank} holds {devices} when from_pretrained returns."
     else:
@@ -341,20 +344,24 @@ def _finding(
     names = ", ".join(str(r.rank) for r in ranks)
     each = " each" if len(ranks) > 1 and min(offenders.values()) == worst else ""
     amount = human_bytes(worst) if each or len(ranks) == 1 else f"up to {human_bytes(worst)}"
-    detail = (
-        f"rank{'s' if len(ranks) > 1 else ''} {names} "
-        + what.format(bytes=amount + each, share=percent(worst, model))
-        + f" under strategy {'/'.join(strategies)}; {why}. "
-        + f"Projected host memory: {human_bytes(worst)} x {per_node} rank{'s' if per_node > 1 else ''} per node"
+    symptom = what.format(bytes=amount + each, share=percent(worst, model))
+    projection = (
+        f"Projected host memory: {human_bytes(worst)} x {per_node} rank{'s' if per_node > 1 else ''} per node"
         + f" = {human_bytes(worst * per_node)} per node"
         + (f" ({limit})." if (limit := limit_text(*lowest_limit(ranks))) else ".")
+    )
+    detail = (
+        f"rank{'s' if len(ranks) > 1 else ''} {names} "
+        + symptom
+        + f" under strategy {'/'.join(strategies)}; {why}. "
+        + projection
         + (f" {note}" if note else "")
         + (f" {_last_known(unfinished)}" if (unfinished := [r for r in ranks if r.incomplete]) else "")
     )
     per_rank = [
         {"rank": r.rank, "host": r.host, "strategy": r.strategy, "bytes": offenders[r], **extra(r)} for r in ranks
     ]
-    return job.finding(
+    found = job.finding(
         kind,
         severity,
         (r.rank for r in ranks),
@@ -363,3 +370,8 @@ def _finding(
         {"model_bytes": model, "ranks_per_node": per_node, "per_rank": per_rank},
         projected_node_bytes=worst * per_node,
     )
+    # For the table's one finding per cause (cli/render.py): what the ranks did, the projection, the model's share.
+    found.symptom = symptom + (f"; {note[0].lower()}{note[1:].rstrip('.')}" if note.startswith(_SITE_NOTE) else "")
+    found.projection = projection
+    found.model_share = worst / model if model > 0 else 0.0
+    return found

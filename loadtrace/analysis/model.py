@@ -253,8 +253,15 @@ class Finding:
     detail: str
     evidence: dict[str, Any] = field(default_factory=dict)  # kind-specific numbers behind the finding
     next_step: str | None = None  # what removes it, and the upstream report it matches (analysis/advice.py)
+    # The cause it is a symptom of (semconv.CAUSE_*), shared by the job's other symptoms of it; None: its own cause.
+    cause: str | None = None
     # collective_timeout only: the ranks still loading when the collective timed out (analysis/skew.py).
     waiting_for: list[dict[str, Any]] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    # For the table: what the ranks did ("read 1.0 MB of checkpoint tensors (100% of the model)"), the projected host
+    # memory sentence, and the share of the model the worst rank's bytes are (the detail says all of it, in words).
+    symptom: str = field(default="", repr=False, metadata=NOT_IN_JSON)
+    projection: str = field(default="", repr=False, metadata=NOT_IN_JSON)
+    model_share: float = field(default=0.0, repr=False, metadata=NOT_IN_JSON)
 
 
 # The forecast -----------------------------------------------------------------------------------------------------

@@ -202,6 +202,8 @@ class _Processes:
             if span.name == sc.SPAN_RANK_EXIT:
                 witnesses.append(span)
                 continue
+            if span.attributes.get(sc.EXIT_SOURCE) == sc.EXIT_SOURCE_LAUNCHER:
+                continue  # a dead rank's open span, ended by the witness so that its children have a parent: no numbers
             host, pid = _text(span.resource.get(sc.HOST_NAME)), _int(span.resource.get(sc.PROCESS_PID))
             self.process(span.trace_id, host, pid, span.resource).spans.append(span)
         return witnesses

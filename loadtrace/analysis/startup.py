@@ -25,7 +25,18 @@ from .sources import Span
 from .units import human_bytes
 
 # Phases, in the order they are shown.
-STARTUP_PHASES = ("open", "read", "convert", "materialize", "broadcast", "wait", "prepare", "other")
+STARTUP_PHASES = (
+    "open",
+    "read",
+    "convert",
+    "materialize",
+    "broadcast",
+    "wait",
+    "prepare",
+    "imports",
+    "construct",
+    "other",
+)
 READ_SPANS = frozenset({sc.SPAN_SAFETENSORS_READ, sc.SPAN_SAFETENSORS_LOAD, sc.SPAN_LOAD_STATE_DICT})
 PHASE_OF_SPAN = {
     sc.SPAN_INIT_PROCESS_GROUP: "wait",
@@ -42,7 +53,8 @@ PHASE_OF_SPAN = {
 }
 # Which phase an instant belongs to when several are open: waiting for others and moving weights between ranks first
 # (they stall everything else), then the checkpoint's own work, then the strategy's preparation around it.
-PRIORITY = ("wait", "broadcast", "materialize", "open", "read", "convert", "prepare")
+# Then the hooked libraries' imports (one may run inside a load: the model class's module), the model's construction.
+PRIORITY = ("wait", "broadcast", "materialize", "open", "read", "convert", "imports", "construct", "prepare")
 NOT_OWN = frozenset({sc.SPAN_JOB, sc.SPAN_RANK_EXIT})  # not the rank's own work: the job root, the launcher's witness
 
 Interval = tuple[int, int]
@@ -119,7 +131,22 @@ def phase_intervals(spans: list[Span]) -> dict[str, list[Interval]]:
             found[phase].append((span.start_ns, span.end_ns))
         if span.name in sc.FILE_SPANS and span.span_id in first_read:
             found["open"].append((span.start_ns, first_read[span.span_id]))
+        if span.name == sc.SPAN_STARTUP:
+            found["imports"] += imports(span)
+        if span.name in sc.LOAD_SPANS and (opened := opt_int_attr(span.attributes, sc.LOAD_FIRST_FILE_OPEN)):
+            found["construct"].append((span.start_ns, min(opened, span.end_ns)))
     return {phase: union(intervals) for phase, intervals in found.items()}
+
+
+def imports(startup: Span) -> list[Interval]:
+    """``imports``: from the process's start to the end of the first hooked library's import, and every later import
+    of a hooked library's module during the startup (``loadtrace.startup.imports``; none from a loadtrace before
+    issue 26 or one instrumented by ``instrument()``)."""
+    times = startup.attributes.get(sc.STARTUP_IMPORTS)
+    if not isinstance(times, list) or len(times) < 2 or not all(type(t) is int for t in times):
+        return []
+    pairs = [(times[i], times[i + 1]) for i in range(0, len(times) - 1, 2)]
+    return [(startup.start_ns, pairs[0][1]), *pairs[1:]]
 
 
 def clip(intervals: list[Interval], bounds: Interval) -> list[Interval]:

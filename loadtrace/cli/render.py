@@ -132,12 +132,14 @@ def report_table(report: Report, wide: bool = False) -> str:
             present = (trace.world_size or 0) - len(trace.missing_ranks)
             missing = f"\n{present} of {trace.world_size} ranks present (missing: {ranges(trace.missing_ranks)})"
         io = "".join(
-            "\n" + wrapped(f"I/O: {node.note}.", "").replace("\n", "\n  ") for node in trace.nodes if node.note
+            "\n" + wrapped(sizes(f"I/O: {node.note}.", wide), "").replace("\n", "\n  ")
+            for node in trace.nodes
+            if node.note
         )
         rows = [[cells[i] for i in keep] for cells in (rank_row(rank) for rank in ranks)]
-        startup = "\n" + startup_text(trace.startup) if trace.startup is not None else ""
+        startup = "\n" + sizes(startup_text(trace.startup), wide) if trace.startup is not None else ""
         body = table(columns, rows, left=3) + missing + io + startup
-        blocks.append(header + "\n" + body + "\n\n" + findings_text(findings))
+        blocks.append(header + "\n" + body + "\n\n" + findings_text(findings, wide))
     if report.skipped_lines:
         blocks.append(f"{report.skipped_lines} corrupt or truncated lines skipped")
     if report.skipped_state_files:
@@ -153,13 +155,13 @@ def startup_text(startup: Startup) -> str:
     slowest = f"rank {startup.slowest_rank}" if startup.slowest_rank is not None else "a rank without a number"
     phase = f", {startup.slowest_phase} phase" if startup.slowest_phase else ""
     median = number(startup.median_rank_seconds)
-    lines = [f"Startup: {number(startup.seconds)} s (slowest: {slowest}{phase}), median rank {median} s"]
+    lines = [f"Startup: {number(startup.seconds)} s (slowest: {slowest}{phase}), median rank {median} s; in seconds:"]
     phases = list(startup.ranks[0].phases) if startup.ranks else []
     rows = [
         [str(r.rank) if r.rank is not None else "?", number(r.seconds), *(number(r.phases[p]) for p in phases)]
         for r in startup.ranks
     ]
-    lines.append(table(("rank", "startup s", *(f"{p} s" for p in phases)), rows))
+    lines.append(table(("rank", "startup", *phases), rows))  # one unit, said above: a unit per header is past 120
     for node in startup.nodes:
         if node.checkpoint is None and node.storage_bytes is None:
             continue
@@ -193,18 +195,68 @@ def rank_row(rank: RankLoad) -> list[str]:
     ]
 
 
-def findings_text(findings: list[Finding]) -> str:
+def findings_text(findings: list[Finding], wide: bool = False) -> str:
+    """One entry per cause: symptoms of one cause (``Finding.cause``) in one job show as one finding with a line each
+    and one ``next:``. Sizes once, human (``1.0 MB``); ``wide`` keeps the exact bytes beside them, as the JSON has."""
     if not findings:
         return "findings: none"
-    lines = ["findings (warnings first, most bytes first):"]
+    groups: dict[tuple, list[Finding]] = {}
     for finding in findings:
-        ranks = ("ranks " if len(finding.ranks) > 1 else "rank ") + ", ".join(map(str, finding.ranks))
-        lines.append(f"  {finding.severity.upper()} {finding.kind}  {ranks}  {human_bytes(finding.bytes)}")
-        lines.append(wrapped(finding.detail, "    "))
-        if finding.next_step:
-            end = "" if finding.next_step.rpartition(" ")[2].startswith("https://") else "."  # a URL stays clickable
-            lines.append(wrapped(f"next: {finding.next_step}{end}", "    "))
+        key = (finding.trace_id, finding.attempt, finding.run, finding.cause) if finding.cause else (id(finding),)
+        groups.setdefault(key, []).append(finding)
+    lines = ["findings (warnings first, most bytes first):"]
+    for group in groups.values():
+        lines += cause_lines(group, wide) if len(group) > 1 else finding_lines(group[0], wide)
     return "\n".join(lines)
+
+
+_EXACT_AND_HUMAN = re.compile(r"\b\d[\d,]* B \((\d+(?:\.\d)? [kMGTP]B)\)")
+
+
+def sizes(text: str, wide: bool) -> str:
+    """``1,009,152 B (1.0 MB)`` → ``1.0 MB`` for the table; as it is with ``wide``."""
+    return text if wide else _EXACT_AND_HUMAN.sub(r"\1", text)
+
+
+_PROJECTION = re.compile(r"Projected host memory: (.+?) x (\d+) ranks? per node = (.+?) per node")
+
+
+def finding_lines(finding: Finding, wide: bool) -> list[str]:
+    ranks = ("ranks " if len(finding.ranks) > 1 else "rank ") + ranges(finding.ranks)
+    amount = human_bytes(finding.bytes) if wide else size(finding.bytes)
+    lines = [f"  {finding.severity.upper()} {finding.kind}  {ranks}  {amount}"]
+    detail = finding.detail if wide else _PROJECTION.sub(r"Per node: \1 x \2 = \3", sizes(finding.detail, wide))
+    lines.append(wrapped(detail, "    "))
+    return lines + next_lines(finding)
+
+
+def next_lines(finding: Finding) -> list[str]:
+    if not finding.next_step:
+        return []
+    end = "" if finding.next_step.rpartition(" ")[2].startswith("https://") else "."  # a URL stays clickable
+    return [wrapped(f"next: {finding.next_step}{end}", "    ")]
+
+
+def cause_lines(symptoms: list[Finding], wide: bool) -> list[str]:
+    """``WARNING ranks 1-15 each loaded the whole model ...``, then each symptom's kind and numbers, then one next."""
+    ranks = sorted({rank for finding in symptoms for rank in finding.ranks})
+    strategies = sorted(
+        {str(entry.get("strategy") or "none") for f in symptoms for entry in f.evidence.get("per_rank", [])}
+    )
+    whole = max(finding.model_share for finding in symptoms) >= 0.99
+    did = ("each " if len(ranks) > 1 else "") + ("loaded the whole model" if whole else "repeated rank 0's loading")
+    worst = max(symptoms, key=lambda finding: finding.projected_node_bytes)
+    host = worst.projection.partition(" = ")[2].rstrip(".")
+    who = ("ranks " if len(ranks) > 1 else "rank ") + ranges(ranks)
+    headline = f"{symptoms[0].severity.upper()} {who} {did} under {'/'.join(strategies)}"
+    lines = [wrapped(sizes(headline + (f"; host memory {host}" if host else ""), wide), "  ", "    ")]
+    for finding in symptoms:
+        own = (
+            "" if finding.ranks == ranks else ("ranks " if len(finding.ranks) > 1 else "rank ") + ranges(finding.ranks)
+        )
+        text = f"{finding.kind}: {own + ' ' if own else ''}{finding.symptom or finding.detail}"
+        lines.append(wrapped(sizes(text, wide), "    ", "      "))
+    return lines + next_lines(symptoms[0])
 
 
 def forecast_text(forecast: Forecast, wide: bool = False) -> str:
@@ -250,6 +302,7 @@ def forecast_text(forecast: Forecast, wide: bool = False) -> str:
         lines.append(f"  {what}: {human_bytes(memory)} ({node.node_memory_source})")
         lines.append("  verdict: " + verdict_text(forecast))
     lines.append("  basis: " + basis.text)
+    lines = [sizes(line, wide) for line in lines]
     title = wrapped(lines[0], "", "    ")
     return "\n".join([title, *lines[1:prose], *(wrapped(line.lstrip(), "  ", "    ") for line in lines[prose:])])
 

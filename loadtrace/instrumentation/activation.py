@@ -19,6 +19,7 @@ from __future__ import annotations
 import _thread
 import os
 import sys
+from time import time_ns
 
 from . import HOOKED_PACKAGES, importing
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 def _after_fork_in_child() -> None:
     global _lock
     _lock = _thread.RLock()  # the parent's may be held by the forking thread, gone in this process
+    _stop_import_clock()  # a forked child has no startup of its own
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -93,6 +95,7 @@ def uninstrument() -> None:
         if not _instrumented:
             return
         _instrumented = False
+        _stop_import_clock()
         from . import excepthooks, spans
 
         excepthooks.stop()
@@ -139,35 +142,46 @@ def _on_watched_import() -> None:
 
 
 def _stop_watching() -> None:
+    """No more activation; the watcher stays on as the import clock until the startup ends (``stop_import_clock``)."""
     global _watcher
     watcher, _watcher = _watcher, None
     if watcher is not None:
-        watcher.stopped = True
-        try:
-            sys.meta_path.remove(watcher)
-        except ValueError:
-            pass
+        watcher.triggered = True
+
+
+def _stop_import_clock() -> None:
+    if "loadtrace.instrumentation.importclock" in sys.modules:  # else the clock timed nothing: no watcher triggered
+        from .importclock import stop_import_clock
+
+        stop_import_clock()
 
 
 class _Watcher:
-    """A ``sys.meta_path`` finder that finds nothing itself: for a watched name it asks the finders after it, and
-    chains the loader they found so that ``on_import`` runs once the module has executed. Every other import, and
-    the module as the job sees it (its ``__loader__`` and ``__spec__.loader``), is left as it was.
+    """A ``sys.meta_path`` finder that finds nothing itself: for a module of a watched package imported outside another
+    such import (in this thread), it asks the finders after it, and chains the loader they found so that the import's
+    start and end are timed and ``on_import`` runs once (the first). Every other import, and the module as the job
+    sees it (its ``__loader__`` and ``__spec__.loader``), is left as it was.
 
     Why not wrapt's ``register_post_import_hook``, which the hook registry uses once instrumented: registering one
     imports wrapt (+15 MB peak RSS measured here) and leaves wrapt's finder on ``sys.meta_path`` for the process's
     life, in every process ``LOADTRACE=1`` reaches, most of which never load (the promise: at most 5 ms and 2 MB,
-    tests/test_processes_that_never_load.py). This watcher is standard library only and removes itself at the first
-    hooked import; from there wrapt, imported with the hooks, installs each hook as its module is imported."""
+    tests/test_processes_that_never_load.py). This watcher is standard library only; after the first hooked import it
+    only times the hooked libraries' imports (issue 26: the startup's ``imports`` phase), a name check per new import,
+    and leaves when the startup ends (``stop_import_clock``)."""
+
+    is_import_clock = True  # what importclock.stop_import_clock looks for on sys.meta_path
 
     def __init__(self, names: tuple[str, ...], on_import: Callable[[], None]):
         self.names = frozenset(names)
         self.on_import = on_import
-        self.stopped = False
+        self.stopped = False  # out of sys.meta_path: finds nothing
+        self.triggered = False  # on_import ran (or instrumentation came another way): only the clock goes on
+        self.inside = _thread._local()  # an outer watched import is running in this thread
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if self.stopped or fullname not in self.names:
+        if self.stopped or fullname.partition(".")[0] not in self.names or getattr(self.inside, "value", False):
             return None
+        started = time_ns()
         for finder in list(sys.meta_path):
             find = getattr(finder, "find_spec", None)
             if finder is self or find is None:
@@ -175,17 +189,18 @@ class _Watcher:
             spec = find(fullname, path, target)
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _ChainedLoader(spec.loader, self)
+                    spec.loader = _ChainedLoader(spec.loader, self, started)
                 return spec
         return None
 
 
 class _ChainedLoader:
-    """The real loader, then ``on_import``; what the module keeps is the real loader."""
+    """The real loader, timed, then ``on_import`` (the first time); what the module keeps is the real loader."""
 
-    def __init__(self, loader: Any, watcher: _Watcher):
+    def __init__(self, loader: Any, watcher: _Watcher, started: int):
         self.loader = loader
         self.watcher = watcher
+        self.started = started
 
     def create_module(self, spec: Any) -> Any:
         return self.loader.create_module(spec)
@@ -196,9 +211,18 @@ class _ChainedLoader:
             spec.loader = self.loader
         if getattr(module, "__loader__", None) is self:
             module.__loader__ = self.loader
-        self.loader.exec_module(module)
-        if not self.watcher.stopped:
-            self.watcher.on_import()
+        watcher = self.watcher
+        watcher.inside.value = True
+        try:
+            self.loader.exec_module(module)
+        finally:
+            watcher.inside.value = False
+            from . import importclock  # standard library only; imported at the first hooked import, not at start
+
+            importclock.record(self.started, time_ns())
+        if not watcher.triggered:
+            watcher.triggered = True
+            watcher.on_import()
 
     def __getattr__(self, name: str) -> Any:  # is_package, get_code, get_resource_reader, ... of the real loader
         return getattr(self.loader, name)

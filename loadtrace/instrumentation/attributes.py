@@ -27,6 +27,9 @@ def load_end(scope: Scope, extra: dict[str, Any]) -> dict[str, Any]:
     attributes = dict(extra)
     attributes.update(reads(*(file.slot for file in scope.files if file.slot is not None)))
     attributes[semconv.FILES_OPENED] = len(scope.files)
+    opened = [start for file in scope.files if (start := getattr(file.span, "start_time", None))]
+    if opened:  # the model's construction ends here (docs/report.md, Startup)
+        attributes[semconv.LOAD_FIRST_FILE_OPEN] = min(opened)
     attributes.update(partial_reads(scope.files))
     attributes.update(checkpoint_residency(scope.files))
     attributes[semconv.HOOK_ERRORS] = len(scope.ledger.errors)

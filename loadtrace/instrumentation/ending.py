@@ -20,9 +20,12 @@ if TYPE_CHECKING:
 class Ends:
     """``provider()``: the process's provider (made by then: a scope's span made it)."""
 
-    def __init__(self, settings: Settings, provider: Callable[[], Provider]):
+    def __init__(
+        self, settings: Settings, provider: Callable[[], Provider], on_end: Callable[[Scope], None] | None = None
+    ):
         self.settings = settings
         self.provider = provider
+        self.on_end = on_end  # the state file's record of the scope goes (statemirror.py)
 
     def record_error(self, span: trace.Span, error: BaseException) -> None:
         # The job's own exception, raised on unchanged. Its message can name files: kept only when paths may be shown.
@@ -41,6 +44,8 @@ class Ends:
         if scope.ended:
             return
         scope.ended = True
+        if self.on_end is not None:
+            self.on_end(scope)
         span = scope.span
         if scope.recording:
             if scope.kind is ScopeKind.LOAD:

@@ -48,6 +48,7 @@ class Scope:
         "memory_after",
         "peak",
         "residency",
+        "record",
     )
 
     def __init__(self, kind: ScopeKind, name: str, span: trace.Span, load: Scope | None = None):
@@ -68,6 +69,7 @@ class Scope:
         self.peak: Peak | None = None  # and the highest seen in between
         # Files only: (path, size, bytes in the page cache at open); the cached bytes None where unknown.
         self.residency: tuple[str, int, int | None] | None = None
+        self.record: tuple[statefile.Writer, int] | None = None  # non-file scopes: its record in the state file
 
 
 active_scopes: ContextVar[tuple[Scope, ...]] = ContextVar("loadtrace_active", default=())

@@ -72,9 +72,9 @@ class Tracing:
         self.state_file = StateMirror(self._state, self.open, self.record_fault)
         self.readings = Readings(self.open, self._state, self._monitor)
         self.handlers = termination.Handlers(lambda signo: self.lifecycle.terminated(signo))
-        self.startup = Startup(lambda: self.provider, self.handlers, self.open)
+        self.startup = Startup(lambda: self.provider, self.handlers, self.open, self.state_file)
         self.loads = Loads(self.open, self.state_file, self.startup)
-        self.ends = Ends(settings, lambda: self.provider)
+        self.ends = Ends(settings, lambda: self.provider, self.state_file.release)
         self.lifecycle = Lifecycle(settings, self.job, self.open, self.startup, self.state_file, self.readings)
         self.lifecycle.wire(self.ends, self.close_file, lambda: self._provider)
         self._count_lock = None if getattr(sys, "_is_gil_enabled", lambda: True)() else threading.Lock()
@@ -125,6 +125,7 @@ class Tracing:
     def start_load(self, name: str, start: dict[str, Any]) -> tuple[Scope, ActiveToken]:
         stack = _active.get()
         scope = Scope(ScopeKind.LOAD, name, self._start(name, start, stack[-1] if stack else None))
+        self.state_file.keep(scope)
         reading = self.readings.from_now(scope)
         if self.open.loads_open == 0:
             self.readings.load_hwm = reading.hwm
@@ -155,6 +156,7 @@ class Tracing:
         phases entered inside it (``GatheredParameters``) are aggregated into it, as into a load."""
         stack = _active.get()
         scope = Scope(ScopeKind.STAGE, name, self._start(name, start, stack[-1] if stack else None))
+        self.state_file.keep(scope)
         self.readings.raise_rss_peak(self.readings.from_now(scope))
         self.open.stages.add(scope)
         self.handlers.watch()  # a rank stopped here ends its stage and startup (termination.py), as it ends its loads
@@ -192,6 +194,7 @@ class Tracing:
         phase = load.phases.get(name) if load is not None else None
         if phase is None:
             phase = Scope(ScopeKind.PHASE, name, self._start(name, None, stack[-1] if stack else None), load)
+            self.state_file.keep(phase)
             if load is not None:
                 load.phases[name] = phase
             else:

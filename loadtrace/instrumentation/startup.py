@@ -11,12 +11,14 @@ from typing import TYPE_CHECKING
 
 from .. import semconv
 from . import attributes, context
+from .importclock import import_times, stop_import_clock
 from .memory import Memory, process_memory
 from .scope import OpenScopes, Scope, ScopeKind
 from .termination import Handlers
 
 if TYPE_CHECKING:
     from .provider import Provider
+    from .statemirror import StateMirror
 
 
 class Startup:
@@ -24,10 +26,17 @@ class Startup:
     a load, a startup stage or the startup itself is open (``settle_handlers``), so a rank stopped before its startup
     is over still writes it."""
 
-    def __init__(self, provider: Callable[[], Provider], handlers: Handlers, open: OpenScopes):
+    def __init__(
+        self,
+        provider: Callable[[], Provider],
+        handlers: Handlers,
+        open: OpenScopes,
+        state_file: StateMirror | None = None,
+    ):
         self.provider = provider
         self.handlers = handlers
         self.open = open
+        self.state_file = state_file  # keeps the open startup's record for the witness (issue 26)
         self.scope_: Scope | None = None
         self.over = False
         self.lock = threading.Lock()
@@ -51,6 +60,8 @@ class Startup:
                 attrs = {semconv.STARTUP_START: source}
                 span = self.provider().start_span(semconv.SPAN_STARTUP, None, attrs, started)
                 self.scope_ = Scope(ScopeKind.STAGE, semconv.SPAN_STARTUP, span)
+                if self.state_file is not None:
+                    self.state_file.keep(self.scope_)
                 self.handlers.watch()  # a rank stopped before its startup is over still writes it (termination.py)
             return self.scope_
 
@@ -71,10 +82,17 @@ class Startup:
             if startup is None or startup.ended:
                 return
             startup.ended = True
+        if self.state_file is not None:
+            self.state_file.release(startup)
+        imports = import_times()
+        if how != semconv.STARTUP_END_JOB:
+            stop_import_clock()  # the startup is over for good: later imports are the job's, not its startup's
         if startup.recording:
             startup.span.set_attributes(
                 {semconv.STARTUP_END: how, **attributes.startup_end(memory or process_memory())}
             )
+            if imports:
+                startup.span.set_attribute(semconv.STARTUP_IMPORTS, imports)
             if signal_name is not None:
                 startup.span.set_attribute(semconv.EXIT_SIGNAL, signal_name)
                 self.provider().set_error(startup.span, signal_name)

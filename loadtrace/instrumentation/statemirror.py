@@ -4,6 +4,7 @@ into the job."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +45,37 @@ class StateMirror:
             f"counted in {semconv.HOOK_ERRORS} on its load span",
         )
         self.on_fault("state", scope)
+
+    def keep(self, scope: Scope) -> None:
+        """An open load, phase or stage in the state file (statefile.py), for the witness to end if the process dies
+        with it open: spans that finished under it keep their parent (issue 26)."""
+        state = self.state()
+        if state is None or not scope.recording:
+            return
+        span, context = scope.span, scope.span.get_span_context()
+        parent = getattr(span, "parent", None)
+        try:
+            index = state.open_scope(
+                scope.name,
+                context.trace_id,
+                parent.span_id if parent is not None else 0,
+                getattr(span, "start_time", None) or time.time_ns(),
+                context.span_id,
+            )
+        except Exception as error:
+            self.failed(error, scope)
+            return
+        if index is not None:
+            scope.record = (state, index)
+
+    def release(self, scope: Scope) -> None:
+        """The scope's span ended: its record is free again."""
+        record, scope.record = scope.record, None
+        if record is not None and record[0] is self.state():  # not a forked child's: the parent's record is its own
+            try:
+                record[0].close_scope(record[1])
+            except Exception as error:
+                self.failed(error, scope)
 
     def new_slot(self, scope: Scope) -> statefile.ReadSlot:
         """The file's read slot in the state file; private memory when there is no state (or no room in it)."""

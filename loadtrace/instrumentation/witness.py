@@ -39,7 +39,7 @@ from .memory import oom_kill_count
 from .memory import parse_oom_kill as parse_oom_kill  # the worker reads the same counter when its load begins
 from .settings import Settings, from_env
 
-SOURCE_LAUNCHER = "launcher"  # ``loadtrace.exit.source``
+SOURCE_LAUNCHER = semconv.EXIT_SOURCE_LAUNCHER  # ``loadtrace.exit.source``
 POINTER_MAX_BYTES = 4096
 WITNESS_FILE_PREFIX = "witness-"
 
@@ -294,7 +294,8 @@ class Witness:
                 oom = oom_killed(death.exitcode, state["oom_kill_before"], now)
                 span = rank_exit_span(state, death, oom, witness_pid, self.settings.cluster)
                 if span is not None:
-                    spans.append((span, self._file_for(state, state_path)))
+                    path = self._file_for(state, state_path)
+                    spans += [(made, path) for made in (span, *_open_scopes_ended(span, state))]
             except Exception as error:
                 warn_once("witness", f"cannot report the exit of worker {death.pid} ({type(error).__name__}: {error})")
         if spans:
@@ -401,6 +402,15 @@ class Witness:
         threading.Thread(target=guarded, name="loadtrace-witness-export", daemon=True).start()
         if not done.wait(settings.exit_timeout_s):
             warn_once("witness-timeout", f"gave up exporting rank exits after {settings.exit_timeout_s:g} s")
+
+
+def _open_scopes_ended(exit_span: Any, state: statefile.State) -> list[Any]:
+    """The dead worker's open startup, loads and phases, ended at its death (witness_scopes.py)."""
+    from .witness_scopes import ended_by_launcher, open_scope_spans
+
+    attributes = ended_by_launcher(dict(exit_span.attributes))
+    description = exit_span.status.description or "died"
+    return open_scope_spans(state, dict(exit_span.resource.attributes), attributes, description, exit_span.end_time)
 
 
 def _follow(directory: str, name: str) -> tuple[str, str, statefile.State] | None:

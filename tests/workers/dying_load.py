@@ -22,6 +22,9 @@ Scenarios:
   sets, as a rank waits on a hung collective; rank 1 loads once that file exists and SIGKILLs itself right after its
   ``--kill-after``-th read (its count in ``DIR/count-a0-rank1.json``). In attempt 1 both ranks load in full
   (``DIR/count-a1-rank<R>.json``) and the job succeeds.
+- ``multinode``: every rank loads; rank ``--kill-rank`` SIGKILLs itself right after its ``--kill-after``-th read
+  (its count in ``DIR/count-rank<R>.json``), and its launcher then stops the other ranks of its node; the ranks of
+  the other node finish.
 
 Mode (plain or FSDP's ``cpu_ram_efficient_loading``) comes from the environment the test gives torchrun.
 """
@@ -45,7 +48,7 @@ import count_load  # noqa: E402
 from count_load import Counter, CountingFile, CountingSlice, Counts, load_example  # noqa: E402
 
 READ_LOCK = threading.Lock()
-SCENARIOS = ("teardown", "oom", "raise", "restart")
+SCENARIOS = ("teardown", "oom", "raise", "restart", "multinode")
 HANDSHAKE_TIMEOUT_S = 120
 WAIT_S = 180
 
@@ -209,6 +212,21 @@ def restart(args: argparse.Namespace, load: Any, rank: int) -> None:
         load.from_pretrained(args.ckpt)
 
 
+def multinode(args: argparse.Namespace, load: Any, rank: int) -> None:
+    counts_ref: list[Counts] = []
+
+    def after_read(reads: int) -> None:
+        if rank == args.kill_rank and reads == args.kill_after:
+            die_by_sigkill(args.out, f"count-rank{rank}.json", counts_ref[0])
+
+    counter = Counter()
+    counter.counts = ScriptedCounts(after_read)
+    counts_ref.append(counter.counts)
+    with counter:
+        load.from_pretrained(args.ckpt)
+    write_json(args.out, f"finished-rank{rank}.json", {"pid": os.getpid(), **counter.counts.as_dict()})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("ckpt")
@@ -219,6 +237,7 @@ def main() -> None:
     parser.add_argument("--slow", type=float, default=0.5, help="teardown: rank 0 sleeps this long after each read")
     parser.add_argument("--oom-cgroup", help="oom: the memory cgroup directory rank 1 moves into")
     parser.add_argument("--rank1-ckpt", help="raise: the broken checkpoint rank 1 loads")
+    parser.add_argument("--kill-rank", type=int, default=3, help="multinode: the rank that dies")
     args = parser.parse_args()
 
     load = load_example("load")
@@ -226,7 +245,8 @@ def main() -> None:
         rank = int(os.environ["RANK"])  # its attempt 0 runs without a process group
     else:
         rank, _ = load.init_distributed()
-    {"teardown": teardown, "oom": oom, "raise": raise_, "restart": restart}[args.scenario](args, load, rank)
+    scenarios = {"teardown": teardown, "oom": oom, "raise": raise_, "restart": restart, "multinode": multinode}
+    scenarios[args.scenario](args, load, rank)
 
 
 if __name__ == "__main__":
