@@ -108,9 +108,10 @@ def test_the_table_ends_in_will_oom_when_a_node_cannot_hold_it(tmp_path, capsys)
     code, out, _ = run(capsys, *argv)
     block = out[out.index("forecast: ") :]
     assert code == 0
-    assert block.startswith("forecast: 54,000,000,000 B (54.0 GB) model, 16 ranks per node, world size 16")
+    # Human sizes once in the table (issue 26); --wide, below, gives the exact bytes beside them.
+    assert block.startswith("forecast: 54.0 GB model, 16 ranks per node, world size 16")
     assert "per node: 1 x rank 0 + 15 x rank 1 = " in block
-    assert "node memory: 64,000,000,000 B (64.0 GB) (loadtrace.node.memory_total)" in block
+    assert "node memory: 64.0 GB (loadtrace.node.memory_total)" in block
     assert "verdict: WILL OOM: a node needs " in block and "basis: Scaled from job job-1" in block
     rows = block[block.index("\n  rank ") + 1 :].splitlines()[:3]  # the title may wrap
     assert rows[0].split() == ["rank", "fixed", "+", "once", "per", "job", "+", "own", "share", "+", "duplicated",
@@ -119,6 +120,8 @@ def test_the_table_ends_in_will_oom_when_a_node_cannot_hold_it(tmp_path, capsys)
     code, wide, _ = run(capsys, *argv, "--wide")  # exact bytes in the table, as in the JSON
     rows = wide[wide.index("\n  rank ") + 1 :].splitlines()[:3]
     assert code == 0 and rows[0].split()[-2:] == ["range", "B"] and "," in rows[1]
+    assert wide[wide.index("forecast: ") :].startswith("forecast: 54,000,000,000 B (54.0 GB) model, 16 ranks per node")
+    assert "node memory: 64,000,000,000 B (64.0 GB) (loadtrace.node.memory_total)" in wide
     assert ", range " in block and "\n  confidence: " in block
     assert rows[1].split()[0] == "0" and rows[2].split()[0] == "1"
 
@@ -128,7 +131,7 @@ def test_the_table_says_ok_with_room_to_spare(tmp_path, capsys):
     code, out, _ = run(capsys, *argv)
     assert code == 0
     assert "verdict: OK: a node needs " in out and "to spare; the high end, " in out
-    assert "node memory: 8,000,000,000 B (8.0 GB) (--node-memory-bytes)" in out
+    assert "node memory: 8.0 GB (--node-memory-bytes)" in out
 
 
 def test_an_oom_forecast_is_not_a_finding(tmp_path, capsys):
