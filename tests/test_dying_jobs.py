@@ -9,7 +9,8 @@ report`` command line:
    what it sees untraced (exit codes -9 and -15, the same job exit code). Both venvs.
 2. the same over OTLP only (no files): rank 0's spans ended by SIGTERM and rank 1's ``loadtrace.rank_exit`` with its
    exact bytes arrive at a receiver.
-3. a real OOM kill in a memory cgroup: rank 1 is told apart as OOM-killed, with its memory limit (the cgroup's).
+3. a real OOM kill in a memory cgroup: rank 1 is told apart as OOM-killed, with its memory limit (the cgroup's); over
+   files and over OTLP only, every span's parent is in the trace.
 4. a rank that raises (a shard missing): the job fails as untraced, and the report has a ``failed_load`` finding.
 5. ``torchrun --max-restarts 1``: attempt 0 dies, attempt 1 loads; the report keeps the attempts apart.
 6. two launches with one ``LOADTRACE_JOB_ID`` into one folder: two entries, never summed.
@@ -476,21 +477,28 @@ class OomRun:
     checkpoint: dict[str, Any]
 
 
-@pytest.fixture(scope="module", params=each_venv())
-def oom_run(request, big_checkpoint, tmp_path_factory) -> OomRun:
-    venv = request.param
-    require_installed(venv)
-    ckpt, summary = big_checkpoint
-    cgroup, source = memory_cgroup(f"loadtrace-oom-test-{os.getpid()}-{venv.name.lstrip('.')}", OOM_LIMIT)
+def oom_job(venv: Venv, ckpt: Path, cwd: Path, env: dict[str, str], label: str) -> tuple[TorchrunResult, Path, str]:
+    """The ``oom`` scenario with rank 1 in a fresh memory cgroup (skipped where none can be made): (the run, the
+    cgroup, its version). Rank 1 was SIGKILLed by the kernel, not loaded."""
+    cgroup, source = memory_cgroup(f"loadtrace-oom-test-{os.getpid()}-{label}", OOM_LIMIT)
     try:
-        cwd = tmp_path_factory.mktemp(f"oom-{venv.name}")
         args = [str(ckpt), "--out", str(cwd / "out"), "--scenario", "oom", "--oom-cgroup", str(cgroup)]
-        run = launch(venv, WORKER, args, cwd=cwd, env={**FSDP_ENV, "LOADTRACE": "1"})
+        run = launch(venv, WORKER, args, cwd=cwd, env=env)
         oom_kills = (cgroup / "memory.oom_control").read_text() if source == "cgroup v1" else ""
     finally:
         remove_cgroup(cgroup)
     assert not (cwd / "out" / "survived-rank1.json").exists(), f"rank 1 loaded in {OOM_LIMIT:,} B: raise the model"
     assert torchrun_exitcodes(run).get(1) == -signal.SIGKILL, f"{oom_kills}\n{run.tail()}"
+    return run, cgroup, source
+
+
+@pytest.fixture(scope="module", params=each_venv())
+def oom_run(request, big_checkpoint, tmp_path_factory) -> OomRun:
+    venv = request.param
+    require_installed(venv)
+    ckpt, summary = big_checkpoint
+    cwd = tmp_path_factory.mktemp(f"oom-{venv.name}")
+    run, cgroup, source = oom_job(venv, ckpt, cwd, {**FSDP_ENV, "LOADTRACE": "1"}, venv.name.lstrip("."))
     return OomRun(venv, run, cgroup, source, report_json(venv, job_dir(run)), summary)
 
 
@@ -518,6 +526,45 @@ def test_oom_killed_rank_shows_its_cgroup_limit(oom_run: OomRun):
     during, read = rank1["last_state"]["during"], rank1["read_bytes"]
     assert f"rank 1 was OOM-killed during {during} after reading {read:,} B" in detail, detail
     assert f"the memory limit was {OOM_LIMIT:,} B" in detail and f"({oom_run.source})" in detail, detail
+
+
+@dataclass
+class OtlpOom:
+    run: TorchrunResult
+    spans: list[Any]  # _wire.WireSpan
+    rejected: list[str]
+
+
+@pytest.fixture(scope="module")
+def otlp_oom(big_checkpoint, tmp_path_factory) -> OtlpOom:
+    """The OOM kill over OTLP only: no trace files, spans (the launcher's included) sent to a receiver here."""
+    from _wire import HttpReceiver, wire_spans
+
+    venv = VENVS[0]
+    require_installed(venv)
+    ckpt, _ = big_checkpoint
+    cwd = tmp_path_factory.mktemp("oom-otlp")
+    (cwd / "tmp").mkdir()  # the state files' folder when no LOADTRACE_DIR is set
+    env = {**FSDP_ENV, "LOADTRACE": "1", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "TMPDIR": str(cwd / "tmp")}
+    with HttpReceiver() as receiver:
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{receiver.port}"
+        run, _, _ = oom_job(venv, ckpt, cwd, env, "otlp")
+    assert not list(cwd.rglob("*.jsonl")), list(cwd.rglob("*.jsonl"))
+    return OtlpOom(run, wire_spans(receiver.received.arrivals), receiver.received.rejected)
+
+
+def test_otlp_oom_killed_rank_s_spans_all_have_their_parent_in_the_trace(otlp_oom: OtlpOom):
+    """What a collector receives of an OOM kill: the launcher's rank_exit and the stand-ins it ended for rank 1's open
+    scopes, beside the ranks' own spans; every parent link lands on a span that arrived."""
+    assert otlp_oom.spans and not otlp_oom.rejected, otlp_oom.rejected
+    found = parents.orphans(parents.from_wire(otlp_oom.spans))
+    assert not found, found
+    assert len({s.trace_id for s in otlp_oom.spans}) == 1, "one job, one trace"
+    rank1 = [s for s in otlp_oom.spans if s.resource.get(sc.RANK) == 1]
+    (dead,) = [s for s in rank1 if s.name == sc.SPAN_RANK_EXIT]
+    assert dead.attributes[sc.EXIT_OOM_KILLED] is True and dead.attributes[sc.EXIT_SIGNAL] == "SIGKILL", dead
+    ended = {s.name for s in rank1 if s.attributes.get(sc.EXIT_SOURCE) == "launcher"}
+    assert {sc.SPAN_RANK_EXIT, sc.SPAN_STARTUP, sc.SPAN_FROM_PRETRAINED} <= ended, ended
 
 
 # 4. A rank that raises -----------------------------------------------------------------------------------------------
