@@ -39,7 +39,9 @@ def test_a_failing_demo_prints_the_error_and_the_end_of_its_log_then_the_good_on
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     assert "\nloadtrace: job " in out and "→ loadtrace report loadtrace-traces/" in out  # rank 0's line, shown
-    assert "WARNING duplicate_checkpoint_read" in out
+    # One finding for the cause, its symptoms as its lines (issue 26).
+    assert "WARNING rank 1 loaded the whole model under fsdp_cpu_ram_efficient" in out
+    assert "\n    duplicate_checkpoint_read: read " in out
     last = out.rstrip("\n").splitlines()[-4:]
     assert last[0] == "next:" and all(line.startswith("  ") for line in last[1:]), last
     assert "loadtrace report loadtrace-traces/ --latest --format json" in last[1] and "loadtrace view" in last[2]
