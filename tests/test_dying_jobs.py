@@ -26,7 +26,6 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Any
 
 import pytest
 from support import field_facts, parents
+from support.cgroups import remove_cgroup
 from support.multirank import COUNT_WORKER, MODE_ENV, TRACE_ROOT
 from support.torchrun import DEFAULT_TIMEOUT_S, TorchrunResult, clean_env, torchrun
 from support.venvs import REPO, Venv, discover, installed_problems, stale_files
@@ -454,17 +454,6 @@ def memory_cgroup(name: str, limit: int) -> tuple[Path, str]:
         except OSError:
             pass
     return path, version
-
-
-def remove_cgroup(path: Path) -> None:
-    for _ in range(100):
-        try:
-            path.rmdir()
-            return
-        except FileNotFoundError:
-            return
-        except OSError:
-            time.sleep(0.1)
 
 
 @dataclass

@@ -12,10 +12,10 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
+from support.cgroups import remove_cgroup
 from support.live import Job, rank_of, top_json, wait_for
 from support.venvs import REPO, discover
 
@@ -163,9 +163,4 @@ def test_a_rank_heading_for_its_cgroup_limit_is_marked_oom_ahead_before_the_kill
         assert rank_of(top_json(VENVS[0], traces), 1)["status"] == "dead"
     finally:
         job.kill()
-        for _ in range(50):
-            try:
-                cgroup.rmdir()
-                break
-            except OSError:
-                time.sleep(0.1)
+        remove_cgroup(cgroup)

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.cgroups import remove_cgroup
 from support.span_reference import documented
 from support.torchrun import torchrun
 from support.venvs import REPO, discover
@@ -374,12 +375,7 @@ def test_the_oom_killer_is_told_apart_in_a_real_memory_cgroup(tmp_path):
         assert witness.exit_description(hog.returncode, True) == "SIGKILL (OOM)"
         assert witness.oom_killed(hog.returncode, now, witness.oom_kill_count(str(cgroup))) is False
     finally:
-        for _ in range(50):
-            try:
-                cgroup.rmdir()
-                break
-            except OSError:
-                time.sleep(0.1)
+        remove_cgroup(cgroup)
 
 
 # A real torchrun -----------------------------------------------------------------------------------------------------
@@ -463,9 +459,4 @@ def test_torchrun_tells_the_oom_killer_apart(checkpoint, tmp_path):
         assert span["attributes"][semconv.EXIT_OOM_KILLED] is True
         assert span["status"] == {"code": 2, "message": "SIGKILL (OOM)"}
     finally:
-        for _ in range(100):
-            try:
-                cgroup.rmdir()
-                break
-            except OSError:
-                time.sleep(0.1)
+        remove_cgroup(cgroup)
