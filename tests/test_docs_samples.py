@@ -37,11 +37,13 @@ def test_every_report_sample_is_generated():
 
 
 def shape(text: str, host: str) -> list[str]:
-    """What a rerun keeps: every hex id, uuid and number becomes N, runs of spaces one space. The ``I/O:`` note goes:
-    whether the page cache held the checkpoint is the machine's state, not the report's; so does the phase that made
+    """What a rerun keeps: every hex id, uuid and number becomes N, runs of spaces one space. The ``I/O:`` note goes,
+    and a ``Storage:`` line keeps only its host: whether the page cache held the checkpoint (warm, partly_cold, cold,
+    and so a storage rate or none) is the machine's state, not the report's; so does the phase that made
     the slowest rank slowest (two ranks that start within a second of each other: waiting in a collective or not is
     the scheduler's call)."""
     text = re.sub(r"^I/O: .*?(?=^\S|^$)", "", text, flags=re.MULTILINE | re.DOTALL)
+    text = re.sub(r"^(Storage: [^:]*: checkpoint) .*$", r"\1 RESIDENCY", text, flags=re.MULTILINE)
     text = re.sub(r"(\(slowest: [^,)]*), \S+ phase\)", r"\1, PHASE phase)", text)
     text = re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|\b[0-9a-f]{16,}\b", "N", text)
     text = re.sub(r"\d[\d,]*(\.\d+)?( [kMGTP]?B\b)?", "N", text)
