@@ -233,6 +233,7 @@ CONTRIB_KEYS: dict[tuple[str, str], set[str]] = {
         "sending_queue",
         "retry_on_failure",
     },
+    ("exporters", "nop"): set(),  # exporter/nopexporter: no settings
     ("extensions", "health_check"): {"endpoint", "path", "response_body", "check_collector_pipeline", "tls"},
 }
 
@@ -451,7 +452,19 @@ def test_config_parses_and_has_a_traces_pipeline(name):
     assert set(cfg) <= {*SECTIONS, "service"}, f"unknown top-level sections: {set(cfg) - {*SECTIONS, 'service'}}"
     assert "traces" in cfg["service"]["pipelines"]
     for pipeline_id in cfg["service"]["pipelines"]:
-        assert kind(pipeline_id) == "traces", "loadtrace only emits traces"
+        assert kind(pipeline_id) in {"traces", "metrics"}, "loadtrace emits traces and its progress metrics only"
+
+
+@pytest.mark.parametrize("name", COLLECTOR_CONFIGS)
+def test_collectors_take_the_progress_metrics_ranks_send(name):
+    """A receiver without a metrics pipeline refuses OTLP metrics (HTTP 404, gRPC Unimplemented): each loading rank
+    with an OTLP endpoint would then say "export failing" once. Every collector that receives OTLP takes them."""
+    cfg = config(name)
+    metrics = cfg["service"]["pipelines"].get("metrics")
+    assert metrics is not None, f"{name}: no metrics pipeline, so the ranks' progress metrics are refused"
+    otlp_receivers = [r for r in cfg["receivers"] if kind(r) == "otlp"]
+    assert otlp_receivers and set(otlp_receivers) <= set(metrics["receivers"])
+    assert metrics["processors"][0] == "memory_limiter"
 
 
 @pytest.mark.parametrize("name", ALL_CONFIGS)

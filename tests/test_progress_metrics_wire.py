@@ -101,3 +101,45 @@ def test_a_loading_rank_exports_progress_at_the_interval_and_the_launcher_export
     assert one == 1 and attributes[semconv.METRIC_PHASE_ATTRIBUTE]
     for _, _, metrics in slow:  # one data point per metric: nothing but the phase as an attribute
         assert all(len(values) == 1 for values in metrics.values())
+
+
+class NoMetricsHandler(Handler):
+    """A collector without a metrics pipeline: its OTLP receiver takes traces and answers 404 for metrics."""
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if self.path == "/v1/traces":
+            with self.server.lock:
+                self.server.traces += 1
+        self.send_response(404 if self.path == "/v1/metrics" else 200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+def test_a_collector_that_refuses_metrics_costs_a_rank_one_line_and_the_job_goes_on(checkpoint, tmp_path):
+    """Every export of rank 1's ~3 s load is refused (404, every 0.2 s): the job ends as it would, its spans still
+    arrive, and each rank says so at most once, as "progress metrics export failing" (not as a span export failure)."""
+    receiver = Receiver()
+    receiver.RequestHandlerClass = NoMetricsHandler
+    receiver.traces = 0  # type: ignore[attr-defined]
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    env = {
+        "LOADTRACE": "1",
+        "HF_DEACTIVATE_ASYNC_LOAD": "1",
+        "LOADTRACE_DIR": str(tmp_path / "traces"),
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver.server_address[1]}",
+        "LOADTRACE_PROGRESS_INTERVAL": "0.2",
+    }
+    job = Job(
+        VENVS[0], REPO / "tests" / "workers" / "slow_load.py", [str(checkpoint), "--delay", "0.05"], tmp_path, env
+    )
+    try:
+        assert job.finish(300) == 0, job.tail()
+    finally:
+        receiver.shutdown()
+    log = job.log.read_text(errors="replace")
+    said = log.count("progress metrics export failing")
+    assert 1 <= said <= 2, f"once per rank at most, and the slow rank must say it:\n{job.tail()}"
+    assert "span export failing" not in log
+    assert receiver.traces > 0  # type: ignore[attr-defined]

@@ -232,6 +232,13 @@ def _otlp_exporter(settings: Settings) -> SpanExporter:
     return HttpExporter()
 
 
+ONCE_PREFIX = {
+    "export": "span export failing",
+    "metrics-export": "progress metrics export failing",
+    "opentelemetry": "OpenTelemetry setup",
+}
+
+
 class _OnceHandler(logging.Handler):
     """OpenTelemetry's exporters log each failed batch and retry, often with a traceback. In someone else's job that
     becomes one line per problem kind, said once: the job's owner needs to know, not to read a log flood."""
@@ -239,12 +246,14 @@ class _OnceHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if record.levelno < logging.WARNING:
             return
-        kind = "export" if ".export" in record.name else "opentelemetry"
+        kind = "opentelemetry"
+        if ".export" in record.name:  # the metrics SDK's reader and exporters too: progress metrics (issue 25)
+            kind = "metrics-export" if "metric" in record.name else "export"
         try:
             message = record.getMessage().splitlines()[0]
         except Exception:
             message = str(record.msg)
-        warn_once(kind, f"{'span export failing' if kind == 'export' else 'OpenTelemetry setup'}: {message}")
+        warn_once(kind, f"{ONCE_PREFIX[kind]}: {message}")
 
 
 def route_otel_logs() -> None:
