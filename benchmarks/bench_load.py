@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """loadtrace's cost benchmark: one invocation, interleaved runs, a null arm next to every comparison.
 
-    .venv/bin/python benchmarks/bench_load.py                  # every part (~9 min on 2 cores)
+    .venv/bin/python benchmarks/bench_load.py                  # every part (~12 min on 2 cores)
     .venv/bin/python benchmarks/bench_load.py --quick          # smoke, fewer rounds (~3 min on 2 cores)
     .venv/bin/python benchmarks/bench_load.py --only own,fit   # some parts
 
@@ -11,12 +11,12 @@ never  processes that never load (``python -c pass``, ``import torch``) with ``L
 own    loadtrace's own time on the loading thread per load, metered inside warm loads of two sizes, fitted into a
        fixed cost per load and a cost per tensor (with the slice proxies' per-tensor cost, timed apart);
 fit    whole warm loads of the two sizes with the hooks off / on / off in one process: a bound;
-state  what the dying-rank state and the termination handlers cost per load.
+state  what the dying-rank state and the termination handlers cost per load;
+progress  what a load pays for the progress metrics over OTLP (issue 25), exporting at 100x the default rate.
 
 Run it with the venv's Python (it must have torch, transformers and an installed loadtrace). Internal subcommands
-(``_own``, ``_fit``, ``_state``, ``_checkpoint``) are the worker processes it starts: ``SUBCOMMAND OUT ARGS...``,
-each writing its JSON result to OUT. The issue-6 parts (interpreter start, fresh-process loads on 1 and 2 ranks,
-per-event accounting, in-process A/B, spans per rank, the 64-rank report, ``zeros_like``) are at commit 193fe06.
+(``_own``, ``_fit``, ``_state``, ``_progress``, ``_checkpoint``) are the worker processes it starts: ``SUBCOMMAND
+OUT ARGS...``, each writing its JSON result to OUT. The issue-6 parts are at commit 193fe06 (benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -34,14 +34,16 @@ from bench.common import loadavg, log
 from bench.fit import bench_fit, cmd_fit
 from bench.never import bench_never
 from bench.own import bench_own, cmd_own
+from bench.progress import bench_progress, cmd_progress
 from bench.render import render
 from bench.state import bench_state, cmd_state
 from bench.workloads import MANY, MOE, checkpoint, cmd_checkpoint
 
-WORKERS = {"_own": cmd_own, "_fit": cmd_fit, "_state": cmd_state, "_checkpoint": cmd_checkpoint}
-PARTS = "never,own,fit,state"
+WORKERS = {"_own": cmd_own, "_fit": cmd_fit, "_state": cmd_state, "_progress": cmd_progress}
+WORKERS["_checkpoint"] = cmd_checkpoint
+PARTS = "never,own,fit,state,progress"
 # part -> its rounds in a full run and with --quick
-ROUNDS = {"never": (20, 6), "own": (8, 3), "fit": (18, 6)}
+ROUNDS = {"never": (20, 6), "own": (8, 3), "fit": (18, 6), "progress": (12, 6)}
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -102,6 +104,9 @@ def run_parts(res: dict[str, Any], args: argparse.Namespace) -> None:
     if "state" in args.parts:
         log("(state) state file and termination handlers per load")
         res["state"] = bench_state(moe_dir, args.work)
+    if "progress" in args.parts:
+        log(f"(progress) warm loads, progress metrics every 0.1 s / none / none: {rounds['progress']} rounds")
+        res["progress"] = bench_progress(sizes[0], rounds["progress"], args.work)
 
 
 def main(argv: list[str]) -> int:

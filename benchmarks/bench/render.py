@@ -199,21 +199,27 @@ def fit_notes(fit: dict[str, Any]) -> str:
     )
 
 
-def render_fit(fit: dict[str, Any]) -> list[str]:
-    rows = [
+AB_HEADERS = ["checkpoint", "measure", "rounds", "off s (median)", "on - off ms, median pair [95 % interval]"]
+AB_HEADERS += ["null: off again - off ms, median pair [95 % interval]", "min on - min off ms", "min null - min off ms"]
+
+
+def ab_rows(sizes: list[dict[str, Any]]) -> list[list[str]]:
+    """``size_figures`` entries: per checkpoint and measure, off's median, on - off and null - off."""
+    return [
         [f"{e['tensors']:,} tensors, {e['files']} files", what, str(e["rounds"]), fmt(e[f"{unit}_off_median_s"], ".3f")]
         + [f"{e[f'{unit}_{arm}_median_ms']:+.1f}{interval(e[f'{unit}_{arm}_ci_ms'])}" for arm in ("on", "null")]
         + [f"{e[f'{unit}_{arm}_min_ms']:+.1f}" for arm in ("on", "null")]
-        for e in fit["sizes"]
+        for e in sizes
         for unit, what in (("wall", "wall"), ("thread", "loading thread CPU"), ("cpu", "process CPU"))
     ]
-    headers = ["checkpoint", "measure", "rounds", "off s (median)", "on - off ms, median pair [95 % interval]"]
-    headers += ["null: off again - off ms, median pair [95 % interval]", "min on - min off ms", "min null - min off ms"]
+
+
+def render_fit(fit: dict[str, Any]) -> list[str]:
     return section(
         "Default detail, whole loads: hooks off / on / off again (warm loads in one process, a bound)",
         FIT_INTRO.format(settle=SETTLE if fit["settle"] else ""),
-        headers,
-        rows,
+        AB_HEADERS,
+        ab_rows(fit["sizes"]),
         fit_notes(fit),
     )
 
@@ -233,7 +239,35 @@ def render_state(state: dict[str, Any]) -> list[str]:
     )
 
 
-RENDERERS = {"never": render_never, "own": render_own, "fit": render_fit, "state": render_state}
+PROGRESS_INTRO = (
+    "What is measured: warm loads in one process with an OTLP endpoint (a sink that answers every request), the "
+    "progress metrics exporting every {interval:g} s (`on`: 100x the default rate) or not at all (`off`, and `off "
+    "(null)`), the three in all 6 orders in turn. The metrics run on the SDK's reader thread, never on the loading "
+    "thread; under the GIL they can take from it at most that thread's CPU time, measured exactly (notes)."
+)
+
+
+def render_progress(progress: dict[str, Any]) -> list[str]:
+    reader = progress["reader_ms"]
+    return section(
+        "Progress metrics over OTLP: loads with them and without (warm loads in one process, a bound)",
+        PROGRESS_INTRO.format(interval=progress["interval_s"]),
+        AB_HEADERS,
+        ab_rows([progress]),
+        f"\nThe metrics reader thread's CPU while a load ran: **{sorted(reader)[len(reader) // 2]:.2f} ms** per load "
+        f"(max {max(reader):.2f}), {progress['exports_per_load']:.1f} exports per load on the wire, "
+        f"**{progress['reader_us_per_export']:.0f} µs per export** (collect and send); exports during loads without "
+        f"metrics: {progress['exports_off']}. At the default 10 s interval: one export per 10 s of loading.",
+    )
+
+
+RENDERERS = {
+    "never": render_never,
+    "own": render_own,
+    "fit": render_fit,
+    "state": render_state,
+    "progress": render_progress,
+}
 
 
 def render(res: dict[str, Any]) -> str:
