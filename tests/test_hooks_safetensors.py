@@ -1,6 +1,7 @@
 """safetensors reads are counted exactly, on one span per file, whichever thread reads."""
 
 import gc
+import types
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -119,6 +120,38 @@ def test_a_slice_answers_like_the_librarys(checkpoint):
     assert span.attributes["loadtrace.read.bytes"] == 336 + 1 * 2 * 7 * 8  # c[1:, :2]: a (1, 2, 7) int64 part
     assert span.attributes[semconv.READ_PARTIAL_TENSORS] == 1
     assert span.attributes[semconv.READ_PARTIAL_BYTES] == 1 * 2 * 7 * 8
+
+
+def test_a_slice_forwards_what_the_librarys_has_without_a_getattr(checkpoint, monkeypatch):
+    """A ``__getattr__`` on the slice would slow every attribute read on it (Python 3.11): the library slice type's
+    other public attributes are forwarded instead, once per process, from the first file with a tensor, whose names
+    then go to the job's first ``keys()`` as the library gives them (no second listing)."""
+
+    class LaterSlice:  # a later safetensors' slice, with a method of its own
+        def get_offsets(self):
+            return (8, 64)
+
+    class LaterFile:
+        def keys(self):
+            return ["x"]
+
+        def get_slice(self, name):
+            return LaterSlice()
+
+    assert "__getattr__" not in vars(safetensors_hooks.CountingSlice)
+    monkeypatch.setattr(safetensors_hooks.CountingSlice, "forwarding", None)
+    with traced():
+        with safetensors.safe_open(str(checkpoint), framework="pt") as handle:
+            assert safetensors_hooks.CountingSlice.forwarding is type(handle.__wrapped__.get_slice("a"))
+            assert handle.keys() == sorted(TENSORS) and handle.keys() == sorted(TENSORS)
+    monkeypatch.setattr(safetensors_hooks.CountingSlice, "forwarding", None)
+    assert safetensors_hooks.forward_slices(LaterFile(), None) == ["x"]
+    try:
+        slot = types.SimpleNamespace(counts=[0, 0])
+        piece = safetensors_hooks.counting_get_slice(LaterFile().get_slice, slot, None, None)("x")
+        assert piece.get_offsets() == (8, 64) and safetensors_hooks.CountingSlice.forwarding is LaterSlice
+    finally:
+        del safetensors_hooks.CountingSlice.get_offsets
 
 
 def test_a_dropped_handle_ends_its_span_at_once(checkpoint):

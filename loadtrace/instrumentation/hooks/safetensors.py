@@ -52,7 +52,10 @@ class TracedSafeOpen(wrapt.ObjectProxy):
         self._self_slot = slot
         self._self_lock = threading.Lock() if locking else None
         self._self_counted_keys = False
+        self._self_names: list[str] | None = None  # listed at open for the job's first ``keys()`` (forward_slices)
         if self._self_counting_slices:
+            if not CountingSlice.forwarding:
+                self._self_names = forward_slices(wrapped, scope)
             # This file's own ``get_slice``, set on the proxy: wrapt keeps an attribute whose name the class has on
             # the proxy itself (the method below), where the job's lookup finds it before the method.
             counting = counting_get_slice(wrapped.get_slice, slot, scope, self._self_lock)
@@ -60,7 +63,11 @@ class TracedSafeOpen(wrapt.ObjectProxy):
 
     def keys(self):
         # Counted when the job lists them (transformers always does): listing them ourselves costs ~0.1 ms a file.
-        names = self.__wrapped__.keys()
+        names = self._self_names
+        if names is None:
+            names = self.__wrapped__.keys()
+        else:
+            self._self_names = None  # the job's own list, given once
         if not self._self_counted_keys:
             self._self_counted_keys = True
             self._self_tensors_in_file(len(names))
@@ -161,6 +168,34 @@ def counting_get_slice(
     return get_slice
 
 
+def forward_slices(handle: Any, scope: spans.Scope) -> list[str] | None:
+    """Once per process, at the first file with a tensor: ``CountingSlice`` answers for each public attribute of the
+    library's slice type that it lacks. A ``__getattr__`` would do it for any, but in Python 3.11 a class with one
+    has every attribute read on its instances take the generic path (no specialised slot read): ~0.4 µs a tensor
+    measured. The file's names, listed to find a tensor, go to the job's first ``keys()`` (transformers lists them
+    right after ``safe_open``: no second listing)."""
+    try:
+        names = handle.keys()
+        if names:
+            library_slice = type(handle.get_slice(names[0]))
+            for name in dir(library_slice):
+                if not name.startswith("_") and not hasattr(CountingSlice, name):
+                    setattr(CountingSlice, name, property(_forwarded(name)))
+            CountingSlice.forwarding = library_slice
+        return names
+    except Exception as error:
+        fault(semconv.SPAN_SAFETENSORS_OPEN, error, scope)
+        return None
+
+
+@call_through
+def _forwarded(name: str) -> Callable[[Any], Any]:
+    def forwarded(piece):
+        return getattr(piece._slice, name)
+
+    return forwarded
+
+
 def partial_read(piece: Any, tensor: Any, nbytes: int, partial: list[int]) -> None:
     """An index other than ``...``: if it returned less than the whole tensor (a tensor-parallel rank reading its
     slice), its bytes go to the file's ``partial`` list (one ``append``, atomic). Not the hot path: transformers reads
@@ -178,9 +213,11 @@ class CountingSlice:
     index other than ``...`` also checks for a partial read). One is made per tensor, so it is a plain class that
     ``counting_get_slice`` fills (no ``__init__`` to run) rather than a wrapt proxy (~0.3 µs to make, ~150 ns for each
     attribute it reads). It answers for the library's slice: ``get_shape``, ``get_dtype``, ``isinstance``
-    (``__class__``), and anything else through ``__getattr__``."""
+    (``__class__``), and whatever else the library's slice has (``forward_slices``: no ``__getattr__``)."""
 
     __slots__ = ("_slice", "_slot", "_scope")
+
+    forwarding: type | None = None  # the library's slice type, once its other attributes are forwarded
 
     _slice: Any  # the library's slice
     _slot: spans.ReadSlot  # the file's: its ``counts`` are swapped for private memory in a forked child
@@ -212,9 +249,6 @@ class CountingSlice:
     @property  # type: ignore[misc]
     def __class__(self):  # isinstance() sees the library's slice, as through a wrapt proxy
         return type(self._slice)
-
-    def __getattr__(self, name):  # what a later safetensors may give its slices
-        return getattr(self._slice, name)
 
 
 class LockedCountingSlice(CountingSlice):
