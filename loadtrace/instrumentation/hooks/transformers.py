@@ -66,12 +66,8 @@ def held_bytes(model: Any, partitioned: bool) -> dict[str, int]:
     """Bytes of parameters and buffers the model holds, by device type (ZeRO-3: this rank's partitions), each tensor
     once (tied weights are one tensor)."""
     held: dict[str, int] = {}
-    seen: set[int] = set()
     dtensor = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)  # none made if never imported
     for tensor in _parameters_and_buffers(model):
-        if id(tensor) in seen:
-            continue
-        seen.add(id(tensor))
         if partitioned:
             # Only ZeRO-3 parameters have a partition; looking for one on a plain tensor costs a caught AttributeError.
             partition = getattr(tensor, "ds_tensor", None)
@@ -84,25 +80,24 @@ def held_bytes(model: Any, partitioned: bool) -> dict[str, int]:
 
 
 def _parameters_and_buffers(model: Any) -> Iterable[Any]:
-    """Every module's own parameters and buffers: what ``parameters()`` and ``buffers()`` walk, without the dotted
-    names they build for each module (most of their time). A model that is no plain ``nn.Module`` tree: theirs."""
+    """Every module's own parameters and buffers, each tensor once: what ``parameters()`` and ``buffers()`` walk, in
+    one pass and without the dotted names they build for each module (most of their time). A model that is no plain
+    ``nn.Module`` tree: theirs."""
     try:
-        modules, stack, seen = [], [model], set()
+        tensors: dict[int, Any] = {}
+        stack, seen = [model], set()
         while stack:
             module = stack.pop()
             if id(module) not in seen:
                 seen.add(id(module))
-                modules.append(module)
                 stack.extend(module._modules.values())
-        return [
-            tensor
-            for module in modules
-            for tensors in (module._parameters, module._buffers)
-            for tensor in tensors.values()
-            if tensor is not None
-        ]
+                for owned in (module._parameters, module._buffers):
+                    for tensor in owned.values():
+                        if tensor is not None:
+                            tensors[id(tensor)] = tensor
+        return tensors.values()
     except (AttributeError, TypeError):
-        return [*model.parameters(), *model.buffers()]
+        return {id(tensor): tensor for tensor in (*model.parameters(), *model.buffers())}.values()
 
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
