@@ -282,31 +282,25 @@ def _phase(name: str):
 
 
 class Conversion:
-    """A converted weight: ``done`` counts it with the bytes it produced. It holds only its operations' names, so one
-    per distinct chain of operations serves every call (``_conversion``): the 179 conversion hooks of a 3,219-tensor
-    MoE load run just after a tensor copy has pushed loadtrace's objects out of the CPU's caches, where every object
-    made or looked at per call is paid as a cache miss."""
+    """A converted weight: ``done`` counts it with the bytes it produced. It holds only the tracing and its operations'
+    names, so one per distinct chain of operations serves every call (``_conversion``): the conversion hooks of a MoE
+    load run just after a tensor copy has pushed loadtrace's objects out of the CPU's caches, where every object made
+    or looked at, and every function called, per conversion is paid as cache misses (so ``done`` is one function)."""
 
-    __slots__ = ("operations",)
+    __slots__ = ("tracing", "operations")
 
-    def __init__(self, operations: tuple[str, ...]):
+    def __init__(self, tracing: spans.Tracing, operations: tuple[str, ...]):
+        self.tracing = tracing
         self.operations = operations
 
     def done(self, produced: Any, error: BaseException | None) -> Any:
         if error is None:
-            tracing = spans.tracing()
-            if tracing is not None:
-                tracing.record_conversion(self.operations, produced_bytes(produced))
+            nbytes = 0
+            for value in produced.values():
+                for tensor in value if isinstance(value, list) else (value,):
+                    nbytes += tensor_bytes(tensor)
+            self.tracing.record_conversion(self.operations, nbytes)
         return produced
-
-
-def produced_bytes(produced: dict[str, Any]) -> int:
-    """The bytes of what a conversion produced: ``{name: tensor or [tensor, ...]}``."""
-    nbytes = 0
-    for value in produced.values():
-        for tensor in value if isinstance(value, list) else (value,):
-            nbytes += tensor_bytes(tensor)
-    return nbytes
 
 
 def renames(transform: Any) -> bool:
@@ -360,10 +354,14 @@ def _conversion(types: tuple[type, ...], transform: Any) -> Conversion | None:
     quantize = getattr(transform, "quantization_operation", None)
     if quantize is not None:
         types += (type(quantize),)
-    if types not in _conversions:
+    tracing = spans.tracing()
+    if tracing is None or not types:
+        return None
+    found = _conversions.get(types)
+    if found is None or found.tracing is not tracing:  # a new chain, or instrumented again since
         names = tuple(semconv.RENAME_OP if kind is Rename else kind.__name__ for kind in types)
-        _conversions[types] = Conversion(names) if names else None
-    return _conversions[types]
+        found = _conversions[types] = Conversion(tracing, names)
+    return found
 
 
 HOOKS = [
