@@ -347,7 +347,7 @@ class Rename:
 
 
 # The shared ``Conversion`` of each chain of operation types (a quantization's last): a model has a handful.
-_conversions: dict[tuple[type, ...], Conversion | None] = {}
+_conversions: dict[tuple[type, ...], Conversion] = {}
 
 
 def _conversion(types: tuple[type, ...], transform: Any) -> Conversion | None:
