@@ -36,6 +36,11 @@ _float = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def _value(value: Any) -> str:
+    kind = type(value)
+    if kind is int:  # most of a load's attributes: its digits need no escaping
+        return '{"intValue":"' + str(value) + '"}'
+    if kind is str:
+        return '{"stringValue":' + _string(value) + "}"
     if isinstance(value, bool):
         return '{"boolValue":true}' if value else '{"boolValue":false}'
     if isinstance(value, int):
@@ -51,10 +56,30 @@ def _value(value: Any) -> str:
     return '{"stringValue":' + _string(str(value)) + "}"
 
 
+# ``{"key":"<key>","value":`` of each key seen: a process's spans use the same few dozen keys over and over.
+_key_heads: dict[str, str] = {}
+
+
+def _key_head(key: str) -> str:
+    head = _key_heads.get(key)
+    if head is None:
+        head = '{"key":' + _string(key) + ',"value":'
+        if len(_key_heads) < 4096:  # keys made from data (a device type, an operation name) stay few; bounded anyway
+            _key_heads[key] = head
+    return head
+
+
 def _attributes(attributes: Any) -> str:
     """A JSON list of OTLP ``KeyValue``s."""
     items = (attributes or {}).items()
-    return "[" + ",".join('{"key":' + _string(key) + ',"value":' + _value(value) + "}" for key, value in items) + "]"
+    return "[" + ",".join(_key_head(key) + _value(value) + "}" for key, value in items) + "]"
+
+
+def _span_attributes(span: ReadableSpan) -> Any:
+    """The span's attributes as a mapping to read: the SDK's own dict where it keeps one (``BoundedAttributes._dict``;
+    its read-only view reads each item through two Python calls), else the public view."""
+    plain = getattr(getattr(span, "_attributes", None), "_dict", None)
+    return plain if type(plain) is dict else span.attributes
 
 
 def _span(span: ReadableSpan) -> str:
@@ -66,8 +91,9 @@ def _span(span: ReadableSpan) -> str:
         f',"name":{_string(span.name)},"kind":{span.kind.value + 1},'
         f'"startTimeUnixNano":"{span.start_time}","endTimeUnixNano":"{span.end_time}"'
     )
-    if span.attributes:
-        text += ',"attributes":' + _attributes(span.attributes)
+    attributes = _span_attributes(span)
+    if attributes:
+        text += ',"attributes":' + _attributes(attributes)
     if span.events:
         text += ',"events":[' + ",".join(map(_event, span.events)) + "]"
     status = span.status

@@ -95,7 +95,13 @@ class TracedSafeOpen(wrapt.ObjectProxy):
     def __del__(self):
         self._self_close()
 
+    _self_closed = False
+
     def _self_close(self) -> None:
+        # Once: transformers closes each file (``__exit__``), then drops it (``__del__``).
+        if self._self_closed:
+            return
+        self._self_closed = True
         try:
             self._self_tracing.close_file(self._self_scope)
         except Exception as error:

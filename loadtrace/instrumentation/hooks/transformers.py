@@ -66,12 +66,8 @@ def held_bytes(model: Any, partitioned: bool) -> dict[str, int]:
     """Bytes of parameters and buffers the model holds, by device type (ZeRO-3: this rank's partitions), each tensor
     once (tied weights are one tensor)."""
     held: dict[str, int] = {}
-    seen: set[int] = set()
     dtensor = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)  # none made if never imported
     for tensor in _parameters_and_buffers(model):
-        if id(tensor) in seen:
-            continue
-        seen.add(id(tensor))
         if partitioned:
             # Only ZeRO-3 parameters have a partition; looking for one on a plain tensor costs a caught AttributeError.
             partition = getattr(tensor, "ds_tensor", None)
@@ -84,25 +80,24 @@ def held_bytes(model: Any, partitioned: bool) -> dict[str, int]:
 
 
 def _parameters_and_buffers(model: Any) -> Iterable[Any]:
-    """Every module's own parameters and buffers: what ``parameters()`` and ``buffers()`` walk, without the dotted
-    names they build for each module (most of their time). A model that is no plain ``nn.Module`` tree: theirs."""
+    """Every module's own parameters and buffers, each tensor once: what ``parameters()`` and ``buffers()`` walk, in
+    one pass and without the dotted names they build for each module (most of their time). A model that is no plain
+    ``nn.Module`` tree: theirs."""
     try:
-        modules, stack, seen = [], [model], set()
+        tensors: dict[int, Any] = {}
+        stack, seen = [model], set()
         while stack:
             module = stack.pop()
             if id(module) not in seen:
                 seen.add(id(module))
-                modules.append(module)
                 stack.extend(module._modules.values())
-        return [
-            tensor
-            for module in modules
-            for tensors in (module._parameters, module._buffers)
-            for tensor in tensors.values()
-            if tensor is not None
-        ]
+                for owned in (module._parameters, module._buffers):
+                    for tensor in owned.values():
+                        if tensor is not None:
+                            tensors[id(tensor)] = tensor
+        return tensors.values()
     except (AttributeError, TypeError):
-        return [*model.parameters(), *model.buffers()]
+        return {id(tensor): tensor for tensor in (*model.parameters(), *model.buffers())}.values()
 
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
@@ -287,6 +282,11 @@ def _phase(name: str):
 
 
 class Conversion:
+    """A converted weight: ``done`` counts it with the bytes it produced. It holds only the tracing and its operations'
+    names, so one per distinct chain of operations serves every call (``_conversion``): the conversion hooks of a MoE
+    load run just after a tensor copy has pushed loadtrace's objects out of the CPU's caches, where every object made
+    or looked at, and every function called, per conversion is paid as cache misses (so ``done`` is one function)."""
+
     __slots__ = ("tracing", "operations")
 
     def __init__(self, tracing: spans.Tracing, operations: tuple[str, ...]):
@@ -321,24 +321,47 @@ def weight_conversion(transform, args, kwargs):
         return None
     operations = getattr(transform, "operations", None)
     if operations:
-        return _conversion(tuple(type(op).__name__ for op in operations), transform)
-    return _conversion((semconv.RENAME_OP,) if renames(transform) else (), transform)
+        return _conversion(tuple(map(type, operations)), transform)
+    return weight_renaming(transform, args, kwargs)
 
 
 def weight_renaming(transform, args, kwargs):
     """``WeightRenaming.convert``: called for every checkpoint key that no converter takes (nearly every key of a dense
-    model), so a key kept as it is returns at once (a renaming has no ``operations`` to look for)."""
+    model). A key kept as it is, without quantization, is looked at first and passed at once: two of its own slots,
+    compared (5.12, 5.24)."""
+    try:
+        if (
+            transform.quantization_operation is None
+            and transform._original_source_patterns == transform._original_target_patterns
+        ):
+            return None
+    except AttributeError:
+        pass  # a release without those slots: ``renames`` looks further
     if not spans.active():
         return None
-    return _conversion((semconv.RENAME_OP,) if renames(transform) else (), transform)
+    return _conversion((Rename,) if renames(transform) else (), transform)
 
 
-def _conversion(names: tuple[str, ...], transform: Any) -> Conversion | None:
+class Rename:
+    """Stands for a plain rename in a chain of operation types (``_conversion``)."""
+
+
+# The shared ``Conversion`` of each chain of operation types (a quantization's last): a model has a handful.
+_conversions: dict[tuple[type, ...], Conversion] = {}
+
+
+def _conversion(types: tuple[type, ...], transform: Any) -> Conversion | None:
     quantize = getattr(transform, "quantization_operation", None)
     if quantize is not None:
-        names += (type(quantize).__name__,)
-    tracing = spans.tracing() if names else None
-    return Conversion(tracing, names) if tracing is not None else None
+        types += (type(quantize),)
+    tracing = spans.tracing()
+    if tracing is None or not types:
+        return None
+    found = _conversions.get(types)
+    if found is None or found.tracing is not tracing:  # a new chain, or instrumented again since
+        names = tuple(semconv.RENAME_OP if kind is Rename else kind.__name__ for kind in types)
+        found = _conversions[types] = Conversion(tracing, names)
+    return found
 
 
 HOOKS = [
