@@ -173,6 +173,9 @@ STARTUP_END_JOB = "job_changed"  # the job id was learnt at init_process_group: 
 # pair per outermost import of a module of torch, transformers, safetensors, accelerate or deepspeed (at most 64 pairs);
 # the first pair's end is the end of the first hooked library's import. Only under LOADTRACE=1 (activation.watch).
 STARTUP_IMPORTS = "loadtrace.startup.imports"
+# The rank's startup split (loadtrace.startup_split, the report's definition): ns per phase, in the order open, read,
+# convert, materialize, broadcast, wait, prepare, imports, construct, other; they add up to the span's duration.
+STARTUP_PHASE_NS = "loadtrace.startup.phases"
 # On a load span: when it opened its first file (ns since the epoch); the time before it is the model's construction.
 LOAD_FIRST_FILE_OPEN = "loadtrace.load.first_file_open"
 

@@ -26,7 +26,10 @@ from support.torchrun import TorchrunResult, torchrun
 from support.venvs import REPO, discover
 
 from loadtrace import semconv
+from loadtrace.analysis.ranks import jobs_from_spans
 from loadtrace.analysis.sources import Span, read_files
+from loadtrace.analysis.startup import phase_spans, window
+from loadtrace.startup_split import STARTUP_PHASES, split
 
 VENVS = discover()
 WORKER = REPO / "tests" / "workers" / "startup_job.py"
@@ -51,14 +54,14 @@ class Job:
         return read_files(self.result.cwd / "loadtrace-traces").spans
 
 
-def run(checkpoint: Path, cwd: Path, mode: str, *args: str, traced: bool = True) -> Job:
+def run(checkpoint: Path, cwd: Path, mode: str, *args: str, traced: bool = True, detail: str | None = None) -> Job:
     out = cwd / "out"
     result = torchrun(
         VENVS[0],
         WORKER,
         [str(checkpoint), "--mode", mode, "--out", str(out), *args],
         cwd=cwd,
-        env={"LOADTRACE": "1"} if traced else {},
+        env=({"LOADTRACE": "1"} | ({"LOADTRACE_DETAIL": detail} if detail else {})) if traced else {},
     )
     return Job(result, out)
 
@@ -222,6 +225,50 @@ def test_a_rank_stopped_before_its_preparation_still_writes_its_startup(checkpoi
         assert startup.attributes[semconv.STARTUP_END] == "SIGTERM"
         assert load.parent_span_id == startup.span_id and startup.end_ns >= load.end_ns
         assert not [s for s in spans if s.name == semconv.SPAN_ACCELERATE_PREPARE]
+    assert_each_startup_carries_the_reports_split(job)
+
+
+def assert_each_startup_carries_the_reports_split(job: Job) -> None:
+    """Each rank's startup span carries the split ``loadtrace report`` computes from the rank's spans, to the ns."""
+    checked = 0
+    for found in jobs_from_spans(job.all_spans()):
+        for rank in found.ranks:
+            startups = [s for s in rank.spans if s.name == semconv.SPAN_STARTUP]
+            if not startups:
+                continue
+            (startup,) = startups
+            measured = window(rank)
+            assert measured is not None and measured[1] == "startup span"
+            expected = split(measured[0], phase_spans(rank.spans))
+            carried = startup.attributes[semconv.STARTUP_PHASE_NS]
+            assert carried == [expected[phase] for phase in STARTUP_PHASES], (rank.rank, carried, expected)
+            assert sum(carried) == startup.end_ns - startup.start_ns
+            checked += 1
+    assert checked >= 2
+
+
+@pytest.fixture(scope="module")
+def tensor_detail(checkpoint, tmp_path_factory) -> Job:
+    """A plain job at ``LOADTRACE_DETAIL=tensor``: reads have spans, so files have an ``open`` phase."""
+    job = run(checkpoint, tmp_path_factory.mktemp("tensor"), "plain", detail="tensor")
+    job.result.check()
+    return job
+
+
+@pytest.mark.integration
+@real_job
+@pytest.mark.parametrize("case", ["fsdp2", "zero3", "late", "tensor_detail"])
+def test_each_rank_carries_its_startup_split_as_the_report_computes_it(case, request):
+    """The store's one startup row per rank (ClickHouse, the fleet dashboard) holds the report's split: the same
+    definition (``loadtrace/startup_split.py``) over the same spans, with rendezvous, broadcasts, ZeRO-3's phases, a
+    late rank's wait and per-tensor reads."""
+    job = request.getfixturevalue(case)
+    assert_each_startup_carries_the_reports_split(job)
+    if case == "tensor_detail":
+        spans = job.all_spans()
+        assert any(s.name == semconv.SPAN_SAFETENSORS_READ for s in spans)
+        opens = [s.attributes[semconv.STARTUP_PHASE_NS][0] for s in spans if s.name == semconv.SPAN_STARTUP]
+        assert all(ns > 0 for ns in opens), opens
 
 
 @pytest.mark.integration

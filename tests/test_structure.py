@@ -4,9 +4,9 @@
 - every span name and ``loadtrace.*`` attribute key is spelled once, in ``loadtrace/semconv.py``;
 - data flows one way: the analysis half (``loadtrace/analysis/``, ``loadtrace/cli/``) imports nothing of loadtrace
   but the shared formats and itself, the instrumentation half imports nothing of the analysis half, and the shared
-  formats import only the standard library. The shared formats
-  are the contracts of the files between the halves: ``semconv`` (span names and keys) and ``statefile`` (the state a
-  dead rank leaves);
+  formats import only the standard library and each other. The shared formats
+  are the contracts of the files between the halves: ``semconv`` (span names and keys), ``statefile`` (the state a
+  dead rank leaves) and ``startup_split`` (the split a rank's startup span carries);
 - the import graph of ``loadtrace/`` has no cycle, lazy imports included, and at most 8 modules sit at its top.
 
 These read the source tree (``ast``), not the installed wheel.
@@ -72,7 +72,7 @@ def is_analysis(module: str) -> bool:
 
 
 ANALYSIS = sorted(m for m in MODULES if is_analysis(m))
-SHARED_FORMATS = ("loadtrace.semconv", "loadtrace.statefile")
+SHARED_FORMATS = ("loadtrace.semconv", "loadtrace.statefile", "loadtrace.startup_split")
 INSTRUMENTATION = sorted(m for m in MODULES if not is_analysis(m) and m not in SHARED_FORMATS)
 
 
@@ -185,12 +185,12 @@ def test_the_instrumentation_half_imports_nothing_of_the_analysis_half():
 
 
 @pytest.mark.parametrize("module", SHARED_FORMATS)
-def test_the_shared_formats_import_only_the_standard_library(module):
+def test_the_shared_formats_import_only_the_standard_library_and_each_other(module):
     found = [(line, imported) for line, imported in imports(module)]
     outside = [
         f"line {line}: {imported}"
         for line, imported in found
-        if imported.partition(".")[0] not in sys.stdlib_module_names and imported != "__future__"
+        if imported.partition(".")[0] not in sys.stdlib_module_names and imported not in ("__future__", *SHARED_FORMATS)
     ]
     assert not outside, f"{module} imports beyond the standard library: {outside}"
 

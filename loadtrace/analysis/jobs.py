@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from .. import semconv as sc
+from ..startup_split import STARTUP_PHASES
 from .attrs import str_attr
 from .findings import find
 from .model import NOT_IN_JSON
 from .processes import TRACE_ID_HEX, state_trace_id
 from .ranks import Job, jobs_from_spans
 from .sources import SourceError, SpanSet, read_sources, rfc3339_nanos, source_files
-from .startup import STARTUP_PHASES, Thresholds, job_startup, startup_findings
+from .startup import Thresholds, job_startup, startup_findings
 
 # A group is called out when its startup p50 is at least this many times the fastest group's.
 DIFFERENCE_RATIO = 1.2

@@ -5,9 +5,8 @@ strategy's preparation). Without one (an older loadtrace's spans, or an instrume
 own spans: from its first span to the end of its last load or startup phase. A job starts when its slowest
 rank is ready.
 
-The rank's time is split into phases by the spans open at each instant; where spans overlap (transformers 5.24 reads
-files while it converts), the instant goes to the first phase of ``PRIORITY`` that is open, so the phases add up to the
-startup exactly (docs/report.md, Startup, defines each phase by its spans).
+The rank's time is split into phases by ``loadtrace.startup_split``, the definition the rank itself uses for the split
+its startup span carries (docs/report.md, Startup, defines each phase by its spans).
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .. import semconv as sc
+from ..startup_split import READ_SPANS, STARTUP_PHASES, Interval, PhaseSpan, length, split, union
 from .attrs import opt_int_attr
 from .model import INFO, WARNING, Finding, NodeStartup, RankLoad, RankStartup, Startup
 from .nodes import COLD, PARTLY_COLD, WARM, checkpoint_residency
@@ -24,40 +24,7 @@ from .ranks import Job, outermost
 from .sources import Span
 from .units import human_bytes
 
-# Phases, in the order they are shown.
-STARTUP_PHASES = (
-    "open",
-    "read",
-    "convert",
-    "materialize",
-    "broadcast",
-    "wait",
-    "prepare",
-    "imports",
-    "construct",
-    "other",
-)
-READ_SPANS = frozenset({sc.SPAN_SAFETENSORS_READ, sc.SPAN_SAFETENSORS_LOAD, sc.SPAN_LOAD_STATE_DICT})
-PHASE_OF_SPAN = {
-    sc.SPAN_INIT_PROCESS_GROUP: "wait",
-    sc.SPAN_FSDP2_LOAD_FULL_STATE_DICT: "broadcast",
-    sc.SPAN_GATHERED_PARAMETERS: "broadcast",
-    sc.SPAN_ZERO3_LOAD: "broadcast",
-    sc.SPAN_MATERIALIZE_MISSING: "materialize",
-    sc.SPAN_TORCH_MATERIALIZE: "materialize",
-    sc.SPAN_CONVERT: "convert",
-    sc.SPAN_ACCELERATE_PREPARE: "prepare",
-    sc.SPAN_DEEPSPEED_INITIALIZE: "prepare",
-    sc.SPAN_ZERO_INIT: "prepare",
-    **{name: "read" for name in READ_SPANS | sc.FILE_SPANS},
-}
-# Which phase an instant belongs to when several are open: waiting for others and moving weights between ranks first
-# (they stall everything else), then the checkpoint's own work, then the strategy's preparation around it.
-# Then the hooked libraries' imports (one may run inside a load: the model class's module), the model's construction.
-PRIORITY = ("wait", "broadcast", "materialize", "open", "read", "convert", "imports", "construct", "prepare")
 NOT_OWN = frozenset({sc.SPAN_JOB, sc.SPAN_RANK_EXIT})  # not the rank's own work: the job root, the launcher's witness
-
-Interval = tuple[int, int]
 
 
 @dataclass(frozen=True)
@@ -68,38 +35,6 @@ class Thresholds:
     slow_rank_seconds: float = 1.0  # ... and at least this far behind it
     slow_storage_ratio: float = 0.5  # a node reading from storage under this share of the job's median node
     rendezvous_wait_seconds: float = 5.0  # a rank that waited longer than this in init_process_group
-
-
-# Intervals --------------------------------------------------------------------------------------------------------
-
-
-def union(intervals: Iterable[Interval]) -> list[Interval]:
-    """Sorted, disjoint intervals covering the same instants."""
-    merged: list[Interval] = []
-    for start, end in sorted(i for i in intervals if i[1] > i[0]):
-        if merged and start <= merged[-1][1]:
-            if end > merged[-1][1]:
-                merged[-1] = (merged[-1][0], end)
-        else:
-            merged.append((start, end))
-    return merged
-
-
-def length(intervals: list[Interval]) -> int:
-    return sum(end - start for start, end in intervals)
-
-
-def overlap(a: list[Interval], b: list[Interval]) -> int:
-    """Nanoseconds two disjoint sorted interval lists share."""
-    total, i, j = 0, 0, 0
-    while i < len(a) and j < len(b):
-        start, end = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        total += max(0, end - start)
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
 
 
 # One rank ---------------------------------------------------------------------------------------------------------
@@ -117,40 +52,8 @@ def window(rank: RankLoad) -> tuple[Interval, str] | None:
     return (min(span.start_ns for span in own), max(ends)), "spans"
 
 
-def phase_intervals(spans: list[Span]) -> dict[str, list[Interval]]:
-    """Each phase's instants on one rank. ``open``: a file span's time before its first read span (only at tensor
-    detail do reads have spans; at default detail a file's whole span is read time, its tensors read inside it)."""
-    found: dict[str, list[Interval]] = {phase: [] for phase in PRIORITY}
-    first_read: dict[str, int] = {}
-    for span in spans:
-        if span.name in READ_SPANS and span.parent_span_id:
-            first_read[span.parent_span_id] = min(first_read.get(span.parent_span_id, span.start_ns), span.start_ns)
-    for span in spans:
-        phase = PHASE_OF_SPAN.get(span.name)
-        if phase is not None:
-            found[phase].append((span.start_ns, span.end_ns))
-        if span.name in sc.FILE_SPANS and span.span_id in first_read:
-            found["open"].append((span.start_ns, first_read[span.span_id]))
-        if span.name == sc.SPAN_STARTUP:
-            found["imports"] += imports(span)
-        if span.name in sc.LOAD_SPANS and (opened := opt_int_attr(span.attributes, sc.LOAD_FIRST_FILE_OPEN)):
-            found["construct"].append((span.start_ns, min(opened, span.end_ns)))
-    return {phase: union(intervals) for phase, intervals in found.items()}
-
-
-def imports(startup: Span) -> list[Interval]:
-    """``imports``: from the process's start to the end of the first hooked library's import, and every later import
-    of a hooked library's module during the startup (``loadtrace.startup.imports``; none from a loadtrace before
-    issue 26 or one instrumented by ``instrument()``)."""
-    times = startup.attributes.get(sc.STARTUP_IMPORTS)
-    if not isinstance(times, list) or len(times) < 2 or not all(type(t) is int for t in times):
-        return []
-    pairs = [(times[i], times[i + 1]) for i in range(0, len(times) - 1, 2)]
-    return [(startup.start_ns, pairs[0][1]), *pairs[1:]]
-
-
-def clip(intervals: list[Interval], bounds: Interval) -> list[Interval]:
-    return [(max(s, bounds[0]), min(e, bounds[1])) for s, e in intervals if min(e, bounds[1]) > max(s, bounds[0])]
+def phase_spans(spans: list[Span]) -> list[PhaseSpan]:
+    return [PhaseSpan(s.name, s.start_ns, s.end_ns, s.span_id, s.parent_span_id, s.attributes) for s in spans]
 
 
 def rank_startup(rank: RankLoad) -> RankStartup | None:
@@ -158,19 +61,13 @@ def rank_startup(rank: RankLoad) -> RankStartup | None:
     if measured is None:
         return None
     bounds, source = measured
-    seconds: dict[str, float] = dict.fromkeys(STARTUP_PHASES, 0.0)
-    covered: list[Interval] = []
-    for phase, intervals in phase_intervals(rank.spans).items():  # PRIORITY order
-        mine = clip(intervals, bounds)
-        seconds[phase] = (length(mine) - overlap(mine, covered)) / 1e9
-        covered = union(covered + mine)
-    seconds["other"] = (bounds[1] - bounds[0] - length(covered)) / 1e9
+    nanoseconds = split(bounds, phase_spans(rank.spans))
     return RankStartup(
         rank=rank.rank,
         host=rank.host,
         seconds=round(max(0, bounds[1] - bounds[0]) / 1e9, 6),
         measured_from=source,
-        phases={phase: round(seconds[phase], 6) for phase in STARTUP_PHASES},
+        phases={phase: round(nanoseconds[phase] / 1e9, 6) for phase in STARTUP_PHASES},
     )
 
 

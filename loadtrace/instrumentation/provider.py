@@ -30,6 +30,7 @@ from . import context, excepthooks, export, witness
 from ._log import warn_once
 from .memory import Memory
 from .monitor import Monitor
+from .phases import PhaseRecorder
 from .progress import Progress
 from .settings import Settings
 from .termination import bounded
@@ -64,6 +65,7 @@ class Provider:
         self._resource_made: Resource | None = None
         self.exporting = False  # our own SDK exports this process's spans (to trace_file, OTLP, or both)
         self.trace_file: str | None = None
+        self.phases: PhaseRecorder | None = None  # what the startup span's phase split is made of (our own SDK only)
 
     @property
     def tracer(self) -> trace.Tracer:
@@ -94,7 +96,8 @@ class Provider:
             self._watch()
             # Our own bounded flush at exit replaces the SDK's, which can wait on a dead collector for many seconds.
             sdk = TracerProvider(resource=resource, shutdown_on_exit=False)
-            for processor in processors:
+            self.phases = PhaseRecorder()
+            for processor in [self.phases, *processors]:
                 sdk.add_span_processor(processor)
             self._sdk = sdk
             self.exporting, self.trace_file = True, path

@@ -87,15 +87,21 @@ class Startup:
         imports = import_times()
         if how != semconv.STARTUP_END_JOB:
             stop_import_clock()  # the startup is over for good: later imports are the job's, not its startup's
+        end_time = end_time if end_time is not None else time.time_ns()
+        phases = self.provider().phases
         if startup.recording:
             startup.span.set_attributes(
                 {semconv.STARTUP_END: how, **attributes.startup_end(memory or process_memory())}
             )
             if imports:
                 startup.span.set_attribute(semconv.STARTUP_IMPORTS, imports)
+            if phases is not None and (split := phases.split(startup.span, end_time, imports)) is not None:
+                startup.span.set_attribute(semconv.STARTUP_PHASE_NS, split)
             if signal_name is not None:
                 startup.span.set_attribute(semconv.EXIT_SIGNAL, signal_name)
                 self.provider().set_error(startup.span, signal_name)
+        if phases is not None and how != semconv.STARTUP_END_JOB:
+            phases.stop()
         startup.span.end(end_time=end_time)
         self.settle_handlers()
 
