@@ -4,7 +4,7 @@ shows, from the same SQL run by chDB over an otel_traces table.
     .venv/bin/python scripts/fleet_dashboard.py                      # rewrite exporters/grafana/loadtrace-fleet.json
     .venv/bin/python scripts/fleet_dashboard.py --check              # exit 1 where the file differs
     .venv/bin/python scripts/fleet_dashboard.py --sample chdb:PATH   # each panel's rows, as text
-    .venv/bin/python scripts/fleet_dashboard.py --readme             # README's sample: the recorded runs + 9 jobs
+    .venv/bin/python scripts/fleet_dashboard.py --readme             # README's sample: the recorded runs + 18 jobs
 
 A job's startup here is the report's (docs/report.md, Startup): per rank, its ``loadtrace.startup`` span, else its own
 spans from the first to the end of its last load or startup phase; the job's is its slowest rank's. (One shortcut: in
@@ -21,7 +21,7 @@ import urllib.parse
 from pathlib import Path
 
 from loadtrace import semconv as sc
-from loadtrace.analysis.startup import PHASE_OF_SPAN
+from loadtrace.startup_split import STARTUP_PHASES
 
 OUT = Path(__file__).resolve().parents[1] / "exporters" / "grafana" / "loadtrace-fleet.json"
 DATASOURCE = {"type": "grafana-clickhouse-datasource", "uid": "loadtrace-clickhouse"}
@@ -52,7 +52,21 @@ JOBS = f"""
 SELECT trace_id, attempt, any(job_id) AS job_id, if(any(cluster) = '', 'null', any(cluster)) AS cluster,
   min(start) AS start, round(max(seconds), 6) AS startup_seconds
 FROM ({RANKS}) WHERE seconds > 0 GROUP BY trace_id, attempt"""
-PHASE = "multiIf(" + ", ".join(f"SpanName = '{n}', '{p}'" for n, p in sorted(PHASE_OF_SPAN.items())) + ", '')"
+# The split each rank's startup span carries (loadtrace.startup.phases: the report's, docs/report.md, Startup); per job
+# its slowest rank's, as `jobs` compares groups by; the median over a cluster's jobs. Ranks without one (spans of a
+# loadtrace before it) are left out.
+PHASES = "[" + ", ".join(f"'{phase}'" for phase in STARTUP_PHASES) + "]"
+SPLIT = f"""SELECT cluster, phase, round(quantileExactInclusive(0.5)(ns) / 1e9, 6) AS seconds FROM (
+  SELECT TraceId, {RES}['{sc.ATTEMPT}'] AS attempt,
+    if(any({RES}['{sc.CLUSTER}']) = '', 'null', any({RES}['{sc.CLUSTER}'])) AS cluster,
+    argMax(JSONExtract(SpanAttributes['{sc.STARTUP_PHASE_NS}'], 'Array(UInt64)'),
+      (Duration, -toInt64OrZero({RES}['{sc.RANK}']))) AS split
+  FROM otel_traces
+  WHERE SpanName = '{sc.SPAN_STARTUP}' AND mapContains(SpanAttributes, '{sc.STARTUP_PHASE_NS}')
+    AND $__timeFilter(Timestamp)
+  GROUP BY TraceId, attempt)
+ARRAY JOIN split AS ns, {PHASES} AS phase
+GROUP BY cluster, phase ORDER BY cluster, indexOf({PHASES}, phase)"""
 
 PANELS = {
     "Startup p50 / p95 by cluster": (
@@ -62,13 +76,7 @@ PANELS = {
   round(quantileExactInclusive(0.95)(startup_seconds), 6) AS p95
 FROM ({JOBS}) GROUP BY time, cluster ORDER BY time, cluster""",
     ),
-    "Phase spans per rank by cluster (seconds; overlapping spans count in each)": (
-        "barchart",
-        f"""SELECT if({RES}['{sc.CLUSTER}'] = '', 'null', {RES}['{sc.CLUSTER}']) AS cluster, {PHASE} AS phase,
-  round(sum(Duration) / 1e9 / uniqExact(TraceId, {RES}['{sc.SERVICE_INSTANCE_ID}']), 3) AS seconds_per_rank
-FROM otel_traces WHERE phase != '' AND $__timeFilter(Timestamp)
-GROUP BY cluster, phase ORDER BY cluster, phase""",
-    ),
+    "Startup phases of the slowest rank by cluster (median over jobs, seconds)": ("barchart", SPLIT),
     "Bytes read beyond one copy of the checkpoint, by model and strategy": (
         "table",
         f"""SELECT model, strategy, count() AS jobs, sum(beyond) AS duplicated_bytes FROM (
@@ -150,7 +158,8 @@ def sample(url: str) -> str:
 
 
 def demo_sample() -> str:
-    """The sample over the recorded runs (tests/fixtures/spans) and 9 jobs of 3 clusters (tests/support/jobtree.py)."""
+    """The sample over the recorded runs (tests/fixtures/spans) and 9 + 9 jobs of 3 clusters (tests/support/jobtree.py,
+    from an old run and from docs/samples/fsdp524)."""
     import tempfile
 
     sys.path.insert(0, str(OUT.parents[2] / "tests"))
@@ -160,6 +169,9 @@ def demo_sample() -> str:
     with tempfile.TemporaryDirectory() as scratch:
         files = sorted((OUT.parents[2] / "tests" / "fixtures" / "spans").rglob("*.jsonl"))
         files += sorted(write_tree(Path(scratch) / "tree", 9, 4).rglob("*.jsonl"))
+        split = OUT.parents[2] / "docs" / "samples" / "fsdp524"  # today's spans: startup spans carry their split
+        later = 1_780_000_000 * 10**9 + 86_400 * 10**9  # the next day: a point of its own on the time axis
+        files += sorted(write_tree(Path(scratch) / "split", 9, 4, later, split, "split").rglob("*.jsonl"))
         otel_traces.fill(Path(scratch) / "db", files)
         return sample(f"chdb:{Path(scratch) / 'db'}")
 

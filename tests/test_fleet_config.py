@@ -2,18 +2,23 @@
 ClickHouse datasource and loadtrace's dashboard. No Docker engine: Debian's docker-compose validates the file with the
 profile on; the collector configs go through tests/test_compose_config.py's checks (COLLECTOR_CONFIGS); the rest is
 checked here, and the dashboard's SQL runs on the real engine (chDB) over the exporter's table, where its slowest jobs
-must be `loadtrace jobs`' own numbers and trace ids."""
+must be `loadtrace jobs`' own numbers and trace ids, and its phase split by cluster the medians of `jobs`' own."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import shutil
+import statistics
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
+
+from loadtrace.analysis.jobs import jobs_report
+from loadtrace.analysis.sources import read_files
+from loadtrace.startup_split import STARTUP_PHASES
 
 REPO = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = REPO / "docker-compose.yml"
@@ -105,9 +110,11 @@ def test_the_dashboards_sql_runs_on_the_engine_and_agrees_with_jobs(tmp_path, ca
 
     from loadtrace.cli import main
 
-    files = write_tree(tmp_path / "tree", 6, 4)
-    (files / "sample").mkdir()  # a job of today's shape: its ranks' loadtrace.startup spans measure them
-    for path in (REPO / "docs" / "samples" / "fsdp524").glob("*.jsonl"):
+    files = write_tree(tmp_path / "tree", 6, 4)  # spans of a loadtrace before startup spans and their split
+    sample = REPO / "docs" / "samples" / "fsdp524"  # today's shape: startup spans carrying their split
+    write_tree(files / "split", 6, 4, source=sample, prefix="split")
+    (files / "sample").mkdir()
+    for path in sample.glob("*.jsonl"):
         shutil.copy(path, files / "sample" / path.name)
     otel_traces.fill(tmp_path / "db", sorted(files.rglob("*.jsonl")))
     assert main(["jobs", str(files), "--format", "json"]) == 0
@@ -133,3 +140,14 @@ def test_the_dashboards_sql_runs_on_the_engine_and_agrees_with_jobs(tmp_path, ca
     percentiles = {r["cluster"]: (r["p50"], r["p95"]) for r in answers["Startup p50 / p95 by cluster"]}
     assert percentiles == by_cluster, "one definition of p50/p95: the jobs'"
     assert all(int(r["duplicated_bytes"]) >= 0 for r in answers[next(t for t in answers if t.startswith("Bytes"))])
+    carried = [row for row in jobs_report(read_files(files)).jobs if not (row.job_id or "").startswith("bench-")]
+    assert len(carried) == 7
+    medians = {}
+    for cluster in {row.cluster for row in carried}:
+        mine = [row.phases for row in carried if row.cluster == cluster]
+        for phase in STARTUP_PHASES:
+            medians[(cluster or "null", phase)] = statistics.median(phases[phase] for phases in mine)
+    split = answers["Startup phases of the slowest rank by cluster (median over jobs, seconds)"]
+    assert {(r["cluster"], r["phase"]) for r in split} == set(medians), "jobs without a carried split are left out"
+    for r in split:  # the medians of jobs' own slowest-rank phases (what `jobs` compares groups by)
+        assert r["seconds"] == pytest.approx(medians[(r["cluster"], r["phase"])], abs=1.5e-6), r

@@ -5,6 +5,8 @@ Job ``j`` gets its own job id (``bench-0000j``, and so its own trace id and root
 fresh span ids, ``ranks`` ranks (rank 0 from the real rank 0's file, the others from the real rank 1's), hosts of
 ``RANKS_PER_NODE`` ranks each, a cluster (``alpha``, ``beta`` or none, in turn), a start time ``SPACING_S`` after the
 job before, and its spans' times stretched by ``stretch(j)`` from the job's first span: beta's jobs start 2.5x slower.
+Timestamps that attributes carry (a load's first file open, the startup's imports) move with the spans, and a startup
+span's carried split (``loadtrace.startup.phases``) is the one its moved spans have (``loadtrace.startup_split``).
 Used by ``benchmarks/bench_jobs.py`` (speed) and ``tests/test_jobs_tree.py`` (what ``loadtrace jobs`` makes of it).
 """
 
@@ -14,6 +16,9 @@ import hashlib
 import json
 from pathlib import Path
 from typing import Any
+
+from loadtrace import semconv
+from loadtrace.startup_split import STARTUP_PHASES, PhaseSpan, split
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = REPO / "tests" / "fixtures" / "spans" / "plain524"
@@ -39,10 +44,10 @@ def stretch(job: int) -> float:
     return BETA_STRETCH if cluster_of(job) == "beta" else 1.0
 
 
-def _templates() -> dict[int, list[dict[str, Any]]]:
+def _templates(source: Path) -> dict[int, list[dict[str, Any]]]:
     """The real run's lines per rank (0 and 1), parsed."""
     found = {}
-    for path in sorted(SOURCE.glob("*.jsonl")):
+    for path in sorted(source.glob("*.jsonl")):
         lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         rank = next(
             int(a["value"]["intValue"])
@@ -74,9 +79,64 @@ def _set(attributes: list[dict[str, Any]], key: str, value: Any) -> None:
         attributes.append({"key": key, "value": typed})
 
 
-def write_tree(root: Path, jobs: int, ranks: int = 8, start_ns: int = 1_780_000_000 * 10**9) -> Path:
-    """Write ``jobs`` jobs of ``ranks`` ranks under ``root/<job id>/``; returns ``root``."""
-    templates = _templates()
+TIME_ATTRIBUTES = (semconv.LOAD_FIRST_FILE_OPEN, semconv.STARTUP_IMPORTS)
+
+
+def _move_times(span: dict[str, Any], when: Any) -> None:
+    """The span's times, and the timestamps its attributes carry, by ``when`` (ns → ns)."""
+    for end in ("startTimeUnixNano", "endTimeUnixNano"):
+        span[end] = str(when(int(span[end])))
+    for attribute in span.get("attributes", []):
+        if attribute["key"] not in TIME_ATTRIBUTES:
+            continue
+        value = attribute["value"]
+        if "intValue" in value:
+            value["intValue"] = str(when(int(value["intValue"])))
+        for item in value.get("arrayValue", {}).get("values", []):
+            item["intValue"] = str(when(int(item["intValue"])))
+
+
+def _carry_split(spans: list[dict[str, Any]], cache: dict[Any, Any], key: Any) -> None:
+    """Set each startup span's carried split to the one the rank's (moved) spans have, as the rank computes it (the
+    same for every job of one template and stretch: a split does not change when all times shift)."""
+    for startup in (s for s in spans if s["name"] == semconv.SPAN_STARTUP):
+        carried = [a for a in startup.get("attributes", []) if a["key"] == semconv.STARTUP_PHASE_NS]
+        if not carried:
+            continue
+        if key not in cache:
+            phase_spans = [
+                PhaseSpan(
+                    s["name"],
+                    int(s["startTimeUnixNano"]),
+                    int(s["endTimeUnixNano"]),
+                    s["spanId"],
+                    s.get("parentSpanId", ""),
+                    {a["key"]: _plain(a["value"]) for a in s.get("attributes", []) if a["key"] in TIME_ATTRIBUTES},
+                )
+                for s in spans
+            ]
+            found = split((int(startup["startTimeUnixNano"]), int(startup["endTimeUnixNano"])), phase_spans)
+            cache[key] = {"arrayValue": {"values": [{"intValue": str(found[p])} for p in STARTUP_PHASES]}}
+        carried[0]["value"] = json.loads(json.dumps(cache[key]))
+
+
+def _plain(value: dict[str, Any]) -> Any:
+    if "arrayValue" in value:
+        return [int(item["intValue"]) for item in value["arrayValue"].get("values", [])]
+    return int(value["intValue"])
+
+
+def write_tree(
+    root: Path,
+    jobs: int,
+    ranks: int = 8,
+    start_ns: int = 1_780_000_000 * 10**9,
+    source: Path = SOURCE,
+    prefix: str = "bench",
+) -> Path:
+    """Write ``jobs`` jobs of ``ranks`` ranks of ``source``'s run under ``root/<job id>/``; returns ``root``."""
+    templates = _templates(source)
+    splits: dict[Any, Any] = {}
     origin = _first_start(templates)
     old_trace = next(
         span["traceId"]
@@ -94,7 +154,7 @@ def write_tree(root: Path, jobs: int, ranks: int = 8, start_ns: int = 1_780_000_
     )
     _, old_root = job_ids(old_job)
     for job in range(jobs):
-        job_id = f"bench-{job:05d}"
+        job_id = f"{prefix}-{job:05d}"
         trace_id, root_id = job_ids(job_id)
         base = start_ns + job * SPACING_S * 10**9
         factor = stretch(job)
@@ -110,7 +170,7 @@ def write_tree(root: Path, jobs: int, ranks: int = 8, start_ns: int = 1_780_000_
                     return root_id
                 return hashlib.blake2b(f"{job}/{rank}/{old}".encode(), digest_size=8).hexdigest()
 
-            out = []
+            lines = []
             for line in templates[0 if rank == 0 else 1]:
                 line = json.loads(json.dumps(line))  # a copy
                 for rs in line["resourceSpans"]:
@@ -134,8 +194,19 @@ def write_tree(root: Path, jobs: int, ranks: int = 8, start_ns: int = 1_780_000_
                             span["traceId"] = trace_id
                             span["spanId"] = span_id(span["spanId"])
                             span["parentSpanId"] = span_id(span.get("parentSpanId", ""))
-                            for end in ("startTimeUnixNano", "endTimeUnixNano"):
-                                span[end] = str(base + round((int(span[end]) - origin) * factor))
-                out.append(json.dumps(line, separators=(",", ":")))
+                            _move_times(span, lambda ns, base=base, factor=factor: base + round((ns - origin) * factor))
+                lines.append(line)
+            _carry_split(
+                [
+                    span
+                    for line in lines
+                    for rs in line["resourceSpans"]
+                    for ss in rs["scopeSpans"]
+                    for span in ss["spans"]
+                ],
+                splits,
+                (min(rank, 1), factor),
+            )
+            out = [json.dumps(line, separators=(",", ":")) for line in lines]
             (folder / f"rank{rank:05d}-{host}-{1000 + rank}.jsonl").write_text("\n".join(out) + "\n")
     return root
