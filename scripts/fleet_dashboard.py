@@ -67,6 +67,24 @@ SPLIT = f"""SELECT cluster, phase, round(quantileExactInclusive(0.5)(ns) / 1e9, 
   GROUP BY TraceId, attempt)
 ARRAY JOIN split AS ns, {PHASES} AS phase
 GROUP BY cluster, phase ORDER BY cluster, indexOf({PHASES}, phase)"""
+# Per job, from the same carried splits, `jobs`' slowest_rank and slowest_phase (docs/report.md, Startup): the rank with
+# the longest startup (the lowest rank of equals), and its phase furthest above the median of the other ranks' (its
+# largest phase when alone), none when no phase is above theirs. In ns here, where jobs compares microseconds.
+SLOWEST = f"""
+SELECT TraceId AS trace_id, {RES}['{sc.ATTEMPT}'] AS attempt,
+  groupArray((toInt64OrZero({RES}['{sc.RANK}']), Duration,
+    JSONExtract(SpanAttributes['{sc.STARTUP_PHASE_NS}'], 'Array(Int64)'))) AS ranks,
+  arraySort(r -> (-r.2, r.1), ranks)[1] AS slowest,
+  arrayFilter(r -> r.1 != slowest.1, ranks) AS others,
+  arrayMap(p -> slowest.3[p] - if(empty(others), 0,
+    arrayReduce('quantileExactInclusive(0.5)', arrayMap(o -> o.3[p], others))), range(1, {len(STARTUP_PHASES) + 1}))
+    AS excess,
+  toString(slowest.1) AS slowest_rank,
+  if(arrayMax(excess) > 0, {PHASES}[arrayFirstIndex(x -> x = arrayMax(excess), excess)], '') AS slowest_phase
+FROM otel_traces
+WHERE SpanName = '{sc.SPAN_STARTUP}' AND mapContains(SpanAttributes, '{sc.STARTUP_PHASE_NS}')
+  AND $__timeFilter(Timestamp)
+GROUP BY trace_id, attempt"""
 
 PANELS = {
     "Startup p50 / p95 by cluster": (
@@ -88,7 +106,8 @@ GROUP BY model, strategy ORDER BY duplicated_bytes DESC LIMIT 20""",
     ),
     "Slowest jobs (trace id opens the trace)": (
         "table",
-        f"SELECT trace_id, job_id, attempt, cluster, start, startup_seconds FROM ({JOBS})"
+        f"SELECT trace_id, job_id, attempt, cluster, start, startup_seconds, slowest_rank, slowest_phase"
+        f" FROM ({JOBS}) AS j LEFT JOIN ({SLOWEST}) AS s USING (trace_id, attempt)"
         " ORDER BY startup_seconds DESC, trace_id LIMIT 20",
     ),
 }

@@ -151,3 +151,8 @@ def test_the_dashboards_sql_runs_on_the_engine_and_agrees_with_jobs(tmp_path, ca
     assert {(r["cluster"], r["phase"]) for r in split} == set(medians), "jobs without a carried split are left out"
     for r in split:  # the medians of jobs' own slowest-rank phases (what `jobs` compares groups by)
         assert r["seconds"] == pytest.approx(medians[(r["cluster"], r["phase"])], abs=1.5e-6), r
+    by_trace = {r["trace_id"]: r for r in slowest}
+    for row in carried:  # the slowest jobs' rank and phase: jobs' own, from the same carried splits
+        found = by_trace[row.trace_id]
+        assert (found["slowest_rank"], found["slowest_phase"] or None) == (str(row.slowest_rank), row.slowest_phase)
+    assert any(row.slowest_phase for row in carried), "a job whose slowest rank has a phase above the others'"
