@@ -84,10 +84,26 @@ def test_the_recorder_gives_the_split_of_its_traces_spans_with_open_ones_cut_at_
         "prepare": 30 * MS,
         "other": 60 * MS,
     }
-    recorder.stop()
+    recorder.stop()  # the startup is over for good: nothing more is kept, nothing more is said
     still_open.end(end_time=110 * MS)
     tracer.start_span(semconv.SPAN_CONVERT, context, start_time=0).end(end_time=MS)
-    assert recorder.split(startup, 200 * MS, None) == [*([0] * (len(STARTUP_PHASES) - 1)), 200 * MS]
+    assert recorder.split(startup, 200 * MS, None) is None
+
+
+def test_a_startup_that_keeps_too_many_spans_leaves_its_split_out(monkeypatch):
+    monkeypatch.setattr(phases_module, "MAX_KEPT", 3)
+    recorder, tracer = recorder_and_tracer()
+    startup = tracer.start_span(semconv.SPAN_STARTUP, start_time=0)
+    context = trace.set_span_in_context(startup)
+    for index in range(3):
+        tracer.start_span(semconv.SPAN_CONVERT, context, start_time=index * MS).end(end_time=(index + 1) * MS)
+    assert recorder.split(startup, 10 * MS, None) is not None
+    startup = tracer.start_span(semconv.SPAN_STARTUP, start_time=0)  # a later startup in the same process
+    context = trace.set_span_in_context(startup)
+    for index in range(4):
+        tracer.start_span(semconv.SPAN_CONVERT, context, start_time=index * MS).end(end_time=(index + 1) * MS)
+    assert recorder.split(startup, 10 * MS, None) is None
+    assert not recorder.recording
 
 
 def test_a_split_that_fails_is_left_out_with_one_line_and_nothing_raised(monkeypatch, capsys):

@@ -21,11 +21,16 @@ from ..startup_split import SPLIT_SPANS, STARTUP_PHASES, PhaseSpan, split
 from ._log import warn_once
 
 _KEPT = SPLIT_SPANS - {semconv.SPAN_STARTUP}  # the startup span itself is given when it ends
+# A startup that never ends (a preparation awaited until exit) while a process loads again and again: past this many
+# kept spans the split is left out (the report still computes it from the spans) rather than memory growing.
+MAX_KEPT = 100_000
 
 
 def _phase_span(span: ReadableSpan, end_ns: int) -> PhaseSpan:
     parent = span.parent.span_id if span.parent is not None else None
-    return PhaseSpan(span.name, span.start_time or 0, end_ns, span.context.span_id, parent, span.attributes or {})
+    # Only a load's attributes are read (its first file's open): no other span's are kept alive.
+    kept = (span.attributes or {}) if span.name in semconv.LOAD_SPANS else {}
+    return PhaseSpan(span.name, span.start_time or 0, end_ns, span.context.span_id, parent, kept)
 
 
 class PhaseRecorder(SpanProcessor):
@@ -34,6 +39,7 @@ class PhaseRecorder(SpanProcessor):
         self._lock = threading.RLock()  # a termination signal may end the startup while this thread holds it
         self._open: dict[int, ReadableSpan] = {}
         self._ended: dict[int, list[PhaseSpan]] = {}  # by trace id
+        self._kept = 0
         os.register_at_fork(after_in_child=self.stop)  # a forked child's startup is its parent's
 
     def on_start(self, span: Any, parent_context: Any = None) -> None:
@@ -45,10 +51,15 @@ class PhaseRecorder(SpanProcessor):
             with self._lock:  # from open to ended at once: ``split`` sees it in one or the other
                 self._open.pop(span.context.span_id, None)
                 self._ended.setdefault(span.context.trace_id, []).append(_phase_span(span, span.end_time or 0))
+                self._kept += 1
+                if self._kept > MAX_KEPT:
+                    self.stop()
 
     def split(self, startup: Any, end_ns: int, imports: list[int] | None) -> list[int] | None:
         """Nanoseconds per phase (``STARTUP_PHASES`` order) of the startup span about to end at ``end_ns``; None when
-        it cannot be said. Its trace's spans are then forgotten."""
+        it cannot be said (an error, or more spans than ``MAX_KEPT``). Its trace's spans are then forgotten."""
+        if not self.recording:
+            return None
         try:
             trace_id, start = startup.context.trace_id, startup.start_time or 0
             with self._lock:
@@ -64,9 +75,9 @@ class PhaseRecorder(SpanProcessor):
             return None
 
     def stop(self) -> None:
-        """The startup is over for good: nothing more is kept."""
+        """The startup is over for good (or too long to keep): nothing more is kept."""
         self.recording = False
-        self._open, self._ended = {}, {}
+        self._open, self._ended, self._kept = {}, {}, 0
 
     def shutdown(self) -> None:
         self.stop()
