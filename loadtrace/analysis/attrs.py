@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from ..startup_split import whole_int
 from .sources import Span
 
 # The device of empty weights: bytes there occupy no memory.
@@ -26,12 +27,7 @@ def int_attr(attributes: dict[str, Any], key: str) -> int:
 
 def opt_int_attr(attributes: dict[str, Any], key: str) -> int | None:
     """An integer attribute, None when absent or not an integer: unknown is not zero."""
-    value = attributes.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    if isinstance(value, float):
-        return int(value) if value.is_integer() else None
-    return value
+    return whole_int(attributes.get(key))
 
 
 def known(values: Iterable[int | None]) -> list[int]:
