@@ -64,6 +64,7 @@ class PhaseRecorder(SpanProcessor):
             trace_id, start = startup.context.trace_id, startup.start_time or 0
             with self._lock:
                 spans = self._ended.pop(trace_id, [])
+                self._kept -= len(spans)  # forgotten now: no longer counted against MAX_KEPT
                 still_open = [s for s in list(self._open.values()) if s.context.trace_id == trace_id]
             spans += [_phase_span(s, min(end_ns, s.end_time or end_ns)) for s in still_open]
             attributes = {semconv.STARTUP_IMPORTS: imports} if imports else {}
