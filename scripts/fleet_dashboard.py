@@ -56,14 +56,18 @@ FROM ({RANKS}) WHERE seconds > 0 GROUP BY trace_id, attempt"""
 # its slowest rank's, as `jobs` compares groups by; the median over a cluster's jobs. Ranks without one (spans of a
 # loadtrace before it) are left out.
 PHASES = "[" + ", ".join(f"'{phase}'" for phase in STARTUP_PHASES) + "]"
+CARRIED_SPLIT = f"JSONExtract(SpanAttributes['{sc.STARTUP_PHASE_NS}'], 'Array(Int64)')"
+CARRYING = (
+    f"SpanName = '{sc.SPAN_STARTUP}' AND mapContains(SpanAttributes, '{sc.STARTUP_PHASE_NS}') "
+    "AND $__timeFilter(Timestamp)"
+)
 SPLIT = f"""SELECT cluster, phase, round(quantileExactInclusive(0.5)(ns) / 1e9, 6) AS seconds FROM (
   SELECT TraceId, {RES}['{sc.ATTEMPT}'] AS attempt,
     if(any({RES}['{sc.CLUSTER}']) = '', 'null', any({RES}['{sc.CLUSTER}'])) AS cluster,
-    argMax(JSONExtract(SpanAttributes['{sc.STARTUP_PHASE_NS}'], 'Array(UInt64)'),
+    argMax({CARRIED_SPLIT},
       (Duration, -toInt64OrZero({RES}['{sc.RANK}']))) AS split
   FROM otel_traces
-  WHERE SpanName = '{sc.SPAN_STARTUP}' AND mapContains(SpanAttributes, '{sc.STARTUP_PHASE_NS}')
-    AND $__timeFilter(Timestamp)
+  WHERE {CARRYING}
   GROUP BY TraceId, attempt)
 ARRAY JOIN split AS ns, {PHASES} AS phase
 GROUP BY cluster, phase ORDER BY cluster, indexOf({PHASES}, phase)"""
@@ -73,7 +77,7 @@ GROUP BY cluster, phase ORDER BY cluster, indexOf({PHASES}, phase)"""
 SLOWEST = f"""
 SELECT TraceId AS trace_id, {RES}['{sc.ATTEMPT}'] AS attempt,
   groupArray((toInt64OrZero({RES}['{sc.RANK}']), Duration,
-    JSONExtract(SpanAttributes['{sc.STARTUP_PHASE_NS}'], 'Array(Int64)'))) AS ranks,
+    {CARRIED_SPLIT})) AS ranks,
   arraySort(r -> (-r.2, r.1), ranks)[1] AS slowest,
   arrayFilter(r -> r.1 != slowest.1, ranks) AS others,
   arrayMap(p -> slowest.3[p] - if(empty(others), 0,
@@ -82,8 +86,7 @@ SELECT TraceId AS trace_id, {RES}['{sc.ATTEMPT}'] AS attempt,
   toString(slowest.1) AS slowest_rank,
   if(arrayMax(excess) > 0, {PHASES}[arrayFirstIndex(x -> x = arrayMax(excess), excess)], '') AS slowest_phase
 FROM otel_traces
-WHERE SpanName = '{sc.SPAN_STARTUP}' AND mapContains(SpanAttributes, '{sc.STARTUP_PHASE_NS}')
-  AND $__timeFilter(Timestamp)
+WHERE {CARRYING}
 GROUP BY trace_id, attempt"""
 
 PANELS = {
