@@ -57,13 +57,17 @@ def _restart(source: Path, folder: Path, shift_ns: int = 60 * 10**9) -> None:
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory) -> tuple[Path, str]:
     """(a folder of trace files, ``chdb:`` URL of a database filled from exactly those files)."""
-    root = tmp_path_factory.mktemp("fleet")
+    return fleet_of(tmp_path_factory.mktemp("fleet"))
+
+
+def fleet_of(root: Path, restart: bool = True) -> tuple[Path, str]:
     files = root / "files"
     for run in RUNS:
         (files / run).mkdir(parents=True)
         for path in (FIXTURES / run).glob("*.jsonl"):  # spans only: state files stay on the node
             shutil.copy(path, files / run / path.name)
-    _restart(FIXTURES / "plain524", files / "plain524-restart")
+    if restart:
+        _restart(FIXTURES / "plain524", files / "plain524-restart")
     write_tree(files / "tree", 9, 4)
     (files / "oom-witness").mkdir()
     oom_killed_job(files / "oom-witness", with_state=False)  # the launcher's witness span speaks for the dead rank

@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
 
 from loadtrace.analysis.jobs import jobs_report
@@ -27,6 +28,7 @@ FLEET = {
     "clickhouse": "clickhouse/clickhouse-server:25.8",
     "fleet-collector": "otel/opentelemetry-collector-contrib:0.135.0",
     "grafana": "grafana/grafana:12.1.1",
+    "loadtrace-rollup": "python:3.11-slim",
 }
 
 
@@ -80,6 +82,23 @@ def test_the_fleet_collector_writes_to_the_clickhouse_service_and_to_jaeger():
     central = _load(REPO / "exporters" / "collector-central-clickhouse.yaml")
     assert central["service"]["pipelines"]["traces"]["exporters"] == ["clickhouse"]
     assert "groupbytrace" not in central["service"]["pipelines"]["traces"]["processors"]
+
+
+def test_the_rollup_service_installs_this_checkout_and_rolls_up_the_clickhouse_service_each_minute():
+    service = _services()["loadtrace-rollup"]
+    mounts = {v.split(":")[1]: REPO / v.split(":")[0] for v in service["volumes"]}
+    assert all(path.exists() for path in mounts.values())
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    included = pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
+    needed = {"/src/pyproject.toml", "/src/README.md", "/src/loadtrace"} | {f"/src/{path}" for path in included}
+    assert all(any(path == m or path.startswith(m + "/") for m in mounts) for path in needed), "the wheel builds"
+    (script,) = service["command"]
+    assert "pip install --quiet --no-cache-dir '/tmp/loadtrace[clickhouse]'" in script
+    url = "http://$LOADTRACE_CLICKHOUSE_USER:$LOADTRACE_CLICKHOUSE_PASSWORD@clickhouse:8123"
+    assert f'loadtrace rollup --clickhouse "{url}"' in script.replace("$$", "$") and "sleep 60" in script
+    grafana = _services()["grafana"]["environment"]
+    assert all(value == grafana[key] for key, value in service["environment"].items()), "the same ClickHouse user"
+    assert service["depends_on"] == {"clickhouse": {"condition": "service_healthy"}}
 
 
 def test_grafana_mounts_a_datasource_and_dashboard_that_line_up():

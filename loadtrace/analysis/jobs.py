@@ -241,17 +241,22 @@ def jobs_report(
 
 
 def report_of_rows(
-    all_rows: list[JobRow], where: list[str] | None, group_by: list[str] | None, skipped_lines: int
+    all_rows: list[JobRow],
+    where: list[str] | None,
+    group_by: list[str] | None,
+    skipped_lines: int,
+    filtered_out: int = 0,
 ) -> JobsReport:
-    """``jobs_report`` of the rows of every job of a source, in job order (``jobs_from_spans``)."""
+    """``jobs_report`` of the rows of every job of a source, in job order (``jobs_from_spans``); ``filtered_out``:
+    jobs the source already left out for ``where``."""
     pairs = check_keys(where or [], group_by or [])
     keys = group_by or []
-    if not all_rows:
+    if not all_rows and not filtered_out:
         raise SourceError("no jobs found in this source")
     rows = [row for row in all_rows if matches(row, pairs)]
     if not rows:
         wanted = " ".join(f"{key}={value}" for key, value in pairs)
-        raise SourceError(f"no job matches --where {wanted} (of {len(all_rows)} jobs)")
+        raise SourceError(f"no job matches --where {wanted} (of {len(all_rows) + filtered_out} jobs)")
     rows.sort(key=lambda row: (row.start_ns, row.trace_id, row.attempt or 0))
     members: dict[tuple[str | None, ...], list[JobRow]] = {}
     for row in rows:

@@ -20,14 +20,29 @@ NOT_IN_JSON = {"json": False}
 OMITTED_WHEN_NONE = {"omit_none": True}
 
 
+_PLAIN = (str, int, float, type(None))  # bool is an int
+# Per record class: its JSON fields, each with whether it is left out while None (``jobs`` turns 10,000 rows).
+_JSON_FIELDS: dict[type, list[tuple[str, bool]]] = {}
+
+
 def to_json(value: Any) -> Any:
     """A report record (or any part of one) → plain JSON data: dicts, lists, numbers, strings, null."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    if isinstance(value, _PLAIN):
+        return value
+    fields = _JSON_FIELDS.get(type(value))
+    if fields is None and dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = [
+            (f.name, bool(f.metadata.get("omit_none")))
+            for f in dataclasses.fields(value)
+            if f.metadata.get("json", True)
+        ]
+        _JSON_FIELDS[type(value)] = fields
+    if fields is not None:
         result = {}
-        for item in dataclasses.fields(value):
-            content = getattr(value, item.name)
-            if item.metadata.get("json", True) and not (content is None and item.metadata.get("omit_none")):
-                result[item.name] = to_json(content)
+        for name, omit_none in fields:
+            content = getattr(value, name)
+            if not (omit_none and content is None):
+                result[name] = to_json(content)
         return result
     if isinstance(value, tuple) and hasattr(value, "_asdict"):  # a NamedTuple: a small record
         return {key: to_json(content) for key, content in value._asdict().items()}

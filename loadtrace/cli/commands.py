@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from loadtrace.analysis import rollup
 from loadtrace.analysis.compare import PICK_HELP, compare, pick_job
 from loadtrace.analysis.forecast import DTYPE_BYTES, ForecastError, Target
 from loadtrace.analysis.jobs import KEYS, JobsReport, check_keys, jobs_report, jobs_report_of_tree
@@ -84,6 +85,13 @@ COMMAND_HELP: dict[str, tuple[str, str | None]] = {
         "(slowest rank), median rank, slowest rank and phase, findings by kind; then statistics per group "
         "(--group-by) and the largest differences between groups.",
     ),
+    "rollup": (
+        "compute each ended job's jobs row once, into a table beside ClickHouse's otel_traces (for a fleet)",
+        "Compute the jobs row of every job of --clickhouse URL whose spans stopped arriving --quiet ago, once, and "
+        "keep it in <table>_loadtrace_jobs beside the spans (with <table>_loadtrace_traces, an index the server "
+        "keeps); `loadtrace jobs --clickhouse URL` then reads those rows instead of every span. Run it every few "
+        "minutes (the fleet profile does); a job that gains spans later is computed again.",
+    ),
     "top": (
         "watch a load while it happens: every rank's phase, bytes, rate, ETA and memory, refreshed each second",
         "A live view of the state files under DIR (one node's ranks, or every node's on a shared filesystem): status, "
@@ -109,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_timeline_command,
         _add_view_command,
         _add_jobs_command,
+        _add_rollup_command,
         _add_top_command,
     ):
         add_command(commands)
@@ -254,6 +263,28 @@ def _add_jobs_command(commands: Any) -> None:
     )
     jobs_.add_argument("--group-by", metavar="KEY[,KEY]", help=f"group statistics by these keys ({keys})")
     _add_threshold_options(jobs_)
+
+
+def _add_rollup_command(commands: Any) -> None:
+    rollup_ = _command(commands, "rollup", run_rollup)
+    _add_clickhouse_options(rollup_)
+    rollup_.add_argument("--since", default="7d", help="roll up the jobs that began this far back (default 7d)")
+    rollup_.add_argument(
+        "--quiet", default="5m", help="a job whose last span ended this long ago has ended (default 5m)"
+    )
+    _add_threshold_options(rollup_)
+
+
+def run_rollup(args: argparse.Namespace) -> int:
+    if args.clickhouse is None:
+        raise SourceError("rollup needs --clickhouse URL (http(s)://HOST:8123[/DATABASE] or chdb:PATH)")
+    since, quiet = jaeger.parse_duration(args.since), jaeger.parse_duration(args.quiet)
+    done = rollup.roll_up_url(args.clickhouse, args.clickhouse_table, thresholds(args), since, quiet)
+    print(
+        f"loadtrace rollup: {done.jobs} jobs of {done.traces} traces rolled up into {done.table}; "
+        f"{done.waiting} traces still active (a span ended in the last {args.quiet})"
+    )
+    return EXIT_OK
 
 
 # Flag values: a bad one is argparse's one-line error, exit 2.
@@ -530,8 +561,9 @@ def run_jobs(args: argparse.Namespace) -> int:
         if args.source is not None or args.jaeger is not None or args.service:
             raise SourceError("with --clickhouse, give no SOURCE, --jaeger or --service")
         since = jaeger.parse_duration(args.since)
-        spans = clickhouse.read_since(args.clickhouse, args.clickhouse_table, since, check_keys(args.where, []))
-        result = jobs_report(spans, args.where, group_by, thresholds(args))
+        result = rollup.jobs_of_clickhouse(
+            args.clickhouse, args.clickhouse_table, since, args.where, group_by, thresholds(args)
+        )
     elif args.jaeger is None:
         if args.source is None:
             raise SourceError("jobs needs a SOURCE (a folder of .jsonl files) or --jaeger URL --service NAME")

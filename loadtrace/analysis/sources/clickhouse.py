@@ -137,9 +137,26 @@ class Connection:
                 answer = self._chdb.query(sql, "JSONCompact")
                 return [tuple(row) for row in json.loads(answer.bytes() or b'{"data": []}')["data"]]
             return [tuple(row) for row in self._http.query(sql).result_rows]
-        except SourceError:
-            raise
         except Exception as error:  # the drivers raise their own types; the message is what the user needs
+            raise SourceError(f"ClickHouse ({self.where}): {_first_line(error)}") from None
+
+    def text(self, sql: str) -> str:
+        """The one string value a query returns, as it is (no format around it to decode)."""
+        try:
+            if self._chdb is not None:
+                return bytes(self._chdb.query(sql, "RawBLOB").bytes()).decode()
+            return bytes(self._http.raw_query(sql, fmt="RawBLOB")).decode()
+        except Exception as error:
+            raise SourceError(f"ClickHouse ({self.where}): {_first_line(error)}") from None
+
+    def execute(self, sql: str) -> None:
+        """A statement that returns no rows (CREATE, INSERT ... VALUES)."""
+        try:
+            if self._chdb is not None:
+                self._chdb.query(sql)
+            else:
+                self._http.command(sql)
+        except Exception as error:
             raise SourceError(f"ClickHouse ({self.where}): {_first_line(error)}") from None
 
     @property

@@ -1,0 +1,138 @@
+"""``loadtrace rollup``: each ended job's ``jobs`` row kept beside its spans in ClickHouse, and ``jobs --clickhouse``
+answering from those rows, on the real engine (chDB in-process; the official driver over HTTP through the loopback
+front, which also shows what each query read).
+
+Every answer must equal the files' (``jobs FOLDER``) whatever the rollup's state: rolled, rolled before a trace gained
+spans (a restart under the same trace id, inserted after the rollup), never rolled (still active), or rolled with
+other thresholds than asked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from support import otel_traces
+from test_clickhouse_source import FIXTURES, SINCE, _json, _one_line, _restart, _run, _without_skipped, fleet_of
+
+chdb_session = pytest.importorskip("chdb.session")
+
+ROLLUP_TABLES = ("otel_traces_loadtrace_traces", "otel_traces_loadtrace_jobs")
+
+
+@pytest.fixture
+def fleet(tmp_path) -> tuple[Path, str]:
+    """A fresh database per test (a rollup changes it), without the restart: tests add it when they need it."""
+    return fleet_of(tmp_path, restart=False)
+
+
+def _rollup(capsys, url: str, *args: str) -> str:
+    code, out, err = _run(capsys, "rollup", "--clickhouse", url, *SINCE, *args)
+    assert code == 0 and err == "", err
+    return out
+
+
+def _same(capsys, files: Path, url: str, *args: str) -> None:
+    from_table = _json(capsys, "jobs", "--clickhouse", url, *SINCE, *args)
+    assert _without_skipped(from_table) == _without_skipped(_json(capsys, "jobs", str(files), *args))
+
+
+def _tables(url: str) -> dict[str, int]:
+    with chdb_session.Session(url.removeprefix("chdb:")) as session:
+        answer = session.query(
+            "SELECT name, total_rows FROM system.tables WHERE database = 'default' AND name LIKE '%loadtrace%'", "JSON"
+        )
+        return {row["name"]: int(row["total_rows"] or 0) for row in json.loads(answer.bytes())["data"]}
+
+
+def test_jobs_from_the_rollup_equal_the_files(fleet, capsys):
+    files, url = fleet
+    before = _json(capsys, "jobs", "--clickhouse", url, *SINCE, "--group-by", "cluster")  # no rollup: from spans
+    out = _rollup(capsys, url, "--quiet", "1s")
+    jobs = len(before["jobs"])
+    assert out.startswith(f"loadtrace rollup: {jobs} jobs of {jobs} traces rolled up into default.otel_traces_")
+    assert "0 traces still active" in out
+    assert set(ROLLUP_TABLES) <= set(_tables(url))
+    for args in (
+        ["--group-by", "cluster"],
+        ["--where", "cluster=beta"],
+        ["--where", "cluster=null", "--group-by", "strategy"],
+        ["--where", "strategy=plain", "--where", "world_size=4", "--group-by", "cluster"],
+    ):
+        _same(capsys, files, url, *args)
+    again = _rollup(capsys, url, "--quiet", "1s")
+    assert again.startswith("loadtrace rollup: 0 jobs of 0 traces")  # nothing changed: nothing computed again
+
+
+def _span_reads(front) -> list[str]:
+    """The queries that read spans (``otel_traces`` rows), not the index, the rows or the table's columns."""
+    return [sql for sql in front.queries if "FROM default.otel_traces WHERE" in sql]
+
+
+def test_over_http_no_span_leaves_the_server_for_rolled_up_jobs(fleet, capsys):
+    pytest.importorskip("clickhouse_connect")
+    from support.clickhouse_front import Front
+
+    files, url = fleet
+    with chdb_session.Session(url.removeprefix("chdb:")) as session:
+        front = Front(session)
+        with front as http:
+            _rollup(capsys, f"{http}/default", "--quiet", "1s")
+            assert _span_reads(front)  # the rollup reads each job's spans once
+            front.queries.clear()
+            answer = _json(capsys, "jobs", "--clickhouse", http, *SINCE, "--group-by", "cluster")
+    assert _span_reads(front) == [], front.queries
+    assert _without_skipped(answer) == _without_skipped(_json(capsys, "jobs", str(files), "--group-by", "cluster"))
+
+
+def _trace_of(folder: Path) -> str:
+    line = next(folder.glob("*.jsonl")).read_text().splitlines()[0]
+    return json.loads(line)["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["traceId"]
+
+
+def test_a_trace_that_gained_spans_after_its_rollup_is_computed_from_its_spans_until_rolled_again(fleet, capsys):
+    pytest.importorskip("clickhouse_connect")
+    from support.clickhouse_front import Front
+
+    files, url = fleet
+    _rollup(capsys, url, "--quiet", "1s")
+    # The launcher restarts plain524 under the same trace id: attempt 1's spans reach the table after the rollup.
+    _restart(FIXTURES / "plain524", files / "plain524-restart")
+    with chdb_session.Session(url.removeprefix("chdb:")) as session:
+        otel_traces.insert(session, otel_traces.rows_of_files(sorted((files / "plain524-restart").glob("*.jsonl"))))
+        front = Front(session)
+        with front as http:
+            answer = _json(capsys, "jobs", "--clickhouse", http, *SINCE, "--group-by", "cluster")
+    reads = _span_reads(front)
+    assert len(reads) == 1 and _trace_of(files / "plain524") in reads[0], reads
+    assert _without_skipped(answer) == _without_skipped(_json(capsys, "jobs", str(files), "--group-by", "cluster"))
+    out = _rollup(capsys, url, "--quiet", "1s")
+    assert out.startswith("loadtrace rollup: 2 jobs of 1 traces"), out  # that trace again: both attempts
+    _same(capsys, files, url, "--group-by", "cluster")
+
+
+def test_active_traces_and_other_thresholds_are_computed_from_spans(fleet, capsys):
+    files, url = fleet
+    traces = len(_json(capsys, "jobs", str(files))["jobs"])  # one job each
+    out = _rollup(capsys, url, "--quiet", "36500d")  # every span "ended just now": no job has ended
+    assert out.startswith("loadtrace rollup: 0 jobs of 0 traces") and f"; {traces} traces still active" in out
+    _same(capsys, files, url, "--group-by", "cluster")
+    _rollup(capsys, url, "--quiet", "1s")
+    _same(capsys, files, url, "--group-by", "cluster", "--slow-rank-ratio", "1.01", "--slow-rank-seconds", "0")
+    _rollup(capsys, url, "--quiet", "1s", "--slow-rank-ratio", "1.01", "--slow-rank-seconds", "0")  # kept beside
+    _same(capsys, files, url, "--group-by", "cluster", "--slow-rank-ratio", "1.01", "--slow-rank-seconds", "0")
+    _same(capsys, files, url, "--group-by", "cluster")
+
+
+def test_rollup_bad_input_is_one_line_and_exit_2(fleet, capsys, tmp_path):
+    _, url = fleet
+    assert "rollup needs --clickhouse URL" in _one_line(capsys, "rollup")
+    assert "not a chDB database directory" in _one_line(capsys, "rollup", "--clickhouse", f"chdb:{tmp_path}/none")
+    assert "cannot reach ClickHouse" in _one_line(capsys, "rollup", "--clickhouse", "http://127.0.0.1:9")
+    assert "no table default.nope" in _one_line(capsys, "rollup", "--clickhouse", url, "--clickhouse-table", "nope")
+    assert "bad duration" in _one_line(capsys, "rollup", "--clickhouse", url, "--quiet", "soon")
+    _rollup(capsys, url, "--quiet", "1s")
+    assert "no job matches --where cluster=nowhere" in _one_line(
+        capsys, "jobs", "--clickhouse", url, *SINCE, "--where", "cluster=nowhere"
+    )
+    assert "began in the last" in _one_line(capsys, "jobs", "--clickhouse", url, "--since", "1s")
