@@ -1,15 +1,16 @@
 """The fleet dashboard (exporters/grafana/loadtrace-fleet.json), generated from the SQL below, and a sample of what it
-shows, from the same SQL run by chDB over an otel_traces table.
+shows, from the same SQL run by chDB over an otel_traces table and its rollup.
 
     .venv/bin/python scripts/fleet_dashboard.py                      # rewrite exporters/grafana/loadtrace-fleet.json
     .venv/bin/python scripts/fleet_dashboard.py --check              # exit 1 where the file differs
     .venv/bin/python scripts/fleet_dashboard.py --sample chdb:PATH   # each panel's rows, as text
     .venv/bin/python scripts/fleet_dashboard.py --readme             # README's sample: the recorded runs + 18 jobs
 
-A job's startup here is the report's (docs/report.md, Startup): per rank, its ``loadtrace.startup`` span, else its own
-spans from the first to the end of its last load or startup phase; the job's is its slowest rank's. (One shortcut: in
-a job where some rank has a startup span, a rank without one is left out.) p50/p95 are
-``quantileExactInclusive``, the report's percentile (docs/report.md, ``loadtrace jobs``).
+Three panels read the rows `loadtrace rollup` keeps beside the spans (docs/report.md, ClickHouse rollup): each job's
+`jobs` row, computed by `jobs`' own code, so the dashboard's startup, slowest rank and phase and phase split are
+`jobs`' to the digit, and a panel reads one row per job, not every span. p50/p95 and medians are
+``quantileExactInclusive``, the report's percentile (docs/report.md, ``loadtrace jobs``). The duplicated-bytes panel
+reads the load spans themselves.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import urllib.parse
 from pathlib import Path
 
 from loadtrace import semconv as sc
+from loadtrace.analysis.rollup import limits_text, roll_up_url
+from loadtrace.analysis.startup import Thresholds
 from loadtrace.startup_split import STARTUP_PHASES
 
 OUT = Path(__file__).resolve().parents[1] / "exporters" / "grafana" / "loadtrace-fleet.json"
@@ -31,63 +34,22 @@ def _names(names) -> str:
     return ", ".join(f"'{name}'" for name in sorted(names))
 
 
-RES = "ResourceAttributes"
-END = "(toUnixTimestamp64Nano(Timestamp) + Duration)"
-WINDOW = _names(sc.LOAD_SPANS | sc.STARTUP_PHASE_SPANS)
-RANK_KEYS = f"""TraceId AS trace_id, {RES}['{sc.ATTEMPT}'] AS attempt, {RES}['{sc.RANK}'] AS rank,
-  any({RES}['{sc.JOB_ID}']) AS job_id, any({RES}['{sc.CLUSTER}']) AS cluster, min(Timestamp) AS start"""
-GROUP_RANKS = f"GROUP BY trace_id, attempt, rank, {RES}['{sc.SERVICE_INSTANCE_ID}']"
-STARTED = f"SELECT DISTINCT TraceId FROM otel_traces WHERE SpanName = '{sc.SPAN_STARTUP}' AND $__timeFilter(Timestamp)"
-# Jobs whose ranks have startup spans: those rows alone (the primary key finds them); others: their own spans.
-RANKS = f"""
-SELECT {RANK_KEYS}, (max({END}) - min(toUnixTimestamp64Nano(Timestamp))) / 1e9 AS seconds
-FROM otel_traces WHERE SpanName = '{sc.SPAN_STARTUP}' AND $__timeFilter(Timestamp) {GROUP_RANKS}
-UNION ALL
-SELECT {RANK_KEYS}, (maxIf({END}, SpanName IN ({WINDOW})) - min(toUnixTimestamp64Nano(Timestamp))) / 1e9 AS seconds
-FROM otel_traces
-WHERE SpanName NOT IN ('{sc.SPAN_JOB}', '{sc.SPAN_RANK_EXIT}') AND TraceId NOT IN ({STARTED})
-  AND $__timeFilter(Timestamp)
-{GROUP_RANKS}"""
-JOBS = f"""
-SELECT trace_id, attempt, any(job_id) AS job_id, if(any(cluster) = '', 'null', any(cluster)) AS cluster,
-  min(start) AS start, round(max(seconds), 6) AS startup_seconds
-FROM ({RANKS}) WHERE seconds > 0 GROUP BY trace_id, attempt"""
-# The split each rank's startup span carries (loadtrace.startup.phases: the report's, docs/report.md, Startup); per job
-# its slowest rank's, as `jobs` compares groups by; the median over a cluster's jobs. Ranks without one (spans of a
-# loadtrace before it) are left out.
+# Each trace's newest rows at the default thresholds (what `loadtrace rollup` stores unless told other thresholds).
+ROLLED = "otel_traces_loadtrace_jobs"
+LIMITS = f"Limits = '{limits_text(Thresholds())}'"
+JOBS = f"""SELECT * FROM (
+  SELECT JSONExtractString(Row, 'trace_id') AS trace_id, JSONExtractString(Row, 'job_id') AS job_id,
+    JSONExtract(Row, 'attempt', 'Nullable(Int64)') AS attempt, ifNull(cluster, 'null') AS cluster,
+    fromUnixTimestamp64Nano(JSONExtractInt(Row, 'start_ns')) AS start,
+    JSONExtract(Row, 'startup_seconds', 'Nullable(Float64)') AS startup_seconds,
+    JSONExtract(Row, 'slowest_rank', 'Nullable(Int64)') AS slowest_rank,
+    JSONExtract(Row, 'slowest_phase', 'Nullable(String)') AS slowest_phase,
+    JSONExtract(Row, 'phases', 'Map(String, Float64)') AS phases
+  FROM {ROLLED}
+  WHERE Row != '' AND {LIMITS}
+    AND (TraceId, RolledNs) IN (SELECT TraceId, max(RolledNs) FROM {ROLLED} WHERE {LIMITS} GROUP BY TraceId))
+WHERE $__timeFilter(start)"""
 PHASES = "[" + ", ".join(f"'{phase}'" for phase in STARTUP_PHASES) + "]"
-CARRIED_SPLIT = f"JSONExtract(SpanAttributes['{sc.STARTUP_PHASE_NS}'], 'Array(Int64)')"
-CARRYING = (
-    f"SpanName = '{sc.SPAN_STARTUP}' AND mapContains(SpanAttributes, '{sc.STARTUP_PHASE_NS}') "
-    "AND $__timeFilter(Timestamp)"
-)
-SPLIT = f"""SELECT cluster, phase, round(quantileExactInclusive(0.5)(ns) / 1e9, 6) AS seconds FROM (
-  SELECT TraceId, {RES}['{sc.ATTEMPT}'] AS attempt,
-    if(any({RES}['{sc.CLUSTER}']) = '', 'null', any({RES}['{sc.CLUSTER}'])) AS cluster,
-    argMax({CARRIED_SPLIT},
-      (Duration, -toInt64OrZero({RES}['{sc.RANK}']))) AS split
-  FROM otel_traces
-  WHERE {CARRYING}
-  GROUP BY TraceId, attempt)
-ARRAY JOIN split AS ns, {PHASES} AS phase
-GROUP BY cluster, phase ORDER BY cluster, indexOf({PHASES}, phase)"""
-# Per job, from the same carried splits, `jobs`' slowest_rank and slowest_phase (docs/report.md, Startup): the rank with
-# the longest startup (the lowest rank of equals), and its phase furthest above the median of the other ranks' (its
-# largest phase when alone), none when no phase is above theirs. In ns here, where jobs compares microseconds.
-SLOWEST = f"""
-SELECT TraceId AS trace_id, {RES}['{sc.ATTEMPT}'] AS attempt,
-  groupArray((toInt64OrZero({RES}['{sc.RANK}']), Duration,
-    {CARRIED_SPLIT})) AS ranks,
-  arraySort(r -> (-r.2, r.1), ranks)[1] AS slowest,
-  arrayFilter(r -> r.1 != slowest.1, ranks) AS others,
-  arrayMap(p -> slowest.3[p] - if(empty(others), 0,
-    arrayReduce('quantileExactInclusive(0.5)', arrayMap(o -> o.3[p], others))), range(1, {len(STARTUP_PHASES) + 1}))
-    AS excess,
-  toString(slowest.1) AS slowest_rank,
-  if(arrayMax(excess) > 0, {PHASES}[arrayFirstIndex(x -> x = arrayMax(excess), excess)], '') AS slowest_phase
-FROM otel_traces
-WHERE {CARRYING}
-GROUP BY trace_id, attempt"""
 
 PANELS = {
     "Startup p50 / p95 by cluster": (
@@ -95,9 +57,15 @@ PANELS = {
         f"""SELECT $__timeInterval(start) AS time, cluster,
   round(quantileExactInclusive(0.5)(startup_seconds), 6) AS p50,
   round(quantileExactInclusive(0.95)(startup_seconds), 6) AS p95
-FROM ({JOBS}) GROUP BY time, cluster ORDER BY time, cluster""",
+FROM ({JOBS}) WHERE startup_seconds IS NOT NULL GROUP BY time, cluster ORDER BY time, cluster""",
     ),
-    "Startup phases of the slowest rank by cluster (median over jobs, seconds)": ("barchart", SPLIT),
+    # jobs' phases of each job's slowest rank (what `jobs` compares groups by), the median over a cluster's jobs.
+    "Startup phases of the slowest rank by cluster (median over jobs, seconds)": (
+        "barchart",
+        f"""SELECT cluster, phase, round(quantileExactInclusive(0.5)(phases[phase]), 6) AS seconds
+FROM ({JOBS}) ARRAY JOIN {PHASES} AS phase WHERE notEmpty(phases)
+GROUP BY cluster, phase ORDER BY cluster, indexOf({PHASES}, phase)""",
+    ),
     "Bytes read beyond one copy of the checkpoint, by model and strategy": (
         "table",
         f"""SELECT model, strategy, count() AS jobs, sum(beyond) AS duplicated_bytes FROM (
@@ -109,9 +77,8 @@ GROUP BY model, strategy ORDER BY duplicated_bytes DESC LIMIT 20""",
     ),
     "Slowest jobs (trace id opens the trace)": (
         "table",
-        f"SELECT trace_id, job_id, attempt, cluster, start, startup_seconds, slowest_rank, slowest_phase"
-        f" FROM ({JOBS}) AS j LEFT JOIN ({SLOWEST}) AS s USING (trace_id, attempt)"
-        " ORDER BY startup_seconds DESC, trace_id LIMIT 20",
+        "SELECT trace_id, job_id, attempt, cluster, start, startup_seconds, slowest_rank, slowest_phase"
+        f" FROM ({JOBS}) WHERE startup_seconds IS NOT NULL ORDER BY startup_seconds DESC, trace_id LIMIT 20",
     ),
 }
 
@@ -174,7 +141,8 @@ def sample(url: str) -> str:
     out = []
     with session.Session(url.removeprefix("chdb:")) as db:
         for title, (_, sql) in PANELS.items():
-            sql = sql.replace("$__timeFilter(Timestamp)", "1").replace("$__timeInterval(start)", "toStartOfDay(start)")
+            sql = sql.replace("$__timeFilter(Timestamp)", "1").replace("$__timeFilter(start)", "1")
+            sql = sql.replace("$__timeInterval(start)", "toStartOfDay(start)")
             out.append(f"{title}\n" + db.query(sql, "PrettyCompactMonoBlock").bytes().decode())
     return "\n".join(out)
 
@@ -195,6 +163,7 @@ def demo_sample() -> str:
         later = 1_780_000_000 * 10**9 + 86_400 * 10**9  # the next day: a point of its own on the time axis
         files += sorted(write_tree(Path(scratch) / "split", 9, 4, later, split, "split").rglob("*.jsonl"))
         otel_traces.fill(Path(scratch) / "db", files)
+        roll_up_url(f"chdb:{Path(scratch) / 'db'}", "otel_traces", Thresholds(), 36_500 * 86_400, 1)
         return sample(f"chdb:{Path(scratch) / 'db'}")
 
 
