@@ -14,7 +14,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import tomllib
 import yaml
 
 from loadtrace.analysis.jobs import jobs_report
@@ -86,14 +85,9 @@ def test_the_fleet_collector_writes_to_the_clickhouse_service_and_to_jaeger():
 
 def test_the_rollup_service_installs_this_checkout_and_rolls_up_the_clickhouse_service_each_minute():
     service = _services()["loadtrace-rollup"]
-    mounts = {v.split(":")[1]: REPO / v.split(":")[0] for v in service["volumes"]}
-    assert all(path.exists() for path in mounts.values())
-    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
-    included = pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
-    needed = {"/src/pyproject.toml", "/src/README.md", "/src/loadtrace"} | {f"/src/{path}" for path in included}
-    assert all(any(path == m or path.startswith(m + "/") for m in mounts) for path in needed), "the wheel builds"
+    assert service["volumes"] == [".:/src:ro"] and (REPO / "pyproject.toml").is_file(), "installs this checkout"
     (script,) = service["command"]
-    assert "pip install --quiet --no-cache-dir '/tmp/loadtrace[clickhouse]'" in script
+    assert "pip install --quiet --no-cache-dir '/src[clickhouse]'" in script
     url = "http://$LOADTRACE_CLICKHOUSE_USER:$LOADTRACE_CLICKHOUSE_PASSWORD@clickhouse:8123"
     assert f'loadtrace rollup --clickhouse "{url}"' in script.replace("$$", "$") and "sleep 60" in script
     grafana = _services()["grafana"]["environment"]
