@@ -1,20 +1,25 @@
 #!/usr/bin/env python
 """Startups across a fleet from ClickHouse (issue 23): JOBS jobs x RANKS ranks of the real span shape in chDB's
-``otel_traces`` (the exporter's DDL), replicated IN SQL (``INSERT ... SELECT`` over ``numbers()``) from a recorded job
-(docs/samples/fsdp524, ``--template``), as ``tests/support/jobtree.py`` replicates one: new ids, hosts of 4 ranks,
-clusters alpha / beta / none, beta 2.5x slower; then timed:
+``otel_traces`` (the exporter's DDL, with ``loadtrace rollup``'s index view on it, as in a fleet), replicated IN SQL
+(``INSERT ... SELECT`` over ``numbers()``) from a recorded job (docs/samples/fsdp524, ``--template``), as
+``tests/support/jobtree.py`` replicates one: new ids, hosts of 4 ranks, clusters alpha / beta / none, beta 2.5x
+slower. The rollup computes the rows of jobs 0-2 (one per cluster: the others are the same but for ids and times, so
+their rows are those rows with new ids, inserted); then timed:
 
-- ``sql``: startup p50/p95 by cluster computed in the engine (the dashboard's query; the report's startup definition);
-- ``jobs``: ``loadtrace jobs --clickhouse chdb:DB --group-by cluster --format json`` (a fresh process; it reads every
-  span of the window into the analysis), and the same over the files of a tree of FILE_JOBS jobs (``jobs DIR``).
+- ``jobs``: ``loadtrace jobs --clickhouse chdb:DB --group-by cluster --format json`` (a fresh process) over the
+  rollup's rows; the rollup's own seconds per job;
+- ``sql``: the dashboard's startup p50/p95 by cluster in the engine, over the spans;
+- the span-reading paths at FILE_JOBS jobs (no rollup: ``jobs --clickhouse``; the files: ``jobs DIR``), extrapolated.
 
-    .venv/bin/python benchmarks/bench_clickhouse.py              # 10,000 x 512 in SQL; jobs at 20 x 512
+    .venv/bin/python benchmarks/bench_clickhouse.py              # 10,000 x 512; span paths at 20 x 512
     .venv/bin/python benchmarks/bench_clickhouse.py --jobs 1000 --file-jobs 10
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import statistics
 import subprocess
@@ -30,6 +35,12 @@ sys.path.insert(0, str(REPO / "scripts"))
 from fleet_dashboard import PANELS  # noqa: E402
 from support import otel_traces  # noqa: E402
 from support.jobtree import SOURCE, SPACING_S, write_tree  # noqa: E402
+
+from loadtrace.analysis import rollup  # noqa: E402
+from loadtrace.analysis.jobs import JobRow  # noqa: E402
+from loadtrace.analysis.sources.clickhouse import Connection, parse_target  # noqa: E402
+from loadtrace.analysis.sources.files import rfc3339_nanos  # noqa: E402
+from loadtrace.analysis.startup import Thresholds  # noqa: E402
 
 # The recorded job's rows with its rank number, replicated: rank 0 from rank 0, every other rank from rank 1.
 REPLICATE = """
@@ -56,11 +67,14 @@ NEW_ID = (
 )
 
 
-def fill(db: Path, jobs: int, ranks: int, template: Path = SOURCE) -> tuple[int, float]:
+def fill(db: Path, jobs: int, ranks: int, template: Path = SOURCE, index: bool = False) -> tuple[int, float]:
     from chdb import session
 
     with session.Session(str(db)) as s:
         otel_traces.create(s)
+    if index:  # the rollup's tables and view first, so the view indexes every insert (as a collector's)
+        with_connection(db, rollup.ensure)
+    with session.Session(str(db)) as s:
         otel_traces.create(s, table="template")
         otel_traces.insert(s, otel_traces.rows_of_files(sorted(template.glob("*.jsonl"))), table="template")
         s.query(
@@ -85,6 +99,40 @@ def fill(db: Path, jobs: int, ranks: int, template: Path = SOURCE) -> tuple[int,
         )
         seconds = time.monotonic() - start
         return int(s.query("SELECT count() FROM default.otel_traces", "TSV").bytes()), seconds
+
+
+def with_connection(db: Path, work):
+    connection = Connection(parse_target(f"chdb:{db}"))
+    try:
+        return work(connection)
+    finally:
+        connection.close()
+
+
+def roll_up(db: Path, jobs: int) -> float:
+    """Jobs 0-2 rolled up for real (the rollup's seconds per job); every other job's row is its cluster's with the
+    ids and times the replication gave its spans."""
+
+    def work(connection: Connection) -> float:
+        names, ids = rollup.tables(connection), [f"bench-{job:05d}" for job in range(jobs)]
+        traces = [connection.rows(f"SELECT lower(hex(MD5('{job_id}')))")[0][0] for job_id in ids]
+        counts = {t: int(n) for t, n in connection.rows(f"SELECT TraceId, sum(Spans) FROM {names.traces} GROUP BY 1")}
+        start = time.monotonic()
+        rollup.roll_traces(connection, names, {trace: counts[trace] for trace in traces[:3]}, Thresholds())
+        seconds = (time.monotonic() - start) / 3
+        rows = [JobRow(**json.loads(row)) for (row,) in connection.rows(f"SELECT Row FROM {names.jobs} ORDER BY 1")]
+        first = {row.trace_id: row for row in rows}
+        copies: dict[str, list[JobRow]] = {}
+        for job in range(3, jobs):
+            row = first[traces[job % 3]]
+            start_ns = row.start_ns + (job - job % 3) * SPACING_S * 10**9
+            copy = json.loads(json.dumps(dataclasses.asdict(row)).replace(row.job_id or "", ids[job]))
+            copy.update(trace_id=traces[job], start_ns=start_ns, start_time=rfc3339_nanos(start_ns))
+            copies[traces[job]] = [JobRow(**copy)]
+        rollup.store(connection, names, copies, counts, rollup.limits_text(Thresholds()))
+        return seconds
+
+    return with_connection(db, work)
 
 
 def timed(command: list[str], runs: int) -> list[float]:
@@ -120,15 +168,18 @@ def main() -> int:
     # Today's span shape (a loadtrace.startup span per rank), recorded by scripts/gen_docs.py; jobtree's plain524
     # predates it, so the dashboard's startup falls back to every span of a rank there.
     parser.add_argument("--template", type=Path, default=REPO / "docs" / "samples" / "fsdp524")
+    parser.add_argument("--scratch", help="keep the databases in this new folder (default: a temporary one)")
     args = parser.parse_args()
     loadtrace = str(Path(sys.executable).with_name("loadtrace"))
-    with tempfile.TemporaryDirectory(prefix="bench-ch-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="bench-ch-") as temporary:
+        scratch = args.scratch or temporary
         big, small, tree = Path(scratch) / "big", Path(scratch) / "small", Path(scratch) / "tree"
-        rows, insert = fill(big, args.jobs, args.ranks, args.template)
+        rows, insert = fill(big, args.jobs, args.ranks, args.template, index=True)
         size = sum(f.stat().st_size for f in big.rglob("*") if f.is_file()) / 1e9
         print(
             f"chdb: {args.jobs} jobs x {args.ranks} ranks = {rows:,} spans, inserted in {insert:.1f} s, {size:.2f} GB"
         )
+        per_job = roll_up(big, args.jobs)
         walls, answer = sql_seconds(big, args.runs)
         print(
             f"sql p50/p95 by cluster, {args.jobs} jobs: median {statistics.median(walls):.2f} s "
@@ -138,16 +189,18 @@ def main() -> int:
         fill(small, args.file_jobs, args.ranks)
         write_tree(tree, args.file_jobs, args.ranks)
         since = ["--since", "36500d"]
-        for name, source in (
-            ("jobs --clickhouse chdb:", ["--clickhouse", f"chdb:{small}", *since]),
-            ("jobs DIR", [str(tree)]),
+        for name, source, jobs in (
+            ("jobs --clickhouse chdb: (rollup)", ["--clickhouse", f"chdb:{big}", *since], args.jobs),
+            ("jobs --clickhouse chdb: (no rollup)", ["--clickhouse", f"chdb:{small}", *since], args.file_jobs),
+            ("jobs DIR", [str(tree)], args.file_jobs),
         ):
             walls = timed([loadtrace, "jobs", *source, "--group-by", "cluster", "--format", "json"], args.runs)
             median = statistics.median(walls)
             print(
-                f"{name} {args.file_jobs} jobs: median {median:.2f} s; x{args.jobs / args.file_jobs:g} = "
-                f"{median * args.jobs / args.file_jobs:.0f} s extrapolated to {args.jobs} jobs"
+                f"{name} {jobs} jobs: median {median:.2f} s (runs {', '.join(f'{w:.2f}' for w in walls)}); "
+                f"x{args.jobs / jobs:g} = {median * args.jobs / jobs:.0f} s for {args.jobs} jobs"
             )
+        print(f"rollup: {per_job:.2f} s per {args.ranks}-rank job (3 jobs rolled up, each read from the table)")
         print(f"load average {os.getloadavg()[0]:.2f}")
     return 0
 
