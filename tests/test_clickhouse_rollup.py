@@ -62,6 +62,12 @@ def test_jobs_from_the_rollup_equal_the_files(fleet, capsys):
         _same(capsys, files, url, *args)
     again = _rollup(capsys, url, "--quiet", "1s")
     assert again.startswith("loadtrace rollup: 0 jobs of 0 traces")  # nothing changed: nothing computed again
+    with chdb_session.Session(url.removeprefix("chdb:")) as session:  # two rollups at once: an older roll, same count
+        session.query(
+            "INSERT INTO otel_traces_loadtrace_jobs SELECT * REPLACE (RolledNs - 1 AS RolledNs, "
+            "replace(Row, 'startup_seconds', 'wrong') AS Row) FROM otel_traces_loadtrace_jobs"
+        )
+    _same(capsys, files, url, "--group-by", "cluster")
 
 
 def _span_reads(front) -> list[str]:

@@ -184,12 +184,12 @@ def jobs_report_of_rollup(
     match leave the server, as one JSON array), and the other traces' rows from their spans."""
     names, pairs = tables(connection), check_keys(where, group_by)
     window = f"SELECT TraceId, sum(Spans) AS spans FROM {names.traces} GROUP BY TraceId HAVING {_window(since_seconds)}"
-    current = (
-        f"SELECT TraceId, Position, Row, RolledNs, {_matches(pairs)} AS matched FROM {names.jobs} "
-        f"WHERE Limits = {quote(limits_text(limits))} AND (TraceId, Spans) IN ({window})"
+    # Rows of the trace's current span count (rolled twice at that count, by two rollups at once: the newer).
+    latest = (
+        f"SELECT TraceId, Position, Row, {_matches(pairs)} AS matched FROM {names.jobs} "
+        f"WHERE Limits = {quote(limits_text(limits))} AND (TraceId, Spans) IN ({window}) "
+        "ORDER BY TraceId, Position, RolledNs DESC LIMIT 1 BY TraceId, Position"
     )
-    newest = f"SELECT TraceId, max(RolledNs) FROM ({current}) GROUP BY TraceId"  # rolled twice: the last one
-    latest = f"SELECT * FROM ({current}) WHERE (TraceId, RolledNs) IN ({newest})"
     [(traces, rest, unmatched)] = connection.rows(
         f"SELECT count(), groupArrayIf(TraceId, TraceId NOT IN (SELECT TraceId FROM ({latest}))), "
         f"(SELECT countIf(Row != '' AND NOT matched) FROM ({latest})) FROM ({window})"
