@@ -21,6 +21,7 @@ OMITTED_WHEN_NONE = {"omit_none": True}
 
 
 _PLAIN = (str, int, float, type(None))  # bool is an int
+_LEAVES = frozenset({str, int, float, bool, type(None)})  # items taken as they are (a host list's 128 names)
 # Per record class: its JSON fields, each with whether it is left out while None (``jobs`` turns 10,000 rows).
 _JSON_FIELDS: dict[type, list[tuple[str, bool]]] = {}
 
@@ -47,9 +48,9 @@ def to_json(value: Any) -> Any:
     if isinstance(value, tuple) and hasattr(value, "_asdict"):  # a NamedTuple: a small record
         return {key: to_json(content) for key, content in value._asdict().items()}
     if isinstance(value, dict):
-        return {str(key): to_json(content) for key, content in value.items()}
+        return {str(key): item if type(item) in _LEAVES else to_json(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [to_json(content) for content in value]
+        return [item if type(item) in _LEAVES else to_json(item) for item in value]
     return value
 
 
