@@ -142,3 +142,30 @@ def test_rollup_bad_input_is_one_line_and_exit_2(fleet, capsys, tmp_path):
         capsys, "jobs", "--clickhouse", url, *SINCE, "--where", "cluster=nowhere"
     )
     assert "began in the last" in _one_line(capsys, "jobs", "--clickhouse", url, "--since", "1s")
+
+
+def test_spans_that_land_while_a_trace_is_rolled_up_leave_its_rows_stale_not_wrong(fleet, capsys, monkeypatch):
+    """The hostile order: the rollup has read a trace's span count, the restart's spans land, then it reads the spans.
+    Its rows then carry the count from before, so `jobs` computes that trace from its spans until the next rollup."""
+    from loadtrace.analysis import rollup
+
+    files, url = fleet
+    _restart(FIXTURES / "plain524", files / "plain524-restart")
+    landed = []
+
+    def read_after_a_late_insert(connection, where):
+        if not landed and _trace_of(files / "plain524") in where:
+            landed.append(where)
+            late = otel_traces.rows_of_files(sorted((files / "plain524-restart").glob("*.jsonl")))
+            otel_traces.insert(connection._chdb, late)  # through the rollup's own chDB session
+        return read(connection, where)
+
+    read = rollup.read
+    monkeypatch.setattr(rollup, "BATCH", 1)  # that trace's read alone
+    monkeypatch.setattr(rollup, "read", read_after_a_late_insert)
+    _rollup(capsys, url, "--quiet", "1s")
+    assert landed
+    monkeypatch.setattr(rollup, "read", read)
+    _same(capsys, files, url, "--group-by", "cluster")  # attempt 1 included, from the spans
+    assert _rollup(capsys, url, "--quiet", "1s").startswith("loadtrace rollup: 2 jobs of 1 traces")
+    _same(capsys, files, url, "--group-by", "cluster")
