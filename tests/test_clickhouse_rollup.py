@@ -62,12 +62,17 @@ def test_jobs_from_the_rollup_equal_the_files(fleet, capsys):
         _same(capsys, files, url, *args)
     again = _rollup(capsys, url, "--quiet", "1s")
     assert again.startswith("loadtrace rollup: 0 jobs of 0 traces")  # nothing changed: nothing computed again
-    with chdb_session.Session(url.removeprefix("chdb:")) as session:  # two rollups at once: an older roll, same count
+    with chdb_session.Session(url.removeprefix("chdb:")) as session:
+        # Two rollups at once: an older roll at the same count. And a newer one by another loadtrace version.
+        wrong = "replace(Row, 'startup_seconds', 'wrong') AS Row"
+        table = "otel_traces_loadtrace_jobs"
+        session.query(f"INSERT INTO {table} SELECT * REPLACE (RolledNs - 1 AS RolledNs, {wrong}) FROM {table}")
         session.query(
-            "INSERT INTO otel_traces_loadtrace_jobs SELECT * REPLACE (RolledNs - 1 AS RolledNs, "
-            "replace(Row, 'startup_seconds', 'wrong') AS Row) FROM otel_traces_loadtrace_jobs"
+            f"INSERT INTO {table} SELECT * REPLACE (RolledNs + 1 AS RolledNs, '0.0.1' AS Made, {wrong}) FROM {table}"
         )
     _same(capsys, files, url, "--group-by", "cluster")
+    again = _rollup(capsys, url, "--quiet", "1s")
+    assert again.startswith("loadtrace rollup: 0 jobs of 0 traces")  # this version's rows are there
 
 
 def _span_reads(front) -> list[str]:

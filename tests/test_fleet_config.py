@@ -135,15 +135,13 @@ def test_the_dashboards_sql_runs_on_the_engine_and_agrees_with_jobs(tmp_path, ca
     capsys.readouterr()
     with chdb_session.Session(str(tmp_path / "db")) as session:
         # A row rolled up with other thresholds, and an older roll-up of a trace: neither is what the panels show.
+        table, wrong = "otel_traces_loadtrace_jobs", "replace(Row, 'startup_seconds', 'startup_seconds_') AS Row"
         session.query(
-            "INSERT INTO otel_traces_loadtrace_jobs SELECT TraceId, Spans, RolledNs + 1, '{}', Position, cluster, "
-            "transformers, torch, accelerate, deepspeed, model, host, strategy, world_size, job_id, "
-            "replace(Row, 'startup_seconds', 'startup_seconds_') FROM otel_traces_loadtrace_jobs"
+            f"INSERT INTO {table} SELECT * REPLACE (RolledNs + 1 AS RolledNs, '{{}}' AS Limits, {wrong}) FROM {table}"
         )
         session.query(
-            "INSERT INTO otel_traces_loadtrace_jobs SELECT TraceId, Spans, RolledNs - 1, Limits, Position, cluster, "
-            "transformers, torch, accelerate, deepspeed, model, host, strategy, world_size, job_id, "
-            "replace(Row, 'startup_seconds', 'startup_seconds_') FROM otel_traces_loadtrace_jobs WHERE Limits != '{}'"
+            f"INSERT INTO {table} SELECT * REPLACE (RolledNs - 1 AS RolledNs, {wrong}) FROM {table} "
+            "WHERE Limits != '{}'"
         )
         answers = {}
         for title, (_, sql) in _dashboard_script().PANELS.items():

@@ -17,6 +17,7 @@ the spans give. docs/report.md, ClickHouse rollup, has the tables and the method
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import json
 import time
 from dataclasses import dataclass
@@ -54,8 +55,9 @@ DDL = (
     "LastEnd SimpleAggregateFunction(max, UInt64), Spans SimpleAggregateFunction(sum, UInt64)) "
     "ENGINE = AggregatingMergeTree ORDER BY TraceId",
     "CREATE MATERIALIZED VIEW IF NOT EXISTS {view} TO {traces} AS " + "{index}",
-    # Position: the job's place among its trace's (jobs_from_spans order); Row '': a trace with no job (marked rolled).
-    "CREATE TABLE IF NOT EXISTS {jobs} (TraceId String, Spans UInt64, RolledNs UInt64, Limits String, "
+    # Made: the loadtrace that computed the row; Position: the job's place among its trace's (jobs_from_spans order);
+    # Row '': a trace with no job (marked rolled).
+    "CREATE TABLE IF NOT EXISTS {jobs} (TraceId String, Spans UInt64, RolledNs UInt64, Limits String, Made String, "
     "Position UInt32, {keys}, Row String) ENGINE = MergeTree ORDER BY (TraceId, RolledNs, Position)",
 )
 INDEX = (
@@ -96,6 +98,19 @@ def limits_text(limits: Thresholds) -> str:
     return json.dumps(dataclasses.asdict(limits), sort_keys=True)
 
 
+def made_by() -> str:
+    """This loadtrace's version: rows another one stored may differ from what this one computes, so they are not used
+    (``jobs`` reads those traces' spans, and the next rollup computes them again)."""
+    try:
+        return importlib.metadata.version("loadtrace")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _ours(limits: Thresholds) -> str:
+    return f"Limits = {quote(limits_text(limits))} AND Made = {quote(made_by())}"
+
+
 # Rolling up --------------------------------------------------------------------------------------------------------
 
 
@@ -114,7 +129,7 @@ def roll_up(connection: Connection, limits: Thresholds, since_seconds: float, qu
     ensure(connection)
     names = tables(connection)
     quiet = int(quiet_seconds * 1e9)
-    stored = f"SELECT TraceId, Spans FROM {names.jobs} WHERE Limits = {quote(limits_text(limits))}"
+    stored = f"SELECT TraceId, Spans FROM {names.jobs} WHERE {_ours(limits)}"
     found = connection.rows(
         f"SELECT TraceId, sum(Spans) AS spans, max(LastEnd) < toUInt64(toUnixTimestamp64Nano(now64(9))) - {quiet} "
         f"FROM {names.traces} GROUP BY TraceId HAVING {_window(since_seconds)} AND (TraceId, spans) NOT IN ({stored}) "
@@ -145,7 +160,7 @@ def store(
     rolled_ns = time.time_ns()
     values = []
     for trace, rows in rows_of.items():
-        head = f"({quote(trace)}, {counts.get(trace, 0)}, {rolled_ns}, {quote(limits)}"
+        head = f"({quote(trace)}, {counts.get(trace, 0)}, {rolled_ns}, {quote(limits)}, {quote(made_by())}"
         values += [f"{head}, {i}, {_keys(row)}, {quote(_dump(row))})" for i, row in enumerate(rows)]
         if not rows:
             values.append(f"{head}, 0, {', '.join('NULL' for _ in KEYS)}, '')")
@@ -187,7 +202,7 @@ def jobs_report_of_rollup(
     # Rows of the trace's current span count (rolled twice at that count, by two rollups at once: the newer).
     latest = (
         f"SELECT TraceId, Position, Row, {_matches(pairs)} AS matched FROM {names.jobs} "
-        f"WHERE Limits = {quote(limits_text(limits))} AND (TraceId, Spans) IN ({window}) "
+        f"WHERE {_ours(limits)} AND (TraceId, Spans) IN ({window}) "
         "ORDER BY TraceId, Position, RolledNs DESC LIMIT 1 BY TraceId, Position"
     )
     [(traces, rest, unmatched)] = connection.rows(
