@@ -1,4 +1,5 @@
-"""The ``loadtrace`` command (report, compare, timeline, view, jobs, rollup, top): a thin argparse shell over ``loadtrace.analysis``.
+"""The ``loadtrace`` command (report, compare, timeline, view, jobs, rollup, top): a thin argparse shell over
+``loadtrace.analysis``.
 
 Arguments → a source (files or Jaeger) → the analysis' typed report → ``loadtrace.render``'s table or the model's
 JSON on stdout. Exit status: 0, 1
