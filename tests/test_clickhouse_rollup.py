@@ -2,9 +2,10 @@
 answering from those rows, on the real engine (chDB in-process; the official driver over HTTP through the loopback
 front, which also shows what each query read).
 
-Every answer must equal the files' (``jobs FOLDER``) whatever the rollup's state: rolled, rolled before a trace gained
-spans (a restart under the same trace id, inserted after the rollup), never rolled (still active), or rolled with
-other thresholds than asked."""
+Every answer must equal the files' (``jobs FOLDER``) whatever the rollup's state: rolled (twice at once; by another
+version), rolled before a trace gained spans (a restart under the same trace id, inserted after the rollup or while
+it read the trace), never rolled (still active), or rolled with other thresholds than asked. The recorded runs include
+a failed load, a killed rank and a rank only the launcher's witness saw die."""
 
 from __future__ import annotations
 
