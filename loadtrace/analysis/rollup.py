@@ -145,12 +145,18 @@ def roll_up(connection: Connection, limits: Thresholds, since_seconds: float, qu
 def roll_traces(connection: Connection, names: Tables, counts: dict[str, int], limits: Thresholds) -> int:
     """The rows of these traces, each with the span count read before its spans (a span that lands in between
     makes the count stale, so the trace is computed from its spans until it is rolled again)."""
-    spans = read(connection, f"TraceId IN ({', '.join(quote(trace) for trace in counts)})")
-    rows_of: dict[str, list[JobRow]] = {trace: [] for trace in counts}
-    for job in jobs_from_spans(spans.spans, []):
-        rows_of.setdefault(job.trace_id, []).append(job_row(job, limits))
+    rows_of = rows_of_traces(connection, list(counts), limits)
     store(connection, names, rows_of, counts, limits_text(limits))
     return sum(len(rows) for rows in rows_of.values())
+
+
+def rows_of_traces(connection: Connection, traces: list[str], limits: Thresholds) -> dict[str, list[JobRow]]:
+    """Each trace's rows (none for a trace without a job), computed from its spans as for files."""
+    spans = read(connection, f"TraceId IN ({', '.join(quote(trace) for trace in traces)})")
+    rows_of: dict[str, list[JobRow]] = {trace: [] for trace in traces}
+    for job in jobs_from_spans(spans.spans, []):
+        rows_of.setdefault(job.trace_id, []).append(job_row(job, limits))
+    return rows_of
 
 
 def store(
@@ -218,8 +224,9 @@ def jobs_report_of_rollup(
     rows = [JobRow(**fields) for fields in json.loads(text)]
     rest = sorted(rest)
     for start in range(0, len(rest), BATCH):
-        spans = read(connection, f"TraceId IN ({', '.join(quote(trace) for trace in rest[start : start + BATCH])})")
-        rows += [job_row(job, limits) for job in jobs_from_spans(spans.spans, [])]
+        rows += [
+            row for found in rows_of_traces(connection, rest[start : start + BATCH], limits).values() for row in found
+        ]
     return report_of_rows(rows, where, group_by, 0, int(unmatched))
 
 
@@ -241,7 +248,7 @@ def jobs_of_clickhouse(
         check_table(connection)
         if present(connection):
             return jobs_report_of_rollup(connection, since_seconds, where, group_by, limits)
+        spans = read_since(connection, since_seconds, check_keys(where, []))
     finally:
         connection.close()
-    spans = read_since(url, table, since_seconds, check_keys(where, []))
     return jobs_report(spans, where, group_by, limits)

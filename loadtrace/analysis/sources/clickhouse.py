@@ -335,21 +335,16 @@ def where_sql(pairs: list[tuple[str, str]]) -> str:
     return " AND ".join(tests) or "1"
 
 
-def read_since(url: str, table: str, since_seconds: float, where: list[tuple[str, str]] | None = None) -> SpanSet:
+def read_since(connection: Connection, since_seconds: float, where: list[tuple[str, str]] | None = None) -> SpanSet:
     """Every span of the traces that began in the last ``since_seconds`` (whole traces: a job is never cut) and may
     match ``where`` (``jobs --where``'s pairs)."""
-    connection = _open(url, table)
-    try:
-        check_table(connection)
-        name = connection.target.name
-        window = f"now64(9) - toIntervalNanosecond({int(since_seconds * 1e9)})"
-        traces = f"SELECT TraceId FROM {name} GROUP BY TraceId HAVING min(Timestamp) >= {window}"
-        traces += f" AND {where_sql(where or []).format(table=name)}"
-        spans = read(connection, f"TraceId IN ({traces})")
-        if not spans.spans:
-            matching = " ".join(f"{key}={value}" for key, value in where or [])
-            also = f" and match --where {matching}" if matching else ""
-            raise SourceError(f"no traces in {connection.where} ({name}) began in the last {since_seconds:g} s{also}")
-        return spans
-    finally:
-        connection.close()
+    name = connection.target.name
+    window = f"now64(9) - toIntervalNanosecond({int(since_seconds * 1e9)})"
+    traces = f"SELECT TraceId FROM {name} GROUP BY TraceId HAVING min(Timestamp) >= {window}"
+    traces += f" AND {where_sql(where or []).format(table=name)}"
+    spans = read(connection, f"TraceId IN ({traces})")
+    if not spans.spans:
+        matching = " ".join(f"{key}={value}" for key, value in where or [])
+        also = f" and match --where {matching}" if matching else ""
+        raise SourceError(f"no traces in {connection.where} ({name}) began in the last {since_seconds:g} s{also}")
+    return spans
