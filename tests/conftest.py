@@ -1,9 +1,11 @@
 """Shared test configuration: the markers each folder sets, and the session-wide multi-rank fixtures.
 
-The folders say what their tests hold: ``in_job/`` (the instrumentation inside a process), ``analysis/`` (what spans
-mean), ``cli/`` (what a person sees), ``fleet/`` (ClickHouse, Jaeger, the collector and dashboard configs), ``e2e/``
-(real ``torchrun`` jobs, about 10 s each here) and ``lint/`` (layering, ruff, mypy). Every test in ``e2e/`` is marked
-``integration`` here, once; select or skip them with ``-m integration`` / ``-m "not integration"``.
+The folders say what their tests hold. The quick tier, ``-m "not integration"``, runs in this process and starts no
+other: ``in_job/`` (the instrumentation inside a process), ``analysis/`` (what spans mean), ``cli/`` (what a person
+sees), ``fleet/`` (ClickHouse, Jaeger, the collector and dashboard configs) and ``structure/`` (layering, one spelling
+of every name). The slow tier, marked ``integration`` here once per folder: ``processes/`` (promises that need a
+process of their own: ``LOADTRACE=1`` at interpreter start, signals, forks, the console commands, docker-compose),
+``e2e/`` (real ``torchrun`` jobs and a real browser) and ``lint/`` (ruff and mypy over the whole tree, also ``lint``).
 """
 
 from __future__ import annotations
@@ -23,14 +25,19 @@ from support.torchrun import clean_env  # noqa: E402
 NO_VENV = "no venv with torchrun and transformers (see tests/support/venvs.py)"
 # A folder's markers, set on every test collected under it.
 FOLDER_MARKERS = {
+    "processes": (pytest.mark.integration,),
     "e2e": (pytest.mark.integration, pytest.mark.skipif(not _venvs.discover(), reason=NO_VENV)),
+    "lint": (pytest.mark.integration, pytest.mark.lint),
 }
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "integration: starts real multi-process jobs (torchrun, transformers, deepspeed); slow"
+        "markers",
+        "integration: the slow tier: starts processes (torchrun jobs, interpreters, a browser) or reads the whole "
+        "tree (ruff, mypy); the quick tier is -m 'not integration'",
     )
+    config.addinivalue_line("markers", "lint: ruff and mypy over the whole tree (also integration)")
 
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker

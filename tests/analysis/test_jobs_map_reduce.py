@@ -5,12 +5,7 @@ one process; the single-process path where a job's files lie in more than one fo
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -84,36 +79,6 @@ def test_a_file_few_folders_or_one_cpu_are_read_in_one_process(tree):
     assert jobs_report_of_tree(tree / "bench-00000", workers=2) is None  # one folder
 
 
-def _processes_reading(path: Path) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and str(path).encode() in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
-@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to find processes")
-def test_ctrl_c_ends_the_workers_too(tmp_path):
-    big = write_tree(tmp_path / "big-tree", 200, RANKS)
-    command = [str(Path(sys.executable).with_name("loadtrace")), "jobs", str(big)]
-    # Its own process group, as a terminal's: Ctrl-C goes to every process of it.
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    deadline = time.monotonic() + 30
-    while len(_processes_reading(big)) < 2 and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)  # until the workers are forked
-    os.killpg(process.pid, signal.SIGINT)
-    out, err = process.communicate(timeout=60)
-    assert process.returncode in (0, 130), err  # 0: it had finished already
-    assert b"Traceback" not in err
-    deadline = time.monotonic() + 10
-    while _processes_reading(big) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _processes_reading(big) == []
-
-
 def test_a_file_a_worker_cannot_read_is_one_line_and_exit_2(tree, capsys, monkeypatch):
     def unreadable(files, states, parallel=False):
         raise SourceError(f"{files[0]}: Permission denied")
@@ -124,21 +89,3 @@ def test_a_file_a_worker_cannot_read_is_one_line_and_exit_2(tree, capsys, monkey
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1
     assert captured.err.startswith("loadtrace: error: ") and captured.err.endswith(": Permission denied\n")
-
-
-@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to find processes")
-def test_workers_end_when_their_parent_is_killed(tmp_path):
-    big = write_tree(tmp_path / "big-tree", 200, RANKS)
-    command = [str(Path(sys.executable).with_name("loadtrace")), "jobs", str(big)]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while len(_processes_reading(big)) < 3 and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)  # until both workers are forked
-    process.send_signal(signal.SIGSTOP)  # the workers run out of work and wait for more
-    time.sleep(1)
-    process.kill()  # no chance to end them itself
-    process.wait()
-    deadline = time.monotonic() + 10
-    while _processes_reading(big) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _processes_reading(big) == []

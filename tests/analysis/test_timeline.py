@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
@@ -24,8 +22,6 @@ from loadtrace.analysis.ranks import jobs_from_spans
 from loadtrace.analysis.sources import Span, read_files
 from loadtrace.analysis.timeline import ERROR, FAILED, INCOMPLETE, KILLED, OK, SLOW, UNFINISHED, timeline
 from loadtrace.cli.render_timeline import chrome_trace, html_page, lane_detail, nested_tracks
-
-LOADTRACE = [sys.executable, "-m", "loadtrace.cli"]
 
 
 def job_of(folder: Path):
@@ -163,9 +159,6 @@ def test_a_slow_rank_and_a_cut_rank_of_a_512_rank_job(tmp_path):
     assert {state for rank, state in states.items() if rank not in (7, 300)} == {OK}
 
 
-# Chrome trace-event JSON --------------------------------------------------------------------------------------------
-
-
 def check_trace_events(trace: dict) -> None:
     """The trace-event format's rules that Perfetto's and chrome://tracing's importers rely on."""
     assert isinstance(trace["traceEvents"], list) and trace["displayTimeUnit"] in ("ms", "ns")
@@ -231,9 +224,6 @@ def test_overlapping_spans_go_to_threads_where_they_nest():
     check_trace_events(trace)
 
 
-# The page's text, and the command ------------------------------------------------------------------------------------
-
-
 def test_the_page_loads_nothing_from_anywhere():
     job, _ = job_of(SPANS / "fsdp524")
     page = html_page(timeline(job))
@@ -263,46 +253,3 @@ def test_ranks_missing_from_the_source_are_named():
     job, _ = job_of(next((SPANS / "fsdp524").glob("rank00000-*.jsonl")))
     picture = timeline(job)
     assert [lane.rank for lane in picture.lanes] == [0] and picture.world_size == 2 and picture.missing_ranks == [1]
-
-
-def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([*LOADTRACE, *args], capture_output=True, text=True, timeout=120, cwd=cwd)
-
-
-def test_the_command_writes_the_page_and_the_chrome_json(tmp_path):
-    page = tmp_path / "job.html"
-    result = run("timeline", str(SPANS / "killed524"), "-o", str(page))
-    assert result.returncode == 0, result.stderr
-    assert result.stdout == f"wrote {page}: 2 ranks on 1 node\n" and result.stderr == ""
-    assert page.read_text().startswith("<!doctype html>")
-    result = run("timeline", str(SPANS / "killed524"), "--format", "chrome", "-o", "-")
-    assert result.returncode == 0, result.stderr
-    check_trace_events(json.loads(result.stdout))
-    result = run("timeline", str(SPANS / "fsdp524"), "--format", "chrome", cwd=tmp_path)
-    assert result.returncode == 0 and (tmp_path / "cc2eef90-40e1-446d-ac10-d780c6600db0.trace.json").is_file()
-
-
-def test_a_source_of_several_jobs_needs_job(tmp_path):
-    result = run("timeline", str(SPANS), "-o", str(tmp_path / "x.html"))
-    assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr.count("\n") == 1 and "holds 6 jobs" in result.stderr and "--job ID" in result.stderr
-    result = run("timeline", str(SPANS), "--job", "fb0f766f", "-o", str(tmp_path / "x.html"))
-    assert result.returncode == 0, result.stderr
-    assert result.stderr == "" and (tmp_path / "x.html").is_file()
-
-
-@pytest.mark.parametrize(
-    "args, says",
-    [
-        (["/no/such/dir", "-o", "x.html"], "no such file or directory"),
-        ([str(SPANS / "fsdp524"), "--job", "nope", "-o", "x.html"], "no job of"),
-        ([str(SPANS / "fsdp524"), "-o", "/no/such/dir/x.html"], "No such file or directory"),
-        ([str(SPANS / "fsdp524"), "--format", "svg"], "invalid choice"),
-        ([], "timeline needs a SOURCE (a .jsonl file or directory) or --clickhouse URL --job ID"),
-    ],
-)
-def test_bad_input_is_one_line_and_exit_2(args, says, tmp_path):
-    result = run("timeline", *args, cwd=tmp_path)
-    assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr.startswith("loadtrace: error: ") and result.stderr.count("\n") == 1, result.stderr
-    assert says in result.stderr

@@ -4,9 +4,6 @@ every option of every command has help text; the top-level help says how to reco
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
-from importlib.metadata import version
 
 from loadtrace.cli.commands import build_parser
 
@@ -25,13 +22,6 @@ def test_every_option_of_every_command_has_help():
         if not isinstance(action, argparse._SubParsersAction) and not action.help
     ]
     assert not undocumented
-
-
-def test_version_and_python_dash_m_are_the_same_command():
-    by_module = subprocess.run([sys.executable, "-m", "loadtrace", "--version"], capture_output=True, text=True)
-    assert by_module.returncode == 0 and by_module.stdout == f"loadtrace {version('loadtrace')}\n"
-    bad = subprocess.run([sys.executable, "-m", "loadtrace", "report"], capture_output=True, text=True)
-    assert bad.returncode == 2 and bad.stderr.startswith("loadtrace: error: ") and bad.stderr.count("\n") == 1
 
 
 def test_the_top_level_help_says_how_to_record_a_trace_and_report_it():

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from support.paths import REPO
 from test_analysis_otlp import MODEL_BYTES, field_fact_job, trace_id_of, write_lines
 
 from loadtrace.cli import main
@@ -55,6 +52,7 @@ RANK_KEYS = {
     "exit",
     "last_state",
 }
+
 FINDING_KEYS = {
     "trace_id",
     "attempt",
@@ -69,6 +67,7 @@ FINDING_KEYS = {
     "next_step",
     "cause",  # issue 26
 }
+
 TRACE_KEYS = {
     "trace_id",
     "attempt",
@@ -84,9 +83,13 @@ TRACE_KEYS = {
     "startup",  # absent only for a job without a load or startup span
     "missing_ranks",
 }
+
 STARTUP_KEYS = {"seconds", "slowest_rank", "slowest_phase", "median_rank_seconds", "storage_bytes_per_second"}
+
 STARTUP_KEYS |= {"ranks", "nodes"}
+
 NODE_KEYS = {"host", "ranks", "readers", "read_bytes", "storage_read_bytes", "cached_bytes", "times_asked"}
+
 NODE_KEYS |= {"times_read_from_storage", "checkpoint_file_bytes", "checkpoint_cold_bytes", "outcome", "note"}
 
 
@@ -245,28 +248,3 @@ def test_bad_input_is_one_line_on_stderr_and_exit_2(tmp_path, capsys, argv, mess
 def test_no_command_prints_help_and_exits_2(capsys):
     code, _, err = run(capsys)
     assert code == 2 and "report" in err and "compare" in err
-
-
-def test_the_console_entry_point_never_shows_a_traceback(tmp_path):
-    missing = subprocess.run(
-        [sys.executable, "-m", "loadtrace.cli", "report", str(tmp_path / "nope")],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-    )
-    assert missing.returncode == 2 and "Traceback" not in missing.stderr
-    assert missing.stderr == f"loadtrace: error: {tmp_path / 'nope'}: no such file or directory\n"
-    ok = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "loadtrace.cli",
-            "report",
-            str(job_dir(tmp_path, "5.12.0", "zero3")),
-            "--fail-on-findings",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-    )
-    assert ok.returncode == 1 and "duplicate_checkpoint_read" in ok.stdout and ok.stderr == ""

@@ -4,9 +4,7 @@ while-loading wrappers and the safetensors proxies; tracebacks still show our fr
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
 import sys
 import traceback
 import types
@@ -15,8 +13,6 @@ import warnings
 import pytest
 import torch
 import wrapt
-from support.torchrun import clean_env
-from support.venvs import discover
 
 import loadtrace
 from loadtrace.instrumentation.hooks import registry
@@ -200,53 +196,3 @@ def test_a_proxy_keeps_the_callers_line():
         seen.append([(w.filename, w.lineno) for w in caught])
     assert seen[0] == seen[1] and len(seen[0]) == 2 and all(name == __file__ for name, _ in seen[0])
     assert slot.counts == [1, 8]
-
-
-# A real load ---------------------------------------------------------------------------------------------------------
-
-TP_PLAN = """
-import json, re, sys, warnings
-from transformers import AutoModelForCausalLM
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    AutoModelForCausalLM.from_pretrained(sys.argv[1], tp_plan="auto")
-found = [(w.filename, w.lineno, w.category.__name__) for w in caught if "tp_plan" in str(w.message)]
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    warnings.filterwarnings("error", category=FutureWarning, module=re.escape("transformers.models.auto.auto_factory"))
-    try:
-        AutoModelForCausalLM.from_pretrained(sys.argv[1], tp_plan="auto")
-        matched = False
-    except FutureWarning:
-        matched = True
-print("RESULT " + json.dumps({"warnings": found, "module_filter_matched": matched}))
-"""
-
-
-@pytest.mark.integration
-def test_a_deprecation_warning_inside_from_pretrained_is_attributed_the_same_traced(checkpoint, tmp_path):
-    found = discover()
-    if not found:
-        pytest.skip("no venv with torchrun and transformers (see tests/support/venvs.py)")
-    venv = found[0]
-    script = tmp_path / "tp_plan.py"
-    script.write_text(TP_PLAN)
-    results = {}
-    for traced in (False, True):
-        env = {"LOADTRACE": "1", "LOADTRACE_DIR": str(tmp_path / "traces")} if traced else {}
-        proc = subprocess.run(
-            [str(venv.python), str(script), str(checkpoint)],
-            cwd=tmp_path,
-            env=clean_env(venv, env),
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        (line,) = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-        results[traced] = json.loads(line[len("RESULT ") :])
-    assert results[True] == results[False]
-    ((filename, _, category),) = results[False]["warnings"]
-    assert filename.endswith("auto_factory.py") and category == "FutureWarning"
-    assert results[True]["module_filter_matched"]
-    assert list((tmp_path / "traces").rglob("*.jsonl"))  # it really was traced

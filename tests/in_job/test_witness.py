@@ -7,25 +7,18 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import stat
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from support.cgroups import remove_cgroup
 from support.span_reference import documented
-from support.torchrun import torchrun
-from support.venvs import REPO, discover
 
 from loadtrace import semconv, statefile
 from loadtrace.instrumentation import witness
 from loadtrace.instrumentation.settings import Settings
 
-VENVS = discover()
 RANK1_ENV = {
     "RANK": "1",
     "LOCAL_RANK": "1",
@@ -34,10 +27,8 @@ RANK1_ENV = {
     "GROUP_RANK": "0",
     "TORCHELASTIC_RESTART_COUNT": "0",
 }
+
 DEAD_PID = 4_000_001  # above any pid_max: never a live process
-
-
-# Exit status and the OOM killer ---------------------------------------------------------------------------------------
 
 
 def test_oom_kill_is_read_from_v2_memory_events_and_v1_oom_control():
@@ -86,9 +77,6 @@ def test_exit_description():
     assert witness.exit_signal(-200) == "signal 200"
 
 
-# The worker's pointer -------------------------------------------------------------------------------------------------
-
-
 def test_announce_leaves_an_owner_only_pointer_to_the_state(tmp_path, monkeypatch):
     monkeypatch.setenv(semconv.ENV_WITNESS_DIR, str(tmp_path))
     monkeypatch.chdir(tmp_path)
@@ -106,9 +94,6 @@ def test_announce_without_a_witness_does_nothing_and_never_raises(tmp_path, monk
     monkeypatch.setenv(semconv.ENV_WITNESS_DIR, str(tmp_path / "gone"))
     witness.announce(str(tmp_path / "s.state"))  # the directory vanished: one line, no exception
     assert "cannot leave a pointer" in capsys.readouterr().err
-
-
-# The launcher's side -------------------------------------------------------------------------------------------------
 
 
 def test_prepare_launch_gives_every_worker_the_launch_id_and_the_witness_dir(monkeypatch):
@@ -343,120 +328,3 @@ def test_a_hanging_collector_holds_the_launcher_for_at_most_the_exit_timeout(tmp
         assert len(read_lines(next(tmp_path.glob("witness-*.jsonl")))) == 1, "the file is written all the same"
     finally:
         server.close()
-
-
-# A real memory cgroup (v1, as root) ---------------------------------------------------------------------------------
-
-V1_MEMORY = Path("/sys/fs/cgroup/memory")
-
-
-def test_the_oom_killer_is_told_apart_in_a_real_memory_cgroup(tmp_path):
-    if os.geteuid() != 0 or not (V1_MEMORY / "memory.oom_control").exists():
-        pytest.skip("needs root and a cgroup v1 memory hierarchy")
-    cgroup = V1_MEMORY / f"loadtrace-test-{os.getpid()}"
-    try:
-        cgroup.mkdir()
-        (cgroup / "memory.limit_in_bytes").write_text(str(64 * 1024 * 1024))
-    except OSError as error:
-        pytest.skip(f"cannot make a memory cgroup here: {error}")
-    try:
-        before = witness.oom_kill_count(str(cgroup))
-        assert before is not None
-        hog = subprocess.Popen(
-            [sys.executable, "-c", "import sys; sys.stdin.read(1); x = [bytearray(1 << 20) for _ in range(4096)]"],
-            stdin=subprocess.PIPE,
-        )
-        (cgroup / "cgroup.procs").write_text(str(hog.pid))
-        hog.communicate(b"g", timeout=60)
-        now = witness.oom_kill_count(str(cgroup))
-        if hog.returncode != -signal.SIGKILL:
-            pytest.skip(f"this kernel did not OOM-kill in a 64 MB cgroup (exit {hog.returncode}, oom_kill {now})")
-        assert witness.oom_killed(hog.returncode, before, now) is True
-        assert witness.exit_description(hog.returncode, True) == "SIGKILL (OOM)"
-        assert witness.oom_killed(hog.returncode, now, witness.oom_kill_count(str(cgroup))) is False
-    finally:
-        remove_cgroup(cgroup)
-
-
-# A real torchrun -----------------------------------------------------------------------------------------------------
-
-
-def worker_writes_state() -> bool:
-    """Whether the installed loadtrace's workers keep and announce their own state file (issue 11's worker side)."""
-    package = Path(witness.__file__).parent
-    return any("announce(" in p.read_text() for p in package.rglob("*.py") if p.name != "witness.py")
-
-
-def witnessed_run(checkpoint: Path, cwd: Path, traced: bool = True, oom_cgroup: Path | None = None):
-    """One torchrun of the witnessed worker, with TMPDIR inside ``cwd`` (to see the witness directory go)."""
-    tmp = cwd / "tmp"
-    tmp.mkdir(parents=True)
-    env = {"HF_DEACTIVATE_ASYNC_LOAD": "1", "TMPDIR": str(tmp), **({"LOADTRACE": "1"} if traced else {})}
-    args = [str(checkpoint), "--out", str(cwd), *([] if worker_writes_state() else ["--own-state"])]
-    if oom_cgroup is not None:
-        args += ["--oom-cgroup", str(oom_cgroup)]
-    return torchrun(VENVS[0], REPO / "tests" / "workers" / "witnessed_load.py", args, cwd=cwd, env=env, timeout_s=300)
-
-
-def rank_exit_of_rank1(run) -> tuple[Path, dict, dict]:
-    """(the job's trace directory, resource, span) of rank 1's ``loadtrace.rank_exit``: exactly one."""
-    (job_dir,) = (run.cwd / "loadtrace-traces").iterdir()
-    (witness_file,) = job_dir.glob("witness-*.jsonl")
-    exits = [(r, s) for r, s in read_lines(witness_file) if s["name"] == semconv.SPAN_RANK_EXIT]
-    ((resource, span),) = [(r, s) for r, s in exits if r[semconv.RANK] == "1"]
-    return job_dir, resource, span
-
-
-@pytest.mark.integration
-@pytest.mark.skipif(not VENVS, reason="no venv with torchrun and transformers")
-def test_torchrun_witnesses_a_rank_killed_in_the_middle_of_its_load(checkpoint, tmp_path):
-    untraced = witnessed_run(checkpoint, tmp_path / "untraced", traced=False)
-    run = witnessed_run(checkpoint, tmp_path / "traced")
-    assert untraced.returncode != 0, untraced.tail()
-    assert run.returncode == untraced.returncode, "the witness leaves torchrun's exit code alone\n" + run.tail()
-    said = [line for line in run.log.read_text().splitlines() if "loadtrace:" in line]
-    assert not [line for line in said if any(w in line for w in ("witness", "exits", "pointer"))], said
-
-    count = json.loads((run.cwd / "count-rank1.json").read_text())  # rank 1's own count, just before the kill
-    assert count["read_bytes"] > 0
-    job_dir, resource, span = rank_exit_of_rank1(run)
-    (state_path,) = job_dir.glob("rank00001-*.state")
-    state = statefile.read(state_path)
-    assert state is not None and state.totals()["read_bytes"] == count["read_bytes"]
-
-    trace_id, root_id = semconv.job_trace_ids(job_dir.name)
-    assert span["traceId"] == f"{trace_id:032x}" and span["parentSpanId"] == f"{root_id:016x}"
-    assert span["attributes"][semconv.EXIT_SIGNAL] == "SIGKILL"
-    assert span["attributes"][semconv.EXIT_SOURCE] == "launcher"
-    assert span["attributes"][semconv.READ_BYTES] == str(count["read_bytes"])
-    assert span["attributes"][semconv.EXIT_DURING] == semconv.SPAN_CONVERT
-    assert span["status"] == {"code": 2, "message": "SIGKILL"}
-    assert resource[semconv.PROCESS_PID] == str(state["pid"])
-    assert resource[semconv.LAUNCH_ID] == state.texts["launch_id"] != ""
-    assert span["attributes"][semconv.WITNESS_PID] != resource[semconv.PROCESS_PID]
-    assert not list((run.cwd / "tmp").glob("loadtrace-witness-*")), "the launcher removes its witness directory"
-    shutil.rmtree(run.cwd / "tmp", ignore_errors=True)
-
-
-@pytest.mark.integration
-@pytest.mark.skipif(not VENVS, reason="no venv with torchrun and transformers")
-def test_torchrun_tells_the_oom_killer_apart(checkpoint, tmp_path):
-    """Rank 1 in a real memory cgroup (v1, as root) allocates until the kernel's OOM killer takes it."""
-    if os.geteuid() != 0 or not (V1_MEMORY / "memory.oom_control").exists():
-        pytest.skip("needs root and a cgroup v1 memory hierarchy")
-    cgroup = V1_MEMORY / f"loadtrace-witness-test-{os.getpid()}"
-    try:
-        cgroup.mkdir()
-        (cgroup / "memory.limit_in_bytes").write_text(str(256 * 1024 * 1024))
-    except OSError as error:
-        pytest.skip(f"cannot make a memory cgroup here: {error}")
-    try:
-        run = witnessed_run(checkpoint, tmp_path / "oom", oom_cgroup=cgroup)
-        assert run.returncode != 0, run.tail()
-        assert "exitcode  : -9" in run.log.read_text(), run.tail()
-        _, resource, span = rank_exit_of_rank1(run)
-        assert span["attributes"][semconv.EXIT_SIGNAL] == "SIGKILL"
-        assert span["attributes"][semconv.EXIT_OOM_KILLED] is True
-        assert span["status"] == {"code": 2, "message": "SIGKILL (OOM)"}
-    finally:
-        remove_cgroup(cgroup)

@@ -32,10 +32,10 @@ from loadtrace.analysis.startup import phase_spans, window
 from loadtrace.startup_split import STARTUP_PHASES, split
 
 VENVS = discover()
-WORKER = REPO / "tests" / "workers" / "startup_job.py"
-LATE_S = 3.0
 
-real_job = pytest.mark.skipif(not VENVS, reason="no venv with torchrun, transformers, accelerate and deepspeed")
+WORKER = REPO / "tests" / "workers" / "startup_job.py"
+
+LATE_S = 3.0
 
 
 class Job:
@@ -121,8 +121,6 @@ def assert_startup_holds_the_rank(job: Job, rank: int) -> Span:
     return startup
 
 
-@pytest.mark.integration
-@real_job
 def test_fsdp2_prepare_and_its_broadcast_are_phases_with_the_exact_bytes(fsdp2):
     records = [fsdp2.record(rank) for rank in (0, 1)]
     assert records[0]["digest"] == records[1]["digest"], "rank 1 got rank 0's weights"
@@ -152,8 +150,6 @@ def test_fsdp2_prepare_and_its_broadcast_are_phases_with_the_exact_bytes(fsdp2):
         assert rendezvous.end_ns <= load.start_ns
 
 
-@pytest.mark.integration
-@real_job
 def test_zero3_initialisation_is_a_phase_of_the_startup(zero3):
     for rank in (0, 1):
         record = zero3.record(rank)
@@ -177,8 +173,6 @@ def test_zero3_initialisation_is_a_phase_of_the_startup(zero3):
             assert load.start_ns <= phase.start_ns <= phase.end_ns <= load.end_ns
 
 
-@pytest.mark.integration
-@real_job
 def test_a_late_rank_makes_the_others_wait_in_the_rendezvous(late):
     punctual, tardy = late.record(0), late.record(1)
     waits = {}
@@ -196,8 +190,6 @@ def test_a_late_rank_makes_the_others_wait_in_the_rendezvous(late):
     assert waits[1].seconds < waits[0].seconds
 
 
-@pytest.mark.integration
-@real_job
 def test_without_a_preparation_the_startup_ends_with_the_load(late):
     for rank in (0, 1):
         spans = late.spans(rank)
@@ -209,8 +201,6 @@ def test_without_a_preparation_the_startup_ends_with_the_load(late):
         assert not [s for s in spans if s.name in {semconv.SPAN_ACCELERATE_PREPARE, semconv.SPAN_DEEPSPEED_INITIALIZE}]
 
 
-@pytest.mark.integration
-@real_job
 def test_a_rank_stopped_before_its_preparation_still_writes_its_startup(checkpoint, tmp_path):
     """Rank 1 is SIGTERMed between its load and the FSDP2 preparation its strategy awaits (it sends the signal itself),
     rank 0 by torchrun while it waits: both still write their startup, ended then with the signal."""
@@ -255,8 +245,6 @@ def tensor_detail(checkpoint, tmp_path_factory) -> Job:
     return job
 
 
-@pytest.mark.integration
-@real_job
 @pytest.mark.parametrize("case", ["fsdp2", "zero3", "late", "tensor_detail"])
 def test_each_rank_carries_its_startup_split_as_the_report_computes_it(case, request):
     """The store's one startup row per rank (ClickHouse, the fleet dashboard) holds the report's split: the same
@@ -271,8 +259,6 @@ def test_each_rank_carries_its_startup_split_as_the_report_computes_it(case, req
         assert all(ns > 0 for ns in opens), opens
 
 
-@pytest.mark.integration
-@real_job
 def test_a_faulty_startup_hook_leaves_the_job_as_untraced(checkpoint, tmp_path, fsdp2):
     """loadtrace's startup-phase code raises (in every rendezvous and preparation hook): the job prepares the same
     weights as untraced and exits 0, and each rank says so once."""
@@ -307,8 +293,6 @@ accelerator.prepare(Stops(4, 4))
 """
 
 
-@pytest.mark.integration
-@real_job
 def test_a_rank_stopped_while_preparing_ends_the_preparation_and_its_startup(tmp_path):
     import subprocess
 
@@ -330,30 +314,3 @@ def test_a_rank_stopped_while_preparing_ends_the_preparation_and_its_startup(tmp
     assert prepare.attributes[semconv.ACCELERATE_DISTRIBUTED_TYPE] == "NO"
     assert startup.attributes[semconv.STARTUP_END] == "SIGTERM"
     assert startup.start_ns < prepare.start_ns <= prepare.end_ns <= startup.end_ns
-
-
-def test_a_rank_that_only_joins_ends_its_startup_at_exit_where_its_rendezvous_ended(monkeypatch):
-    """No load, no preparation: the startup, opened by the rendezvous, ends when the process exits, at the end of the
-    last thing it held; meanwhile (and only meanwhile) loadtrace's signal handlers are in place."""
-    import signal
-
-    import torch.distributed as dist
-    from support.inmemory import traced
-    from support.torchrun import free_port
-
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(free_port()))
-    before = signal.getsignal(signal.SIGTERM)
-    with traced() as spans:
-        dist.init_process_group("gloo", rank=0, world_size=1)
-        assert signal.getsignal(signal.SIGTERM) is not before
-        dist.destroy_process_group()
-        assert not spans.spans(semconv.SPAN_STARTUP), "open until exit"
-    assert signal.getsignal(signal.SIGTERM) is before
-    startup = spans.one(semconv.SPAN_STARTUP)
-    rendezvous = spans.one(semconv.SPAN_INIT_PROCESS_GROUP)
-    assert rendezvous.parent.span_id == startup.context.span_id
-    assert rendezvous.attributes[semconv.RENDEZVOUS_BACKEND] == "gloo"
-    assert startup.attributes[semconv.STARTUP_END] == semconv.STARTUP_END_EXIT
-    assert startup.start_time < rendezvous.start_time <= rendezvous.end_time <= startup.end_time
-    assert startup.end_time - rendezvous.end_time < 100_000_000

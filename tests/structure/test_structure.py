@@ -1,6 +1,6 @@
-"""Promise (issue 10): the code is shaped the way the README describes it, and CI's one command checks that.
+"""Promise (issue 10): the code is shaped the way the README describes it, and CI's one command checks that (ruff
+and mypy: lint/test_ruff_and_mypy.py).
 
-- ruff (lint and format) and mypy are clean, run here so README's test command covers them;
 - every span name and ``loadtrace.*`` attribute key is spelled once, in ``loadtrace/semconv.py``;
 - data flows one way: the analysis half (``loadtrace/analysis/``, ``loadtrace/cli/``) imports nothing of loadtrace
   but the shared formats and itself, the instrumentation half imports nothing of the analysis half, and the shared
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ast
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -24,39 +23,9 @@ import pytest
 from support.venvs import REPO
 
 PACKAGE = REPO / "loadtrace"
-BIN = Path(sys.executable).parent  # the test venv's own ruff and mypy (the ``test`` extra pins them)
-SEMCONV = PACKAGE / "semconv.py"
+
 # A ``loadtrace.*`` attribute key or prefix: dotted lowercase components, optionally ending in "." (a prefix).
 KEY_LIKE = re.compile(r"loadtrace(\.[a-z0-9_]+)+\.?|loadtrace\.")
-
-
-# Lint, format, types ------------------------------------------------------------------------------------------------
-
-
-def tool(name: str) -> str:
-    path = BIN / name
-    if not path.exists():
-        pytest.fail(f"{path} not found: install the test extra (pip install '.[test]'), as scripts/setup.sh does")
-    return str(path)
-
-
-def run_tool(*cmd: str) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
-
-
-def test_ruff_clean():
-    check = run_tool(tool("ruff"), "check", "--output-format", "concise", ".")
-    assert check.returncode == 0, f"ruff check .:\n{check.stdout}{check.stderr}"
-    formatted = run_tool(tool("ruff"), "format", "--check", ".")
-    assert formatted.returncode == 0, f"ruff format --check . (run `ruff format .`):\n{formatted.stdout}"
-
-
-def test_mypy_clean():
-    result = run_tool(tool("mypy"))  # files and options from pyproject.toml's [tool.mypy]
-    assert result.returncode == 0, f"mypy:\n{result.stdout}{result.stderr}"
-
-
-# The source, as modules ---------------------------------------------------------------------------------------------
 
 
 def module_name(path: Path) -> str:
@@ -72,7 +41,9 @@ def is_analysis(module: str) -> bool:
 
 
 ANALYSIS = sorted(m for m in MODULES if is_analysis(m))
+
 SHARED_FORMATS = ("loadtrace.semconv", "loadtrace.statefile", "loadtrace.startup_split")
+
 INSTRUMENTATION = sorted(m for m in MODULES if not is_analysis(m) and m not in SHARED_FORMATS)
 
 
@@ -111,9 +82,6 @@ def imports(module: str) -> list[tuple[int, str]]:
 
 def own(imported: str) -> bool:
     return imported == "loadtrace" or imported.startswith("loadtrace.")
-
-
-# Names spelled once -------------------------------------------------------------------------------------------------
 
 
 def docstrings(root: ast.AST) -> set[int]:
@@ -160,9 +128,6 @@ def test_span_names_and_attribute_keys_are_spelled_only_in_semconv():
         "span names / loadtrace.* keys spelled outside loadtrace/semconv.py (use its constants):\n"
         + ("\n".join(f"  {path}: {', '.join(lines)}" for path, lines in sorted(offenders.items())))
     )
-
-
-# The import graph ---------------------------------------------------------------------------------------------------
 
 
 def offending_imports(modules: list[str], allowed) -> list[str]:

@@ -8,23 +8,17 @@ rank 0 torchrun SIGTERMs in the middle of its load because rank 1 failed."""
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from support.torchrun import torchrun
-from support.venvs import REPO, discover
 
 from loadtrace import semconv, statefile
 from loadtrace.analysis.sources import read_files
 from loadtrace.instrumentation import termination
-
-VENVS = discover()
 
 # A job whose load reads one safetensors file, keeps it open, then is sent ``--signal`` by ``--who`` (itself, by
 # default). ``--before`` sets up the job's own handling of that signal first (or during the load with ``--during``).
@@ -219,49 +213,3 @@ def test_handlers_are_in_place_only_while_loading():
             assert signal.getsignal(signal.SIGTERM) is not before, "until the outermost load closes"
         assert signal.getsignal(signal.SIGTERM) is before
     assert signal.getsignal(signal.SIGINT) is before_int
-
-
-# A real torchrun -----------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.integration
-@pytest.mark.skipif(not VENVS, reason="no venv with torchrun and transformers")
-def test_a_rank_torchrun_stops_mid_load_ends_its_spans_and_dies_by_sigterm(checkpoint, tmp_path):
-    result = torchrun(
-        VENVS[0],
-        REPO / "tests" / "workers" / "stopped_load.py",
-        [str(checkpoint), "--out", str(tmp_path)],
-        cwd=tmp_path,
-        env={"LOADTRACE": "1", "HF_DEACTIVATE_ASYNC_LOAD": "1"},
-        timeout_s=300,
-    )
-    log = result.log.read_text(errors="replace")
-    assert result.returncode != 0, "rank 1 failed, so the job fails"
-    count = json.loads((tmp_path / "count-rank0.json").read_text())  # rank 0's own count when it stopped waiting
-    assert count["read_bytes"] > 0
-
-    (job_dir,) = (tmp_path / "loadtrace-traces").iterdir()
-    spans = [s for s in read_files(job_dir).spans if s.resource.get(semconv.RANK) == 0]
-    by = by_name(spans)
-    (load,) = by[semconv.SPAN_FROM_PRETRAINED]
-    (convert,) = by[semconv.SPAN_CONVERT]
-    for span in (load, convert):
-        assert span.attributes[semconv.EXIT_SIGNAL] == "SIGTERM" and span.status_code == 2, span.attributes
-    assert load.attributes[semconv.READ_BYTES] == count["read_bytes"] > 0
-    assert load.attributes[semconv.READ_TENSORS] == count["read_tensors"]
-    open_files = [s for s in by[semconv.SPAN_SAFETENSORS_OPEN] if semconv.EXIT_SIGNAL in s.attributes]
-    assert sum(s.attributes[semconv.READ_BYTES] for s in by[semconv.SPAN_SAFETENSORS_OPEN]) == count["read_bytes"]
-    assert open_files or load.attributes[semconv.FILES_OPENED] == len(by[semconv.SPAN_SAFETENSORS_OPEN])
-    assert load.attributes[semconv.MEMORY_LIMIT] > 0 and load.attributes[semconv.MEMORY_LIMIT_SOURCE]
-
-    (state_path,) = job_dir.glob(f"rank00000-*{semconv.STATE_SUFFIX}")
-    state = statefile.read(state_path)
-    assert state is not None and state.status == "signalled" and state["signal"] == signal.SIGTERM
-    assert state.totals()["read_bytes"] == count["read_bytes"]
-
-    # The launcher saw rank 0 die by SIGTERM (-15), exactly as untraced: its witness says so, and so does its log.
-    witnessed = [s for s in read_files(job_dir).spans if s.name == semconv.SPAN_RANK_EXIT]
-    rank0 = [s for s in witnessed if s.resource.get(semconv.RANK) == 0]
-    assert rank0 and rank0[0].attributes[semconv.EXIT_SIGNAL] == "SIGTERM", [s.attributes for s in witnessed]
-    assert rank0[0].attributes[semconv.EXIT_STATUS] == "signalled"
-    assert re.search(r"exitcode\s*:\s*-15 \(pid: \d+\)\s*\(SIGTERM\)", log), log[-3000:]

@@ -144,8 +144,6 @@ def test_a_512_rank_page_loads_quickly_and_shows_every_rank(browser, tmp_path):
     page.close()
 
 
-@pytest.mark.integration
-@pytest.mark.skipif(not discover(), reason="no venv with torchrun and transformers (see tests/support/venvs.py)")
 def test_a_real_torchrun_job_in_the_browser(browser, jobs, tmp_path):
     """A 2-rank FSDP job run here: each rank's load bar carries the bytes the worker itself counted."""
     job = jobs.get(discover()[0], "fsdp", traced=True)
