@@ -1,20 +1,5 @@
-"""Promise: a rank's whole startup is traced, not only ``from_pretrained``: one ``loadtrace.startup`` span per rank from
-the process's start, holding the rendezvous (``torch.init_process_group``: the wait for the other ranks), the loads,
-and the strategy's preparation: accelerate's ``prepare`` with FSDP2's broadcast of rank 0's weights (the exact bytes
-each rank sent and received), or ``deepspeed.initialize`` with ZeRO-3's ``zero.Init`` and ``GatheredParameters``
-aggregated per load. A rank stopped before its startup is over still writes it; a faulty hook leaves the job as it
-would run untraced.
-
-Every case is a real ``torchrun --nproc_per_node 2`` job (gloo on CPU) of ``tests/workers/startup_job.py``, which
-keeps its own account (times around ``init_process_group``, the state dict's bytes, the deepspeed contexts it entered,
-a digest of the prepared weights) to check loadtrace's numbers against.
-
-FSDP2 on this CPU machine: accelerate's ``AcceleratorState`` selects ``DistributedType.FSDP`` only for accelerator
-types (MULTI_GPU and the like, never MULTI_CPU), and its FSDP plugin refuses to build without an accelerator device,
-so ``accelerate launch --use_fsdp`` runs each rank as ``DistributedType.NO`` here. The worker therefore sets the
-state's distributed type and FSDP2 plugin (``cpu_ram_efficient_loading``) itself after ``Accelerator(cpu=True)``;
-from ``Accelerator.prepare(model, optimizer)`` on, everything is accelerate's and torch's own code (``_prepare_fsdp2``,
-``fsdp2_prepare_model``, ``fully_shard``, ``fsdp2_load_full_state_dict``'s gloo broadcasts)."""
+"""Promise: a rank's whole startup is traced (e2e/test_startup_spans.py runs the real jobs); here, in this process, a
+rank that only joins the rendezvous (no load, no preparation) still ends its startup span, at exit."""
 
 from __future__ import annotations
 
