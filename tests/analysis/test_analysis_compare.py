@@ -4,7 +4,8 @@ differs: every load parameter the spans carry. Picking one job of a source that 
 from __future__ import annotations
 
 import pytest
-from test_analysis_otlp import (
+from support.compare_jobs import MINUTE, params_job
+from support.otlp_lines import (
     MODEL_BYTES,
     T0,
     field_fact_job,
@@ -13,7 +14,6 @@ from test_analysis_otlp import (
     memory_attributes,
     rank_load,
     resource,
-    span,
     trace_id_of,
 )
 
@@ -24,7 +24,6 @@ from loadtrace.analysis.ranks import jobs_from_spans
 from loadtrace.analysis.sources import SourceError, decode_line
 
 FSDP = "fsdp_cpu_ram_efficient"
-MINUTE = 60 * 10**9
 
 
 def compare(*args):
@@ -110,35 +109,6 @@ def test_a_zero_baseline_has_a_difference_but_no_ratio():
     assert (read["difference"], read["ratio"]) == (50, None)
 
 
-# The load's parameters (issue 12) -------------------------------------------------------------------------------------
-
-
-def params_job(
-    job_id: str = "job-1",
-    *,
-    dtype: str | dict[int, str] = "default",
-    load: dict | None = None,
-    start: int = T0,
-    attempt: int | None = None,
-    pid: int = 1000,
-    ranks: tuple[int, ...] = (0, 1),
-) -> list[str]:
-    """A plain job under its own job id (its trace id derived from it, as every rank derives it): one JSONL line per
-    rank, each with a ``transformers.from_pretrained`` span carrying ``dtype`` (per rank when a dict) and ``load``."""
-    trace, root = (format(n, f"0{width}x") for n, width in zip(sc.job_trace_ids(job_id), (32, 16), strict=True))
-    lines = []
-    for rank in ranks:
-        value = dtype[rank] if isinstance(dtype, dict) else dtype
-        spans = rank_load(trace, rank, "plain", MODEL_BYTES, start=start, memory={sc.DTYPE: value, **(load or {})})
-        if rank == 0:
-            spans = [span(sc.SPAN_JOB, trace, start, start, sid=root, **{"loadtrace__job__id": job_id})] + spans
-        extra = {sc.JOB_ID: job_id, sc.PROCESS_PID: pid + rank, sc.SERVICE_INSTANCE_ID: f"{job_id}/rank-{rank}"}
-        if attempt is not None:
-            extra[sc.ATTEMPT] = attempt
-        lines.append(line(resource(rank, world_size=len(ranks), **extra), spans))
-    return lines
-
-
 def jobs_of(lines: list[str]):
     return jobs_from_spans([s for text in lines for s in decode_line(text.encode()) or []])
 
@@ -196,8 +166,6 @@ def test_a_plain_python_run_without_a_rank_is_compared_as_rank_0():
     assert row(result, "read", 0, "bytes")["a"] == MODEL_BYTES
     assert differing(result) == {sc.DTYPE: ("default", "torch.bfloat16")}
 
-
-# Picking one job of a source that holds several --------------------------------------------------------------------
 
 FOLDER = [*params_job("vm-3378-94c4", start=T0), *params_job("vm-3409-047d", dtype="torch.bfloat16", start=T0 + MINUTE)]
 

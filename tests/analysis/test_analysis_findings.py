@@ -4,7 +4,7 @@ at its edge, and no warning where the strategy expects the work."""
 from __future__ import annotations
 
 import pytest
-from test_analysis_otlp import (
+from support.otlp_lines import (
     MODEL_BYTES,
     ZEROS_LIKE_512,
     field_fact_job,

@@ -12,18 +12,14 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from test_analysis_otlp import line, memory_attributes, rank_load, resource, trace_id_of
+from support.forecast_spans import BEFORE, FSDP, M, rank_spans
+from support.otlp_lines import line, rank_load, resource, trace_id_of
 
 from loadtrace.analysis import forecast as forecasting
 from loadtrace.analysis.forecast import ForecastError, Target
 from loadtrace.analysis.model import to_json
 from loadtrace.analysis.ranks import jobs_from_spans
 from loadtrace.analysis.sources import decode_line
-
-M = 1_000_000  # measured model bytes
-BEFORE = 100_000_000  # fixed: RSS before the load
-FILE_BEFORE = 20_000_000
-FSDP = "fsdp_cpu_ram_efficient"
 
 
 def entry(anon: float, rss: tuple[float, float, float] = (2.0, 2.0, 2.0), not_model: int = 0) -> dict:
@@ -53,19 +49,6 @@ def forecast(measured, target, calibration=CALIBRATION):
     if target.calibration is None:
         target = dataclasses.replace(target, calibration=calibration)
     return to_json(forecasting.forecast(measured, target))
-
-
-def rank_spans(trace: str, rank: int, strategy: str, read: int, growth: int, *, file_growth: int = 0, held: int = M,
-               created: int = 0, node_total: int | None = 64_000_000_000, cgroup_max: int | None = None):  # fmt: skip
-    memory = memory_attributes(
-        BEFORE, BEFORE + growth,
-        anon=(BEFORE - FILE_BEFORE, BEFORE - FILE_BEFORE + growth - file_growth),
-        file=(FILE_BEFORE, FILE_BEFORE + file_growth), node_total=node_total, cgroup_max=cgroup_max,
-    )  # fmt: skip
-    return rank_load(
-        trace, rank, strategy, read, held={"cpu": held}, materialized={"cpu": created} if created else None,
-        memory=memory,
-    )  # fmt: skip
 
 
 def job(name: str, ranks: dict[int, list[dict]], world_size: int | None = None, local_world_size: int | None = None):

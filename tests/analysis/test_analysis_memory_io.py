@@ -4,7 +4,7 @@ files' own residency at open, never from /proc/self/io, which counts library imp
 
 from __future__ import annotations
 
-from test_analysis_otlp import (
+from support.otlp_lines import (
     MODEL_BYTES,
     SHARDS,
     T0,

@@ -3,7 +3,7 @@ are traces and ranks are resources."""
 
 from __future__ import annotations
 
-from test_analysis_otlp import MODEL_BYTES, T0, field_fact_job, line, rank_load, resource, span, span_id, trace_id_of
+from support.otlp_lines import MODEL_BYTES, T0, field_fact_job, line, rank_load, resource, span, span_id, trace_id_of
 
 from loadtrace.analysis.ranks import jobs_from_spans
 from loadtrace.analysis.sources import decode_line

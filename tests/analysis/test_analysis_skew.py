@@ -5,8 +5,8 @@ spans and state files; tests/e2e/test_collective_timeout.py is the real gloo job
 
 from __future__ import annotations
 
-from test_analysis_dead_ranks import ROOT, SECOND, TRACE, report_of, state_file, witness_line
-from test_analysis_otlp import MODEL_BYTES, T0, job_lines, line, rank_load, resource, span, write_lines
+from support.dead_rank_jobs import ROOT, SECOND, TRACE, report_of, state_file, witness_line
+from support.otlp_lines import MODEL_BYTES, T0, job_lines, line, rank_load, resource, span, write_lines
 
 from loadtrace import semconv as sc
 from loadtrace import statefile

@@ -9,7 +9,7 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_analysis_otlp import T0, line, resource, span, trace_id_of, write_lines
+from support.otlp_lines import T0, line, resource, span, trace_id_of, write_lines
 
 from loadtrace.analysis.sources import SourceError, SpanSet, decode_line, read_files, read_stream
 from loadtrace.analysis.sources import files as sources

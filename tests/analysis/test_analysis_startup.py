@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_analysis_otlp import T0, attributes, job_lines, line, resource, span, span_id, trace_id_of
+from support.otlp_lines import T0, attributes, job_lines, line, resource, span, span_id, trace_id_of
 
 from loadtrace import semconv as sc
 from loadtrace.analysis.report import build_report, report

@@ -3,7 +3,7 @@ tensor bytes, not what one rank read; a rename alone is no conversion work. Hand
 
 from __future__ import annotations
 
-from test_analysis_otlp import MODEL_BYTES, SHARDS, attributes, job_lines, rank_load, trace_id_of
+from support.otlp_lines import MODEL_BYTES, SHARDS, attributes, job_lines, rank_load, trace_id_of
 
 from loadtrace.analysis.findings import find
 from loadtrace.analysis.ranks import jobs_from_spans

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
@@ -21,6 +22,7 @@ from loadtrace import semconv as sc
 from loadtrace.analysis.ranks import jobs_from_spans
 from loadtrace.analysis.sources import Span, read_files
 from loadtrace.analysis.timeline import ERROR, FAILED, INCOMPLETE, KILLED, OK, SLOW, UNFINISHED, timeline
+from loadtrace.cli import main
 from loadtrace.cli.render_timeline import chrome_trace, html_page, lane_detail, nested_tracks
 
 
@@ -253,3 +255,54 @@ def test_ranks_missing_from_the_source_are_named():
     job, _ = job_of(next((SPANS / "fsdp524").glob("rank00000-*.jsonl")))
     picture = timeline(job)
     assert [lane.rank for lane in picture.lanes] == [0] and picture.world_size == 2 and picture.missing_ranks == [1]
+
+
+def command(capsys, monkeypatch, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """``loadtrace ARGS`` in this process (from ``cwd``): its exit code and what it printed."""
+    if cwd is not None:
+        monkeypatch.chdir(cwd)
+    try:
+        code = main(list(args))
+    except SystemExit as exit_:  # argparse's own errors
+        code = exit_.code
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, captured.out, captured.err)
+
+
+def test_the_command_writes_the_page_and_the_chrome_json(tmp_path, capsys, monkeypatch):
+    page = tmp_path / "job.html"
+    result = command(capsys, monkeypatch, "timeline", str(SPANS / "killed524"), "-o", str(page))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"wrote {page}: 2 ranks on 1 node\n" and result.stderr == ""
+    assert page.read_text().startswith("<!doctype html>")
+    result = command(capsys, monkeypatch, "timeline", str(SPANS / "killed524"), "--format", "chrome", "-o", "-")
+    assert result.returncode == 0, result.stderr
+    check_trace_events(json.loads(result.stdout))
+    result = command(capsys, monkeypatch, "timeline", str(SPANS / "fsdp524"), "--format", "chrome", cwd=tmp_path)
+    assert result.returncode == 0 and (tmp_path / "cc2eef90-40e1-446d-ac10-d780c6600db0.trace.json").is_file()
+
+
+def test_a_source_of_several_jobs_needs_job(tmp_path, capsys, monkeypatch):
+    result = command(capsys, monkeypatch, "timeline", str(SPANS), "-o", str(tmp_path / "x.html"))
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and "holds 6 jobs" in result.stderr and "--job ID" in result.stderr
+    result = command(capsys, monkeypatch, "timeline", str(SPANS), "--job", "fb0f766f", "-o", str(tmp_path / "x.html"))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == "" and (tmp_path / "x.html").is_file()
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["/no/such/dir", "-o", "x.html"], "no such file or directory"),
+        ([str(SPANS / "fsdp524"), "--job", "nope", "-o", "x.html"], "no job of"),
+        ([str(SPANS / "fsdp524"), "-o", "/no/such/dir/x.html"], "No such file or directory"),
+        ([str(SPANS / "fsdp524"), "--format", "svg"], "invalid choice"),
+        ([], "timeline needs a SOURCE (a .jsonl file or directory) or --clickhouse URL --job ID"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, says, tmp_path, capsys, monkeypatch):
+    result = command(capsys, monkeypatch, "timeline", *args, cwd=tmp_path)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith("loadtrace: error: ") and result.stderr.count("\n") == 1, result.stderr
+    assert says in result.stderr

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from test_analysis_compare import MINUTE, params_job
-from test_analysis_otlp import T0, field_fact_job, trace_id_of, write_lines
+from support.compare_jobs import MINUTE, params_job
+from support.otlp_lines import T0, field_fact_job, trace_id_of, write_lines
 
 from loadtrace.cli import main
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from test_analysis_dead_ranks import TRACE, full_job, oom_killed_job, state_file
-from test_analysis_otlp import MODEL_BYTES, line, rank_load, resource, write_lines
+from support.dead_rank_jobs import TRACE, full_job, oom_killed_job, state_file
+from support.otlp_lines import MODEL_BYTES, line, rank_load, resource, write_lines
 
 from loadtrace import semconv as sc
 from loadtrace import statefile

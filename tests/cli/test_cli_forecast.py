@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 
 import pytest
-from test_analysis_forecast import FSDP, M, rank_spans
-from test_analysis_otlp import line, rank_load, resource, trace_id_of, write_lines
+from support.forecast_spans import FSDP, M, rank_spans
+from support.otlp_lines import line, rank_load, resource, trace_id_of, write_lines
 
 from loadtrace.analysis import forecast as forecasting
 from loadtrace.analysis.model import to_json

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_analysis_otlp import MODEL_BYTES, field_fact_job, trace_id_of, write_lines
+from support.otlp_lines import MODEL_BYTES, field_fact_job, trace_id_of, write_lines
 
 from loadtrace.cli import main
 

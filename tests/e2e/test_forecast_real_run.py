@@ -16,14 +16,11 @@ small run per installed release (the integration test below) is forecast against
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
-from support.multirank import MODE_ENV
+from support.multirank import EXAMPLE_WORKER
 from support.paths import FIXTURES
-from support.torchrun import torchrun
-from support.venvs import REPO, discover, installed_problems
+from support.venvs import discover
 
 from loadtrace.analysis import forecast as forecasting
 from loadtrace.analysis.forecast import Target
@@ -31,8 +28,6 @@ from loadtrace.analysis.ranks import jobs_from_spans
 from loadtrace.analysis.sources import read_files
 
 RUNS = FIXTURES / "forecast"
-
-sys.path.insert(0, str(REPO / "scripts"))
 
 
 VENVS = discover()
@@ -61,22 +56,13 @@ def check(measured, full: dict, label: str) -> str:
 
 
 @pytest.mark.parametrize("venv", VENVS, ids=[venv.id for venv in VENVS])
-def test_a_real_1mb_fsdp_run_forecasts_the_stored_418mb_run(venv, checkpoint, tmp_path):
+def test_a_real_1mb_fsdp_run_forecasts_the_stored_418mb_run(venv, jobs):
     """A real 2-rank FSDP ``cpu_ram_efficient_loading`` run of the 1 MB checkpoint, now, against the stored truth of the
-    418 MB run of the same release (scripts/forecast_runs.py measured it)."""
-    problems = installed_problems(venv)
-    assert not problems, f"loadtrace is not installed in {venv.root}: {problems}; {venv.install_hint()}"
-    version = subprocess.run(
-        [str(venv.python), "-c", "import transformers; print(transformers.__version__)"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    if version not in RELEASES:
-        pytest.skip(f"no stored large run for transformers {version}")
-    env = {**MODE_ENV["fsdp"], "LOADTRACE": "1"}
-    run = torchrun(venv, REPO / "examples" / "load.py", [str(checkpoint), "--mode", "fsdp"], cwd=tmp_path, env=env)
-    run.check()
-    spans = read_files(str(tmp_path / "loadtrace-traces"))
+    418 MB run of the same release (scripts/forecast_runs.py measured it). The session's shared run of
+    ``examples/load.py --mode fsdp`` (``jobs``), which test_docs_samples_fresh_run.py reads too."""
+    if venv.transformers not in RELEASES:
+        pytest.skip(f"no stored large run for transformers {venv.transformers}")
+    job = jobs.get(venv, "fsdp", True, EXAMPLE_WORKER)
+    spans = read_files(str(job.trace_root))
     (measured,) = jobs_from_spans(spans.spans, spans.states)
-    print(check(measured, truth(f"{RELEASES[version]}-fsdp-full"), f"{venv.id} real 1 MB fsdp → stored full"))
+    print(check(measured, truth(f"{RELEASES[venv.transformers]}-fsdp-full"), f"{venv.id} real 1 MB fsdp → stored full"))

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-from test_analysis_otlp import field_fact_job, trace_id_of
+from support.otlp_lines import field_fact_job, trace_id_of
 
 from loadtrace.analysis.sources import SourceError, jaeger
 from loadtrace.cli import main

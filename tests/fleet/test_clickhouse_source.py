@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 from support import otel_traces
+from support.dead_rank_jobs import TRACE as WITNESSED_TRACE
+from support.dead_rank_jobs import oom_killed_job
 from support.jobtree import write_tree
 from support.paths import SPANS
-from test_analysis_dead_ranks import TRACE as WITNESSED_TRACE
-from test_analysis_dead_ranks import oom_killed_job
 
 from loadtrace.analysis.sources import clickhouse
 from loadtrace.cli import main
