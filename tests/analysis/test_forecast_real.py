@@ -19,7 +19,6 @@ import json
 import sys
 
 import pytest
-from support.paths import FIXTURES
 from support.venvs import REPO
 
 from loadtrace.analysis import forecast as forecasting
@@ -28,37 +27,16 @@ from loadtrace.analysis.ranks import jobs_from_spans
 from loadtrace.analysis.sources import read_files
 from loadtrace.cli import main
 
-RUNS = FIXTURES / "forecast"
-
 sys.path.insert(0, str(REPO / "scripts"))
 
 import forecast_calibration  # noqa: E402  (the script that made the calibration and the table)
+from support.forecast_truth import RUNS, check, truth
 
 
 def job(name: str):
     spans = read_files(str(RUNS / name / "spans"))
     (found,) = jobs_from_spans(spans.spans, spans.states)
     return found
-
-
-def truth(name: str) -> dict:
-    return json.loads((RUNS / name / "truth.json").read_text())
-
-
-def meets_the_bar(point: int, span: list[int], low: int, high: int) -> bool:
-    holds = span[0] <= low and high <= span[1] and span[1] <= 2 * span[0]
-    return 0.8 * low <= point <= 1.25 * high or holds
-
-
-def check(measured, full: dict, label: str) -> str:
-    result = forecasting.forecast(measured, Target(full["checkpoint"]["bytes"], ranks_per_node=2))
-    low, high = full["node"]["sum_rss_anon_peaks"], full["node"]["sum_vm_hwm"]
-    point, span = result.per_node_peak_bytes, result.per_node_peak_range_bytes
-    text = (
-        f"{label}: forecast {point:,} [{span[0]:,}, {span[1]:,}] ({result.confidence.level}); truth {low:,} - {high:,}"
-    )
-    assert meets_the_bar(point, span, low, high), text
-    return text
 
 
 SMALL_RUNS = sorted(path.name for path in RUNS.iterdir() if not path.name.endswith("-full"))

@@ -1,12 +1,6 @@
-"""Promise (issue 15): every sample output in README.md, examples/README.md and docs/report.md is the real output.
-
-- ``scripts/gen_docs.py --check``: each sample (a fenced block after ``<!-- gen_docs: NAME -->``) is exactly what the
-  installed CLI prints over the recorded real runs in ``docs/samples/`` (rerun ``scripts/gen_docs.py`` after changing
-  the output; ``--record`` reruns the jobs);
-- no report table in those documents is written by hand (each sits under a marker);
-- a fresh real run has the recorded sample's shape: the same lines, columns, findings and advice, once what
-  legitimately varies between runs is normalised (ids, times, pids, hosts, memory figures: every number and hex id).
-"""
+"""Promise (issue 15), with a real job (the documents themselves: cli/test_docs_samples.py and
+processes/test_docs_samples_generated.py): a fresh real run has the recorded sample's shape, the same lines, columns,
+findings and advice, once what legitimately varies between runs is normalised (every number and hex id)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,5 @@
-"""Promise (issue 15): a traced job says where its trace went, in one line from rank 0, and one short command reports
-the job just run even in a folder of many.
-
-- Rank 0, at exit: ``loadtrace: job <id>, 2 ranks, 3 findings → loadtrace report loadtrace-traces/<id>``, the path as
-  the user types it (relative to where the job ran), ``--job ID`` added where ``LOADTRACE_DIR`` is shared by jobs; with
-  spans only over OTLP, the Jaeger command. No other rank says anything; ``LOADTRACE_QUIET=1`` silences it.
-- Bounded: the counts come from ``loadtrace report`` in a child process; when it does not answer in time the line goes
-  without them, and the job's exit is not held longer than ``summary.TIMEOUT_S``.
-- Real runs: several jobs into one folder, each job's own line names it, and ``report loadtrace-traces/ --latest``
-  reports the one just run.
-"""
+"""Promise (issue 15), with real jobs (the line itself: in_job/test_job_summary_line.py): several jobs into one
+folder, each job's own line from rank 0 names it, and ``report loadtrace-traces/ --latest`` reports the one just run."""
 
 from __future__ import annotations
 

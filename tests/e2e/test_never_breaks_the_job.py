@@ -12,6 +12,7 @@ import subprocess
 import threading
 
 import pytest
+from support.full_disk import full_tmpfs
 from support.multirank import EXAMPLE_WORKER
 from support.torchrun import torchrun
 from support.venvs import REPO, discover
@@ -70,21 +71,8 @@ def test_bad_settings(checkpoint, tmp_path, baseline, env, expect):
 
 
 def test_full_disk(checkpoint, tmp_path, baseline):
-    full = tmp_path / "full"
-    full.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(full)], capture_output=True).returncode:
-        pytest.skip("cannot mount a small tmpfs here (needs root)")
-    try:
-        try:
-            with open(full / "filler", "wb") as filler:
-                while True:
-                    filler.write(b"\0" * 4096)
-                    filler.flush()
-        except OSError:
-            pass  # full
+    with full_tmpfs(tmp_path / "full", "16k") as full:
         assert_unharmed(*run_job(checkpoint, tmp_path, {"LOADTRACE_DIR": str(full)}), baseline, "cannot write traces")
-    finally:
-        subprocess.run(["umount", str(full)], check=False)
 
 
 class Collector:

@@ -6,12 +6,11 @@ hooks/torchelastic.py)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
-import pytest
-from support.cgroups import remove_cgroup
+from support.cgroups import memory_cgroup, remove_cgroup
+from support.otlp_files import read_lines
 from support.torchrun import torchrun
 from support.venvs import REPO, discover
 
@@ -19,25 +18,6 @@ from loadtrace import semconv, statefile
 from loadtrace.instrumentation import witness
 
 VENVS = discover()
-
-
-def read_lines(path: Path) -> list[tuple[dict, dict]]:
-    """(resource attributes, span) of every span in an OTLP JSON Lines file; attribute values unwrapped."""
-
-    def unwrap(attributes: list[dict]) -> dict:
-        return {a["key"]: next(iter(a["value"].values())) for a in attributes}
-
-    found = []
-    for line in path.read_text().splitlines():
-        for resource_spans in json.loads(line)["resourceSpans"]:
-            resource = unwrap(resource_spans["resource"]["attributes"])
-            for scope_spans in resource_spans["scopeSpans"]:
-                for span in scope_spans["spans"]:
-                    found.append((resource, {**span, "attributes": unwrap(span.get("attributes", []))}))
-    return found
-
-
-V1_MEMORY = Path("/sys/fs/cgroup/memory")
 
 
 def worker_writes_state() -> bool:
@@ -97,14 +77,7 @@ def test_torchrun_witnesses_a_rank_killed_in_the_middle_of_its_load(checkpoint, 
 
 def test_torchrun_tells_the_oom_killer_apart(checkpoint, tmp_path):
     """Rank 1 in a real memory cgroup (v1, as root) allocates until the kernel's OOM killer takes it."""
-    if os.geteuid() != 0 or not (V1_MEMORY / "memory.oom_control").exists():
-        pytest.skip("needs root and a cgroup v1 memory hierarchy")
-    cgroup = V1_MEMORY / f"loadtrace-witness-test-{os.getpid()}"
-    try:
-        cgroup.mkdir()
-        (cgroup / "memory.limit_in_bytes").write_text(str(256 * 1024 * 1024))
-    except OSError as error:
-        pytest.skip(f"cannot make a memory cgroup here: {error}")
+    cgroup = memory_cgroup("loadtrace-witness-test", 256 * 1024 * 1024)
     try:
         run = witnessed_run(checkpoint, tmp_path / "oom", oom_cgroup=cgroup)
         assert run.returncode != 0, run.tail()

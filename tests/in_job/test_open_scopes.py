@@ -12,8 +12,9 @@ import json
 import signal
 import struct
 
+from support.otlp_files import read_lines
 from support.paths import SPANS
-from test_witness import DEAD_PID, RANK1_ENV, read_lines, witness_dir  # noqa: F401 - a fixture
+from test_witness import DEAD_PID, RANK1_ENV, witness_dir  # noqa: F401 - a fixture
 
 from loadtrace import semconv, statefile
 from loadtrace.analysis.report import build_report

@@ -3,16 +3,13 @@
 import pytest
 import safetensors
 import safetensors.torch
-import torch
+from support.checkpoints import private_checkpoint
 from support.inmemory import traced
 
 
 @pytest.fixture
 def checkpoint(tmp_path):
-    path = tmp_path / "private-project" / "model.safetensors"
-    path.parent.mkdir()
-    safetensors.torch.save_file({"w": torch.full((4,), 7.0)}, str(path))
-    return path
+    return private_checkpoint(tmp_path)
 
 
 def test_redacted_paths_keep_a_stable_hash_and_the_basename(checkpoint):

@@ -5,7 +5,6 @@ hooks/torchelastic.py)."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import stat
@@ -13,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.otlp_files import read_lines
 from support.span_reference import documented
 
 from loadtrace import semconv, statefile
@@ -152,22 +152,6 @@ def write_state(directory: Path, pid: int = DEAD_PID, cgroup: str = "", oom_befo
     state.add("conversion_bytes", 700)
     state.close()
     return path
-
-
-def read_lines(path: Path) -> list[tuple[dict, dict]]:
-    """(resource attributes, span) of every span in an OTLP JSON Lines file; attribute values unwrapped."""
-
-    def unwrap(attributes: list[dict]) -> dict:
-        return {a["key"]: next(iter(a["value"].values())) for a in attributes}
-
-    found = []
-    for line in path.read_text().splitlines():
-        for resource_spans in json.loads(line)["resourceSpans"]:
-            resource = unwrap(resource_spans["resource"]["attributes"])
-            for scope_spans in resource_spans["scopeSpans"]:
-                for span in scope_spans["spans"]:
-                    found.append((resource, {**span, "attributes": unwrap(span.get("attributes", []))}))
-    return found
 
 
 @pytest.fixture

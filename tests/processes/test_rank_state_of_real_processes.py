@@ -15,6 +15,7 @@ import pytest
 import safetensors
 import safetensors.torch
 import torch
+from support.full_disk import full_tmpfs
 from support.paths import WORKERS
 
 from loadtrace import semconv, statefile
@@ -134,21 +135,8 @@ def test_a_forked_child_reading_an_inherited_handle_leaves_the_parents_state_alo
 
 def test_a_full_disk_is_an_error_not_a_sigbus(tmp_path):
     """A page of the state file is reserved before it is mapped: a full filesystem cannot kill the job later."""
-    full = tmp_path / "full"
-    full.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", str(full)], capture_output=True).returncode:
-        pytest.skip("cannot mount a small tmpfs here (needs root)")
-    try:
-        try:
-            with open(full / "filler", "wb") as filler:
-                while True:
-                    filler.write(b"\0" * 4096)
-                    filler.flush()
-        except OSError:
-            pass  # full
+    with full_tmpfs(tmp_path / "full", "8k") as full:
         with pytest.raises(OSError):
             statefile.Writer(str(full / "s.state"), {}, {})
         result = run_traced(tmp_path, {"LOADTRACE_DIR": str(full)})
         assert result.returncode == 0 and "done" in result.stdout, result.stderr
-    finally:
-        subprocess.run(["umount", str(full)], check=False)

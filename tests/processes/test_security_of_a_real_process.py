@@ -1,23 +1,19 @@
-"""Promise: traces carry no environment, no tensor contents and no credentials; paths can be redacted."""
+"""Promise: traces carry no environment, no tensor contents and no credentials (a real traced process with a
+secret in its environment and its OTLP headers; redacted paths: in_job/test_security.py)."""
 
 import os
 import subprocess
 import sys
 
 import pytest
-import safetensors
-import safetensors.torch
-import torch
+from support.checkpoints import private_checkpoint
 
 SECRET = "s3cr3t-token-4f1c"
 
 
 @pytest.fixture
 def checkpoint(tmp_path):
-    path = tmp_path / "private-project" / "model.safetensors"
-    path.parent.mkdir()
-    safetensors.torch.save_file({"w": torch.full((4,), 7.0)}, str(path))
-    return path
+    return private_checkpoint(tmp_path)
 
 
 def test_traces_hold_no_environment_no_headers_no_tensor_values(checkpoint, tmp_path):

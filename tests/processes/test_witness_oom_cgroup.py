@@ -5,29 +5,18 @@ hooks/torchelastic.py)."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from support.cgroups import remove_cgroup
+from support.cgroups import memory_cgroup, remove_cgroup
 
 from loadtrace.instrumentation import witness
 
-V1_MEMORY = Path("/sys/fs/cgroup/memory")
-
 
 def test_the_oom_killer_is_told_apart_in_a_real_memory_cgroup(tmp_path):
-    if os.geteuid() != 0 or not (V1_MEMORY / "memory.oom_control").exists():
-        pytest.skip("needs root and a cgroup v1 memory hierarchy")
-    cgroup = V1_MEMORY / f"loadtrace-test-{os.getpid()}"
-    try:
-        cgroup.mkdir()
-        (cgroup / "memory.limit_in_bytes").write_text(str(64 * 1024 * 1024))
-    except OSError as error:
-        pytest.skip(f"cannot make a memory cgroup here: {error}")
+    cgroup = memory_cgroup("loadtrace-test", 64 * 1024 * 1024)
     try:
         before = witness.oom_kill_count(str(cgroup))
         assert before is not None
