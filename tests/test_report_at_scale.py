@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -21,8 +22,10 @@ from loadtrace import semconv as sc
 from loadtrace.analysis import alike
 from loadtrace.cli import main
 from loadtrace.cli.render import who
+from loadtrace.instrumentation import summary
 
 SLOW, KILLED = 700, 300
+JOB_ID = "cc2eef90-40e1-446d-ac10-d780c6600db0"  # the recorded job's (tests/fixtures/spans/fsdp524)
 ALIKE_TITLE = "ranks 1-299, 301-699, 701-1023 (1,021 ranks) on 128 hosts:"
 
 
@@ -52,15 +55,12 @@ def test_the_report_of_1024_ranks_fits_80_lines_with_a_row_for_each_outlier(big_
     lines = table.splitlines()
     assert len(lines) <= 80, table
     rows = rank_rows(table)
-    assert rows == [rows[0], ALIKE_TITLE, rows[2], rows[3], rows[4]], table
+    assert len(rows) == 5 and rows[1] == ALIKE_TITLE, table
     assert rows[0].startswith("0 ") and rows[2].startswith("  each ")  # rank 0 loads alone under FSDP
     assert rows[3].startswith(f"{KILLED} incomplete ") and rows[4].startswith(f"{SLOW} ")
     assert re.search(r"\b20\.\d{3}\b", rows[4]), rows[4]  # the slow rank's own load seconds
     io = [line for line in lines if line.startswith("I/O: ")]
-    assert io == [
-        "I/O: 128 nodes (node000 ... node127), each: 8 ranks asked for 8x the checkpoint, 8.1 MB; whether"
-        " the page cache held the"
-    ], io
+    assert len(io) == 1 and io[0].startswith("I/O: 128 nodes (node000 ... node127), each: 8 ranks asked for 8x"), io
     startup = lines[lines.index(next(line for line in lines if line.startswith("Startup: "))) + 2 :]
     assert startup[:4] == [startup[0], "ranks 1-299, 301-699, 701-1023 (1,021 ranks):", startup[2], startup[3]]
     assert startup[0].startswith("0 ") and startup[2].startswith("  each ") and startup[3].startswith(f"{SLOW} ")
@@ -99,7 +99,10 @@ def test_compare_shares_rows_of_alike_ranks_and_keeps_the_outliers(big_job, caps
 
 def test_the_line_at_the_end_of_the_job_names_the_ranks_that_stand_out(big_job, capsys):
     line = run(capsys, "report", str(big_job), "--format", "line").strip()
-    assert re.fullmatch(rf"1,024 ranks, \d+ findings; rank {KILLED} incomplete, rank {SLOW} slow", line), line
+    assert line == f"1,024 ranks, 6 findings; rank {KILLED} incomplete, rank {SLOW} slow", line
+    # Rank 0's closing line, as the job prints it: the installed CLI in a child process.
+    said = summary.report_counts(str(big_job), JOB_ID, time.monotonic() + 120)
+    assert said == f", {line}"
 
 
 def test_a_small_job_keeps_a_row_per_rank_and_alike_ranks_share_one_from_min_group_on(tmp_path, capsys):
