@@ -26,7 +26,7 @@ from loadtrace.instrumentation import summary
 
 SLOW, KILLED = 700, 300
 JOB_ID = "cc2eef90-40e1-446d-ac10-d780c6600db0"  # the recorded job's (tests/fixtures/spans/fsdp524)
-ALIKE_TITLE = "ranks 1-299, 301-699, 701-1023 (1,021 ranks) on 128 hosts:"
+ALIKE_TITLE = "ranks 1-299, 301-699, 701-1023 (1,021 ranks) on 128 nodes:"
 
 
 @pytest.fixture(scope="module")
@@ -110,13 +110,13 @@ def test_a_small_job_keeps_a_row_per_rank_and_alike_ranks_share_one_from_min_gro
     assert len(rank_rows(run(capsys, "report", str(small)))) == alike.MIN_GROUP
     enough = write_big_job(tmp_path / "enough", ranks=alike.MIN_GROUP + 1, slow=0, killed=-1)  # ranks 1-8: 8 alike
     rows = rank_rows(run(capsys, "report", str(enough)))
-    assert rows[1:] == ["ranks 1-8 (8 ranks) on 2 hosts:", rows[2]] and rows[2].startswith("  each "), rows
+    assert rows[1:] == ["ranks 1-8 (8 ranks) on 2 nodes:", rows[2]] and rows[2].startswith("  each "), rows
 
 
 def test_alike_ranks_that_differ_show_each_columns_min_median_and_max(tmp_path, capsys):
     job = write_big_job(tmp_path / "job", ranks=16, slow=9, killed=-1)  # rank 9 3x slower: not past the threshold
     rows = rank_rows(run(capsys, "report", str(job)))
-    assert rows[1] == "ranks 1-15 (15 ranks) on 2 hosts:", rows
+    assert rows[1] == "ranks 1-15 (15 ranks) on 2 nodes:", rows
     low, middle, high = (row.split() for row in rows[2:])
     assert (low[0], middle[0], high[0]) == ("min", "median", "max"), rows
     # rank 9 is the max of load seconds; the other columns agree, so they show on the median row only

@@ -310,7 +310,7 @@ def rank_lines(members: list[RankLoad], keep: list[int]) -> list[list[str] | str
     values = [[row[i] for i in keep] for row in (rank_values(rank) for rank in members)]
     numbers = [rank.rank for rank in members if rank.rank is not None]
     hosts = {rank.host for rank in members}
-    where = f"{len(hosts):,} hosts" if len(hosts) > 1 else next(iter(hosts)) or "an unnamed host"
+    where = f"{len(hosts):,} nodes" if len(hosts) > 1 else next(iter(hosts)) or "an unnamed host"
     title = " ".join([who(numbers), *members[0].marks()]) + f" on {where}:"
     return [title, *shared_rows(cells, values)]
 
