@@ -10,6 +10,7 @@ slower and rank 300 cut short as a SIGKILL cuts its file.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import time
@@ -20,10 +21,13 @@ from support.big_job import write_big_job
 
 from loadtrace import semconv as sc
 from loadtrace.analysis import alike
-from loadtrace.cli import main
+from loadtrace.analysis.ranks import jobs_from_spans
+from loadtrace.analysis.sources import read_files
+from loadtrace.cli import main, render
 from loadtrace.cli.render import who
 from loadtrace.instrumentation import summary
 
+FIXTURES = Path(__file__).parent / "fixtures" / "spans"
 SLOW, KILLED = 700, 300
 JOB_ID = "cc2eef90-40e1-446d-ac10-d780c6600db0"  # the recorded job's (tests/fixtures/spans/fsdp524)
 ALIKE_TITLE = "ranks 1-299, 301-699, 701-1023 (1,021 ranks) on 128 nodes:"
@@ -121,6 +125,25 @@ def test_alike_ranks_that_differ_show_each_columns_min_median_and_max(tmp_path, 
     assert (low[0], middle[0], high[0]) == ("min", "median", "max"), rows
     # rank 9 is the max of load seconds; the other columns agree, so they show on the median row only
     assert (low[1:], middle[2], high[1:]) == (["0.121"], "0.121", ["0.362"]), rows
+
+
+@pytest.mark.parametrize("killed", [alike.MIN_GROUP - 1, alike.MIN_GROUP])
+def test_outliers_alike_share_a_row_of_their_own_from_min_group_on(killed):
+    """Copies of the two ranks of a real job, one SIGKILLed mid-load (``fixtures/spans/killed524``): the finished
+    ranks share a row; the killed ones each have their own, until there are ``MIN_GROUP`` of them."""
+    spans = read_files(FIXTURES / "killed524")
+    (job,) = jobs_from_spans(spans.spans, spans.states)
+    finished, dead = sorted(job.ranks, key=lambda rank: rank.rank or 0)
+    assert dead.marks() == ["incomplete"] and finished.marks() == []
+    ranks = [dataclasses.replace(dead if number % 3 == 0 else finished, rank=number) for number in range(3 * killed)]
+    rows = [[rank.rank for rank in row] for row in alike.rank_groups(ranks, [])]
+    others = [number for number in range(3 * killed) if number % 3]
+    if killed < alike.MIN_GROUP:
+        assert rows == [[0], others, *([number] for number in range(3, 3 * killed, 3))]
+    else:
+        assert rows == [list(range(0, 3 * killed, 3)), others]
+        title = render.rank_lines([ranks[number] for number in rows[0]], list(range(len(render.RANK_COLUMNS))))[0]
+        assert title == f"ranks 0, 3, 6, 9, 12, 15, 18, 21 ({killed} ranks) incomplete on vm:"
 
 
 def test_grouped_keeps_every_item_in_its_place_and_only_sets_of_min_group_together():
