@@ -213,6 +213,7 @@ class RankLoad:
     def marks(self) -> list[str]:
         """What sets the rank apart from a load that finished, as the table says it after its number: ``incomplete``,
         ``failed``, how its process ended (``(SIGKILL OOM)``); empty for a rank that finished."""
+        # Alike ranks share their marks (analysis/alike.py): a word added here makes its ranks outliers too.
         marks = [word for word, on in (("incomplete", self.incomplete), ("failed", self.failed)) if on]
         if ended := self.exit.describe("cell"):
             marks.append(f"({ended})")

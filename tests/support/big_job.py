@@ -37,7 +37,7 @@ def write_big_job(folder: Path, ranks: int = 512, slow: int = 7, killed: int = 3
     slow_spans = [span for line in lines[0 if slow == 0 else 1] for span in _spans(json.loads(line))]
     origin = min(int(span["startTimeUnixNano"]) for span in slow_spans)
     extent = max(int(span["endTimeUnixNano"]) for span in slow_spans) - origin
-    dilation = 1 + slow_by * 1e9 / extent
+    dilation = 1 + slow_by * 1e9 / extent if slow_by > 0 else 1.0
     folder.mkdir(parents=True, exist_ok=True)
     for rank in range(ranks):
         source = lines[0 if rank == 0 else 1]
