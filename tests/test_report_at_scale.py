@@ -21,6 +21,7 @@ from support.big_job import write_big_job
 
 from loadtrace import semconv as sc
 from loadtrace.analysis import alike
+from loadtrace.analysis.model import Finding, NodeReads, NodeStartup
 from loadtrace.analysis.ranks import jobs_from_spans
 from loadtrace.analysis.sources import read_files
 from loadtrace.cli import main, render
@@ -144,6 +145,33 @@ def test_outliers_alike_share_a_row_of_their_own_from_min_group_on(killed):
         assert rows == [list(range(0, 3 * killed, 3)), others]
         title = render.rank_lines([ranks[number] for number in rows[0]], list(range(len(render.RANK_COLUMNS))))[0]
         assert title == f"ranks 0, 3, 6, 9, 12, 15, 18, 21 ({killed} ranks) incomplete on vm:"
+
+
+def test_alike_nodes_share_their_io_and_storage_lines_and_a_slow_one_keeps_its_own():
+    """Ten nodes read the checkpoint cold from storage, at different speeds; node 9's ranks are named by
+    ``slow_storage``."""
+    storage = [
+        NodeStartup(f"n{i}", [2 * i, 2 * i + 1], "cold", 1_000_000, 0.1 + i / 100, 1e7 / (1 + i / 10))
+        for i in range(10)
+    ]
+    slow = Finding("t", 0, 0, sc.FINDING_SLOW_STORAGE, "warning", [18, 19], 0, 0, "node n9 read slowly")
+    rows = alike.storage_groups(storage, [slow])
+    assert [[node.host for node in row] for row in rows] == [[f"n{i}" for i in range(9)], ["n9"]]
+    assert render.storage_line(rows[0]) == (
+        "Storage: 9 nodes (n0 ... n8), each: checkpoint cold, 1,000,000 B (1.0 MB) from storage in min 0.100, median"
+        " 0.140, max 0.180 s reading = min 5,555,556 B (5.6 MB), median 7,142,857 B (7.1 MB), max 10,000,000 B"
+        " (10.0 MB)/s"
+    )
+    reads = [
+        NodeReads(f"n{i}", [2 * i, 2 * i + 1], 2, 2_000_000, None, None, 2.0, None, 1_000_000, 0, "warm")
+        for i in range(8)
+    ]
+    (row,) = alike.node_groups(reads, [])
+    assert render.nodes_note(row) == (
+        "8 nodes (n0 ... n7), each: 2 ranks asked for 2x the checkpoint, 2,000,000 B (2.0 MB); the checkpoint was"
+        " warm: the page cache held all of its checkpoint files, 1,000,000 B (1.0 MB)"
+    )
+    assert len(alike.node_groups(reads[:7], [])) == 7  # fewer than MIN_GROUP: a line each, as before
 
 
 def test_grouped_keeps_every_item_in_its_place_and_only_sets_of_min_group_together():

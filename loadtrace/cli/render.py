@@ -252,7 +252,7 @@ def storage_line(nodes: list[NodeStartup]) -> str:
     """``Storage: vm: checkpoint cold, ...`` for one node; ``Storage: 128 nodes (...), each: ...`` for alike ones,
     a figure that differs between them as its min, median and max."""
     node = nodes[0]
-    where = node.host or "an unnamed host" if len(nodes) == 1 else f"{hosts_text(nodes)}, each"
+    where = (node.host or "an unnamed host") if len(nodes) == 1 else f"{hosts_text(nodes)}, each"
     text = f"Storage: {where}: checkpoint {node.checkpoint or 'residency unknown'}"
     if node.storage_bytes is not None:
         stored_bytes = spread_text([n.storage_bytes for n in nodes], human_bytes)
@@ -310,7 +310,7 @@ def rank_lines(members: list[RankLoad], keep: list[int]) -> list[list[str] | str
     values = [[row[i] for i in keep] for row in (rank_values(rank) for rank in members)]
     numbers = [rank.rank for rank in members if rank.rank is not None]
     hosts = {rank.host for rank in members}
-    where = f"{len(hosts):,} nodes" if len(hosts) > 1 else next(iter(hosts)) or "an unnamed host"
+    where = f"{len(hosts):,} nodes" if len(hosts) > 1 else (next(iter(hosts)) or "an unnamed host")
     title = " ".join([who(numbers), *members[0].marks()]) + f" on {where}:"
     return [title, *shared_rows(cells, values)]
 
