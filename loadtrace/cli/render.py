@@ -312,7 +312,7 @@ def rank_lines(members: list[RankLoad], keep: list[int]) -> list[list[str] | str
     hosts = {rank.host for rank in members}
     where = f"{len(hosts):,} nodes" if len(hosts) > 1 else (next(iter(hosts)) or "an unnamed host")
     title = " ".join([who(numbers), *members[0].marks()]) + f" on {where}:"
-    return [title, *shared_rows(cells, values)]
+    return [wrapped(title, "", "  "), *shared_rows(cells, values)]
 
 
 def shared_rows(cells: list[list[str]], values: list[list[float | int | None]]) -> list[list[str]]:
