@@ -12,7 +12,9 @@ import hashlib
 import json
 from pathlib import Path
 
-FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "spans" / "fsdp524"
+from .paths import SPANS
+
+FIXTURE = SPANS / "fsdp524"
 RANKS_PER_NODE = 8
 
 
