@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from support.big_job import write_big_job
+from support.paths import SPANS
 
 from loadtrace import semconv as sc
 from loadtrace.analysis import alike
@@ -28,7 +29,6 @@ from loadtrace.cli import main, render
 from loadtrace.cli.render import who
 from loadtrace.instrumentation import summary
 
-FIXTURES = Path(__file__).parent / "fixtures" / "spans"
 SLOW, KILLED = 700, 300
 JOB_ID = "cc2eef90-40e1-446d-ac10-d780c6600db0"  # the recorded job's (tests/fixtures/spans/fsdp524)
 ALIKE_TITLE = "ranks 1-299, 301-699, 701-1023 (1,021 ranks) on 128 nodes:"
@@ -132,7 +132,7 @@ def test_alike_ranks_that_differ_show_each_columns_min_median_and_max(tmp_path, 
 def test_outliers_alike_share_a_row_of_their_own_from_min_group_on(killed):
     """Copies of the two ranks of a real job, one SIGKILLed mid-load (``fixtures/spans/killed524``): the finished
     ranks share a row; the killed ones each have their own, until there are ``MIN_GROUP`` of them."""
-    spans = read_files(FIXTURES / "killed524")
+    spans = read_files(SPANS / "killed524")
     (job,) = jobs_from_spans(spans.spans, spans.states)
     finished, dead = sorted(job.ranks, key=lambda rank: rank.rank or 0)
     assert dead.marks() == ["incomplete"] and finished.marks() == []
