@@ -221,23 +221,6 @@ def test_at_most_eight_modules_sit_directly_under_loadtrace():
     assert len(top) <= 8, top
 
 
-def test_the_report_keys_the_summary_line_reads_are_the_models():
-    """The job's summary line (in-job) reads ``loadtrace report --format json`` back by the keys in semconv: they
-    are the field names of the report's model (the JSON is its fields, by name)."""
-    import dataclasses
-
-    from loadtrace import semconv
-    from loadtrace.analysis.model import JobSummary, RankLoad, Report
-
-    def names(record: type) -> set[str]:
-        return {item.name for item in dataclasses.fields(record) if item.metadata.get("json", True)}
-
-    assert {semconv.REPORT_TRACES, semconv.REPORT_RANKS, semconv.REPORT_FINDINGS} <= names(Report)
-    assert semconv.REPORT_WORLD_SIZE in names(JobSummary) and semconv.REPORT_RANK in names(RankLoad)
-    hints = {name: str(hint) for name, hint in Report.__annotations__.items()}
-    assert "JobSummary" in hints[semconv.REPORT_TRACES] and "RankLoad" in hints[semconv.REPORT_RANKS], hints
-
-
 def test_the_readme_support_table_is_instruments():
     """The README's table of tested releases is ``INSTRUMENTS``, the one place they are written."""
     from loadtrace.instrumentation import INSTRUMENTS
