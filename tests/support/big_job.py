@@ -225,13 +225,13 @@ def write_live_job(
     ranks_per_node: int = RANKS_PER_NODE,
     job_id: str = "big-live",
 ) -> Path:
-    """State files of ``ranks`` ranks 20 s into a plain load of a 140 GB checkpoint at ``now_ns``: each has read about
+    """State files of ``ranks`` ranks two minutes into a plain load of a 140 GB checkpoint at ``now_ns``: each has read about
     60 % (a little more or less by rank), progressed half a second ago, its RSS rising slowly. ``behind``: at 10 %;
     ``stuck``: no progress for a minute; ``dead``: on ``this_host`` under a pid that cannot exist (a SIGKILL: never
     said it exited); ``near_limit``: its RSS rising fast enough to reach its node's memory before its load ends;
     ``finished``: its load done (idle)."""
     folder.mkdir(parents=True, exist_ok=True)
-    start = now_ns - 20 * 10**9
+    start = now_ns - 120 * 10**9
     for rank in range(ranks):
         host = this_host if rank in dead else host_of(rank, ranks_per_node)
         pid = NOT_A_PID if rank in dead else FIRST_PID + rank
@@ -259,7 +259,7 @@ def write_live_job(
         writer["loads_open"] = int(loading)
         writer["updated_ns"] = now_ns - (60 if rank in stuck else 1) * 10**9
         writer.set_text("phase", sc.SPAN_CONVERT if loading else "")
-        rss = 1800 * GB if rank in near_limit else round((100 + 100 * share / 0.6) * GB)  # rising as it reads
+        rss = 1900 * GB if rank in near_limit else round((100 + 100 * share / 0.6) * GB)  # rising as it reads
         for key, value in (
             ("progress_ns", now_ns - (60 if rank in stuck else 0.5) * 10**9),
             ("rate_base_ns", now_ns - 10 * 10**9),
