@@ -225,11 +225,11 @@ def write_live_job(
     ranks_per_node: int = RANKS_PER_NODE,
     job_id: str = "big-live",
 ) -> Path:
-    """State files of ``ranks`` ranks two minutes into a plain load of a 140 GB checkpoint at ``now_ns``: each has read about
-    60 % (a little more or less by rank), progressed half a second ago, its RSS rising slowly. ``behind``: at 10 %;
-    ``stuck``: no progress for a minute; ``dead``: on ``this_host`` under a pid that cannot exist (a SIGKILL: never
-    said it exited); ``near_limit``: its RSS rising fast enough to reach its node's memory before its load ends;
-    ``finished``: its load done (idle)."""
+    """State files of ``ranks`` ranks two minutes into a plain load of a 140 GB checkpoint at ``now_ns``: each has read
+    about 60 % (a little more or less by rank), progressed half a second ago, its RSS rising as it reads. ``behind``:
+    at 10 %; ``stuck``: no progress for a minute; ``dead``: on ``this_host`` under a pid that cannot exist (a SIGKILL:
+    never said it exited); ``near_limit``: its RSS at 95 % of its node's memory and rising fast enough to reach it
+    before its load ends; ``finished``: its load done (idle)."""
     folder.mkdir(parents=True, exist_ok=True)
     start = now_ns - 120 * 10**9
     for rank in range(ranks):
