@@ -67,7 +67,7 @@ def _bar(bar: Bar, names: dict[str, int]) -> list[Any]:
 
 def page_data(timeline: Timeline) -> dict[str, Any]:
     """What the page draws: compact lists (a bar is [name index, start, end, row, bytes, attributes], a lane's bars
-    by status), so a 512-rank job's page stays a few megabytes."""
+    by status), so a 512-rank job's page stays a few megabytes; the groups of alike ranks it collapses by default."""
     names: dict[str, int] = {}
     nodes = []
     for node in timeline.nodes:
@@ -85,6 +85,7 @@ def page_data(timeline: Timeline) -> dict[str, Any]:
                     "findings": lane.findings,
                     "rows": lane.rows,
                     "bars": [_bar(bar, names) + [STATUS_CODES[bar.status]] for bar in lane.bars],
+                    "group": lane.group,
                 }
             )
         nodes.append({"host": node.host, "lanes": lanes})
@@ -111,6 +112,7 @@ def page_data(timeline: Timeline) -> dict[str, Any]:
         "names": list(names),
         "nodes": nodes,
         "findings": findings,
+        "groups": to_json(timeline.groups),
     }
 
 
