@@ -22,6 +22,7 @@ from loadtrace.analysis.jobs import job_row
 from loadtrace.analysis.ranks import jobs_from_spans
 from loadtrace.analysis.report import report
 from loadtrace.analysis.sources import read_files
+from loadtrace.analysis.sources.files import any_value, key_values
 from loadtrace.analysis.startup import OthersMedian, Thresholds
 from loadtrace.analysis.timeline import timeline
 from loadtrace.analysis.top import rows
@@ -101,3 +102,18 @@ def test_the_median_of_the_others_is_the_median_of_the_others_exactly(count):
     for index in range(count):
         others = values[:index] + values[index + 1 :]
         assert medians.without(index) == (statistics.median(others) if others else None)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"arrayValue": {"values": [{"intValue": "1"}, {"intValue": "22"}]}},
+        {"arrayValue": {"values": [{"intValue": "-3"}, {"intValue": "4"}]}},
+        {"arrayValue": {"values": [{"intValue": "1"}, {"stringValue": "a"}]}},
+        {"arrayValue": {"values": [{"intValue": "1", "stringValue": "a"}]}},
+        {"arrayValue": {"values": []}},
+        {"arrayValue": {}},
+    ],
+)
+def test_the_quick_path_for_integer_arrays_decodes_as_the_checked_one(value):
+    assert key_values([{"key": "k", "value": value}]) == {"k": any_value(value)}
