@@ -26,10 +26,11 @@ from typing import Any
 
 from loadtrace import semconv as sc
 from loadtrace import statefile
-from support.jobtree import _carry_split, _move_times  # the same moves as a tree of many jobs
 
-REPO = Path(__file__).resolve().parents[2]
-FIXTURE = REPO / "tests" / "fixtures" / "spans" / "fsdp524"
+from .jobtree import _carry_split, _move_times  # the same moves as a tree of many jobs
+from .paths import REPO, SPANS
+
+FIXTURE = SPANS / "fsdp524"
 # The same job recorded by a later loadtrace: startup spans, launch ids and attempts, as jobs write them now.
 RECORDED = REPO / "docs" / "samples" / "fsdp524"
 RANKS_PER_NODE = 8
