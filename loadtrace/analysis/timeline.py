@@ -267,7 +267,7 @@ def group_alike(lanes: list[Lane], findings: list[Finding]) -> list[LaneGroup]:
             continue
         shape = (tuple(sorted(set(lane.findings))), tuple(bar.name for bar in lane.bars))
         sets.setdefault(shape, []).append(lane)
-    groups = []
+    groups: list[LaneGroup] = []
     for members in sets.values():
         if len(members) < MIN_GROUP:
             continue

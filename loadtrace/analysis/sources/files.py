@@ -222,13 +222,17 @@ def spans_from_traces_data(data: dict[str, Any], cache: ResourceCache | None = N
         for scope_spans in _array(resource_spans.get("scopeSpans", [])):
             for raw in _array(_object(scope_spans).get("spans", [])):
                 raw = _object(raw)
-                ids = (raw.get("traceId", ""), raw.get("spanId", ""), raw.get("parentSpanId", ""), raw.get("name", ""))
-                if not all(type(text) is str for text in ids):  # the checked path says which is wrong
-                    ids = tuple(_string(text) for text in ids)
+                trace_id, span_id = raw.get("traceId", ""), raw.get("spanId", "")
+                parent_id, name = raw.get("parentSpanId", ""), raw.get("name", "")
+                if not (type(trace_id) is type(span_id) is type(parent_id) is type(name) is str):
+                    trace_id, span_id, parent_id, name = map(_string, (trace_id, span_id, parent_id, name))
                 start, end = raw.get("startTimeUnixNano", 0), raw.get("endTimeUnixNano", 0)
                 status = raw.get("status", {})
                 yield Span(
-                    *ids,
+                    trace_id,
+                    span_id,
+                    parent_id,
+                    name,
                     start_ns=int(start) if type(start) is str and start.isdigit() else _integer(start),
                     end_ns=int(end) if type(end) is str and end.isdigit() else _integer(end),
                     attributes=key_values(raw.get("attributes", [])),
