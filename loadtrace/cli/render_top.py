@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from itertools import groupby
 
-from loadtrace.analysis.hosts import host_ranges
+from loadtrace.analysis.hosts import host_ranges, natural_key
 from loadtrace.analysis.top import TopRow, needs_attention
 from loadtrace.cli.render import size, table
 
@@ -126,10 +126,10 @@ def _at_scale(rows: list[TopRow]) -> list[str]:
 _ORDER = ("dead", "signalled", "oom_ahead", "near_limit", "stuck", "behind", "slowest")
 
 
-def _urgency(item: TopRow) -> tuple[int, str, int]:
-    words = [item.status, *item.marks] + (["exception"] if item.exception else [])
-    first = min((_ORDER.index(word) for word in words if word in _ORDER), default=len(_ORDER))
-    return first, item.host or "", item.rank if item.rank is not None else 1 << 30
+def _urgency(item: TopRow) -> tuple[int, tuple[tuple[int, int | str], ...], int]:
+    """The first of ``_ORDER`` the rank is (a rank that only raised comes after them), then node and rank."""
+    first = min((_ORDER.index(word) for word in (item.status, *item.marks) if word in _ORDER), default=len(_ORDER))
+    return first, natural_key(item.host), item.rank if item.rank is not None else 1 << 30
 
 
 def _summed(rows: list[TopRow], by_node: bool) -> list[list[str]]:
