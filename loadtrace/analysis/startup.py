@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from .. import semconv as sc
 from ..startup_split import READ_SPANS, STARTUP_PHASES, Interval, PhaseSpan, length, split, union
 from .attrs import opt_int_attr
+from .hosts import natural_key
 from .model import INFO, WARNING, Finding, NodeStartup, RankLoad, RankStartup, Startup
 from .nodes import COLD, PARTLY_COLD, WARM, checkpoint_residency
 from .ranks import Job, outermost
@@ -148,7 +149,9 @@ def job_startup(job: Job) -> Startup | None:
     hosts: dict[str | None, list[RankLoad]] = {}
     for rank in job.ranks:
         hosts.setdefault(rank.host, []).append(rank)
-    nodes = [node_startup(host, members) for host, members in sorted(hosts.items(), key=lambda item: item[0] or "")]
+    nodes = [
+        node_startup(host, members) for host, members in sorted(hosts.items(), key=lambda item: natural_key(item[0]))
+    ]
     slowest = max(ranks, key=lambda r: (r.seconds, -(r.rank or 0)))
     others = [r for r in ranks if r is not slowest]
     excess = behind(slowest, others) if others else slowest.phases

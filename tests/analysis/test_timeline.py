@@ -20,8 +20,10 @@ from support.big_job import write_big_job
 from support.paths import SPANS
 
 from loadtrace import semconv as sc
+from loadtrace.analysis.nodes import job_nodes
 from loadtrace.analysis.ranks import jobs_from_spans
 from loadtrace.analysis.sources import Span, read_files
+from loadtrace.analysis.startup import job_startup
 from loadtrace.analysis.timeline import ERROR, FAILED, INCOMPLETE, KILLED, OK, SLOW, UNFINISHED, timeline
 from loadtrace.cli.render_timeline import chrome_trace, html_page, lane_detail, nested_tracks
 
@@ -173,7 +175,11 @@ def test_nodes_in_natural_order_node2_before_node10(tmp_path):
     job, _ = job_of(write_big_job(tmp_path / "big", ranks=12, slow=-1, killed=-1, ranks_per_node=1))
     for rank in job.ranks:
         rank.host = f"node{rank.rank}"
-    assert [node.host for node in timeline(job).nodes] == [f"node{n}" for n in range(12)]
+    natural = [f"node{n}" for n in range(12)]
+    assert [node.host for node in timeline(job).nodes] == natural
+    # The report's nodes too: its I/O lines and its startup's storage.
+    assert [node.host for node in job_nodes(job, 0)] == natural
+    assert [node.host for node in job_startup(job).nodes] == natural
     assert timeline(job).groups[0].ranks == list(range(1, 12))  # 11 alike: at least MIN_GROUP
 
 
