@@ -427,6 +427,8 @@ METRICS = (
 MARK_SLOWEST = "slowest"
 MARK_STUCK = "stuck"
 MARK_OOM_AHEAD = "oom_ahead"
-MARKS = (MARK_SLOWEST, MARK_STUCK, MARK_OOM_AHEAD)
+MARK_BEHIND = "behind"
+MARK_NEAR_LIMIT = "near_limit"
+MARKS = (MARK_SLOWEST, MARK_STUCK, MARK_OOM_AHEAD, MARK_BEHIND, MARK_NEAR_LIMIT)
 
 STATE_SUFFIX = ".state"  # next to the trace file, in place of TRACE_FILE_SUFFIX: see statefile.py

@@ -15,6 +15,7 @@ no verdict is drawn from it.
 from __future__ import annotations
 
 from .. import semconv as sc
+from .hosts import natural_key
 from .model import NodeReads, RankLoad
 from .ranks import Job
 from .units import human_bytes
@@ -106,8 +107,10 @@ def _sentence(node: NodeReads, residency: tuple[int, int, int] | None) -> str:
 
 
 def job_nodes(job: Job, model: int) -> list[NodeReads]:
-    """One entry per host of the job (ranks without a host together), in host order."""
+    """One entry per host of the job (ranks without a host together), in natural host order (node2 before node10)."""
     hosts: dict[str | None, list[RankLoad]] = {}
     for rank in job.ranks:
         hosts.setdefault(rank.host, []).append(rank)
-    return [node_reads(host, ranks, model) for host, ranks in sorted(hosts.items(), key=lambda item: item[0] or "")]
+    return [
+        node_reads(host, ranks, model) for host, ranks in sorted(hosts.items(), key=lambda item: natural_key(item[0]))
+    ]

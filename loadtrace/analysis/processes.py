@@ -238,13 +238,18 @@ class Run:
     run: int
     members: list[Process] = field(default_factory=list)
     loaders: dict[Who, list[Process]] = field(default_factory=lambda: defaultdict(list))
+    # Its members' launch ids in order, kept as they join: asked for each process that joins, a scan of the members
+    # made grouping a 4,096-rank job quadratic.
+    launches: dict[str, None] = field(default_factory=dict)
 
     @property
     def launch_ids(self) -> list[str]:
-        return list(dict.fromkeys(p.launch_id for p in self.members if p.launch_id is not None))
+        return list(self.launches)
 
     def add(self, process: Process) -> None:
         self.members.append(process)
+        if (launch := process.launch_id) is not None:
+            self.launches[launch] = None
         if process.loaded:
             self.loaders[process.who].append(process)
 
@@ -288,7 +293,7 @@ def _split(attempt: int | None, members: list[Process]) -> list[Run]:
             continue
         free = [run for run in reversed(found) if who not in run.loaders]
         launch = process.launch_id
-        same_launch = [run for run in free if launch is not None and launch in run.launch_ids]
+        same_launch = [run for run in free if launch is not None and launch in run.launches]
         target = (same_launch or free)[0] if same_launch or free else None
         if target is None:
             target = Run(attempt, len(found))

@@ -5,6 +5,11 @@ startup spans, appear without a change here), except the job's root span (the ax
 span (the mark of a rank's death). A bar's bytes are the first of ``BYTES_KEYS`` its span carries. A rank killed with a
 load open, whose load span never ended, gets a bar for that load from its state file or the witness: from the load's
 start to its last sign of life, with the totals it had then. Times are nanoseconds from the job's start.
+
+Nodes come in natural order (node2 before node10). Ranks that would draw alike (the same state, the same kinds of
+finding, the same spans in the same order) form a ``LaneGroup`` once there are ``MIN_GROUP`` of them: the page shows
+such a group as one lane (its median rank's, by load time) until asked for every rank, and a rank that stands out
+(slow, failed, killed, or a finding of its own) keeps its lane under its node. The data keeps every lane.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any
 from .. import semconv as sc
 from .attrs import META, by_device, opt_int_attr
 from .findings import find
+from .hosts import natural_key
 from .model import Exit, Finding, LastState, RankLoad, to_json
 from .ranks import STATUS_ERROR, Job
 from .sources import rfc3339_nanos
@@ -25,6 +31,7 @@ from .sources import rfc3339_nanos
 BYTES_KEYS = (sc.READ_BYTES, sc.CONVERT_BYTES, sc.MATERIALIZE_BYTES)
 # A rank is slow when its load took this many times the median load of the job's ranks that finished.
 SLOW_FACTOR = 1.5
+MIN_GROUP = 8  # fewer alike ranks keep their own lanes
 
 REBUILT = "rebuilt"  # the id of a rebuilt load among span ids (hex, never this)
 OK, ERROR, UNFINISHED = "ok", "error", "unfinished"  # a bar's status; unfinished: rebuilt from a dead rank's state
@@ -61,6 +68,18 @@ class Lane:
     findings: list[str]  # kinds of the findings that name this rank
     rows: int
     bars: list[Bar]
+    group: int | None = None  # its LaneGroup's index in Timeline.groups, when it is one of many alike ranks
+
+
+@dataclass
+class LaneGroup:
+    """Ranks that draw alike: shown as one lane, its ``shown`` rank's (the median by load time)."""
+
+    ranks: list[int | None]
+    hosts: int
+    state: str
+    findings: list[str]
+    shown: int | None
 
 
 @dataclass
@@ -82,6 +101,7 @@ class Timeline:
     missing_ranks: list[int]
     nodes: list[Node]
     findings: list[Finding] = field(default_factory=list)
+    groups: list[LaneGroup] = field(default_factory=list)
 
     @property
     def lanes(self) -> list[Lane]:
@@ -124,7 +144,8 @@ def rebuilt_load(rank: RankLoad, zero: int) -> Bar | None:
     return Bar(name, start - zero, max(start, last.time_unix_nano) - zero, 0, last.read_bytes, UNFINISHED, attributes)
 
 
-def lane_of(rank: RankLoad, zero: int, findings: list[Finding], median: float | None) -> Lane:
+def lane_of(rank: RankLoad, zero: int, kinds: dict[int, list[str]], median: float | None) -> Lane:
+    """The rank's lane; ``kinds``: the kinds of the findings that name each rank."""
     entries = _entries(rank, zero)
     entries.sort(key=lambda entry: (entry[0].start_ns, -entry[0].end_ns, entry[1]))
     index = {span_id: i for i, (_, span_id, _) in enumerate(entries) if span_id}
@@ -143,7 +164,7 @@ def lane_of(rank: RankLoad, zero: int, findings: list[Finding], median: float | 
         load_seconds=rank.load_seconds,
         slow_factor=slow,
         death_ns=_death(rank, bars, zero),
-        findings=[f.kind for f in findings if rank.rank is not None and rank.rank in f.ranks],
+        findings=kinds.get(rank.rank, []) if rank.rank is not None else [],
         rows=pack(bars, parents),
         bars=bars,
     )
@@ -202,19 +223,24 @@ def _lane_state(rank: RankLoad, slow: float | None) -> str:
 
 
 def timeline(job: Job) -> Timeline:
-    """The job's timeline: nodes in host order, lanes in rank order, the job's findings."""
+    """The job's timeline: nodes in natural host order, lanes in rank order, the job's findings, alike ranks' groups."""
     findings = find([job])
     finished = [r.load_seconds for r in job.ranks if r.load_seconds and not r.incomplete and r.failed is None]
     median = statistics.median(finished) if len(finished) >= 2 else None
     zero = job.start_ns
+    kinds: dict[int, list[str]] = {}  # one pass: asking each finding's rank list for each rank is quadratic
+    for finding in findings:
+        for number in finding.ranks:
+            kinds.setdefault(number, []).append(finding.kind)
     hosts: dict[str | None, list[Lane]] = {}
     for rank in job.ranks:
-        hosts.setdefault(rank.host, []).append(lane_of(rank, zero, findings, median))
-    nodes = [Node(host, lanes) for host, lanes in sorted(hosts.items(), key=lambda item: item[0] or "")]
+        hosts.setdefault(rank.host, []).append(lane_of(rank, zero, kinds, median))
+    nodes = [Node(host, lanes) for host, lanes in sorted(hosts.items(), key=lambda item: natural_key(item[0]))]
     ends = [bar.end_ns for node in nodes for lane in node.lanes for bar in lane.bars]
     ends += [lane.death_ns for node in nodes for lane in node.lanes if lane.death_ns is not None]
     present = {rank.rank for rank in job.ranks}
     world = job.world_size
+    lanes = [lane for node in nodes for lane in node.lanes]
     return Timeline(
         trace_id=job.trace_id,
         job_id=job.job_id,
@@ -227,4 +253,34 @@ def timeline(job: Job) -> Timeline:
         missing_ranks=[r for r in range(world) if r not in present] if world else [],
         nodes=nodes,
         findings=findings,
+        groups=group_alike(lanes, findings),
     )
+
+
+def group_alike(lanes: list[Lane], findings: list[Finding]) -> list[LaneGroup]:
+    """Sets of at least ``MIN_GROUP`` lanes that draw alike, each lane told its set (``Lane.group``). A rank that a
+    finding names alone (``slow_rank`` of one rank, say) stands out, and so does any lane not ``ok``."""
+    alone = {f.ranks[0] for f in findings if len(f.ranks) == 1}
+    sets: dict[tuple[object, ...], list[Lane]] = {}
+    for lane in lanes:
+        if lane.state != OK or lane.rank in alone:
+            continue
+        shape = (tuple(sorted(set(lane.findings))), tuple(bar.name for bar in lane.bars))
+        sets.setdefault(shape, []).append(lane)
+    groups: list[LaneGroup] = []
+    for members in sets.values():
+        if len(members) < MIN_GROUP:
+            continue
+        for lane in members:
+            lane.group = len(groups)
+        by_load = sorted(members, key=lambda lane: (lane.load_seconds or 0.0, lane.rank or 0))
+        groups.append(
+            LaneGroup(
+                ranks=[lane.rank for lane in members],
+                hosts=len({lane.host for lane in members}),
+                state=members[0].state,
+                findings=sorted(set(members[0].findings)),
+                shown=by_load[len(by_load) // 2].rank,
+            )
+        )
+    return groups

@@ -12,18 +12,25 @@ the files, asks whether a pid is alive on this host, and draws. docs/report.md d
 - marks: ``slowest`` (of a job's loading ranks, the latest to finish by its ETA, else the least far), ``stuck`` (no
   progress for ``STUCK_SECONDS`` while loading), ``oom_ahead`` (the memory its limit applies to, rising as its RSS has
   since the load began, reaches the limit before its load can end: before its ETA, or within ``OOM_HORIZON_S`` when
-  the ETA is unknown). Under a cgroup limit on this host that memory is the cgroup's usage (all its processes: the OOM
-  killer counts them together), else the rank's own RSS.
+  the ETA is unknown), ``near_limit`` (that memory at ``NEAR_LIMIT_SHARE`` of the limit or more, while loading),
+  ``behind`` (loading, and it has read under ``BEHIND_SHARE`` of the median of its job's loading ranks, when there are
+  three or more: of their percentages where every one is known, else of their bytes). Under a cgroup limit on this
+  host that memory is the cgroup's usage (all its processes: the OOM killer counts them together), else the rank's
+  own RSS.
+- needs attention (``needs_attention``): a rank that is dead or signalled, raised, or carries a mark: what the screen
+  shows first, one row each, however many ranks the job has.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from .. import semconv as sc
 from .. import statefile
+from .hosts import natural_key
 from .sources import StateFile
 
 STUCK_SECONDS = 30.0
@@ -31,6 +38,8 @@ OOM_HORIZON_S = 300.0
 RATE_WINDOW_S = 10.0
 # A trend needs this much time between its two readings to mean anything.
 MIN_TREND_S = 1.0
+NEAR_LIMIT_SHARE = 0.9
+BEHIND_SHARE = 0.5
 DEAD = "dead"
 
 Alive = Callable[[int, int], bool]  # (pid, the state file's creation time in ns) → whether that process still runs
@@ -187,6 +196,9 @@ def mark(rows: list[TopRow]) -> None:
             horizon = item.eta_seconds if item.eta_seconds is not None else OOM_HORIZON_S
             if item.oom_in_seconds < horizon:
                 item.marks.append(sc.MARK_OOM_AHEAD)
+        used = max(item.rss_bytes or 0, item.cgroup_usage_bytes or 0)
+        if item.limit_bytes and used >= NEAR_LIMIT_SHARE * item.limit_bytes:
+            item.marks.append(sc.MARK_NEAR_LIMIT)
     jobs: dict[tuple[str | None, int], list[TopRow]] = {}
     for item in rows:
         jobs.setdefault((item.job_id, item.attempt), []).append(item)
@@ -196,6 +208,25 @@ def mark(rows: list[TopRow]) -> None:
             continue
         slowest = max(loading, key=_lateness)
         slowest.marks.insert(0, sc.MARK_SLOWEST)
+        _mark_behind(loading)
+
+
+def _mark_behind(loading: list[TopRow]) -> None:
+    """``behind``: under ``BEHIND_SHARE`` of the median progress of the job's loading ranks (one median per job; of
+    two ranks, ``slowest`` already says which is behind)."""
+    if len(loading) < 3:
+        return
+    shares = [item.percent for item in loading]
+    progress = shares if all(share is not None for share in shares) else [float(item.read_bytes) for item in loading]
+    median = statistics.median(p or 0.0 for p in progress)
+    for item, done in zip(loading, progress, strict=True):
+        if median > 0 and (done or 0.0) < BEHIND_SHARE * median:
+            item.marks.append(sc.MARK_BEHIND)
+
+
+def needs_attention(item: TopRow) -> bool:
+    """Dead, signalled, raised or marked: shown first, one row each (see the module docstring)."""
+    return item.status in (DEAD, "signalled") or bool(item.marks) or bool(item.exception)
 
 
 def _lateness(item: TopRow) -> tuple[float, float]:
@@ -222,7 +253,8 @@ def rows(
     history: History | None = None,
     usage: Usage | None = None,
 ) -> list[TopRow]:
-    """Every process that began a load, grouped by node (host), then by job and rank; marked. ``usage`` reads a
+    """Every process that began a load, grouped by node (hosts in natural order: node2 before node10), then by job and
+    rank; marked. ``usage`` reads a
     cgroup's memory usage on this host: a limit applies to all the cgroup's processes together."""
     found = []
     for source in states:
@@ -236,6 +268,8 @@ def rows(
             history.add(key, now_ns, state.totals()["read_bytes"])
             rate = history.rate(key)
         found.append(row(source.path, state, now_ns, status, rate, _cgroup_usage(state, status, this_host, usage)))
-    found.sort(key=lambda r: (r.host or "", r.job_id or "", r.attempt, r.rank if r.rank is not None else 1 << 30))
+    found.sort(
+        key=lambda r: (natural_key(r.host), r.job_id or "", r.attempt, r.rank if r.rank is not None else 1 << 30)
+    )
     mark(found)
     return found

@@ -61,13 +61,12 @@ def finite(value: Any) -> Any:
 
 
 def _bar(bar: Bar, names: dict[str, int]) -> list[Any]:
-    attributes = finite(bar.attributes)
-    return [names.setdefault(bar.name, len(names)), bar.start_ns, bar.end_ns, bar.row, bar.bytes, attributes]
+    return [names.setdefault(bar.name, len(names)), bar.start_ns, bar.end_ns, bar.row, bar.bytes, bar.attributes]
 
 
 def page_data(timeline: Timeline) -> dict[str, Any]:
     """What the page draws: compact lists (a bar is [name index, start, end, row, bytes, attributes], a lane's bars
-    by status), so a 512-rank job's page stays a few megabytes."""
+    by status), so a 512-rank job's page stays a few megabytes; the groups of alike ranks it collapses by default."""
     names: dict[str, int] = {}
     nodes = []
     for node in timeline.nodes:
@@ -85,6 +84,7 @@ def page_data(timeline: Timeline) -> dict[str, Any]:
                     "findings": lane.findings,
                     "rows": lane.rows,
                     "bars": [_bar(bar, names) + [STATUS_CODES[bar.status]] for bar in lane.bars],
+                    "group": lane.group,
                 }
             )
         nodes.append({"host": node.host, "lanes": lanes})
@@ -111,13 +111,23 @@ def page_data(timeline: Timeline) -> dict[str, Any]:
         "names": list(names),
         "nodes": nodes,
         "findings": findings,
+        "groups": to_json(timeline.groups),
     }
+
+
+def _json(data: Any) -> str:
+    """Compact JSON; NaN and infinite numbers (rare: a span may carry one) as text, where a walk of every attribute
+    first would cost a second at 4,096 ranks."""
+    try:
+        return json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        return json.dumps(finite(data), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def html_page(timeline: Timeline) -> str:
     """The page: the template with the data inlined (``<`` escaped, so no text in it can end the script)."""
     template = resources.files("loadtrace.cli").joinpath(PAGE).read_text(encoding="utf-8")
-    data = json.dumps(page_data(timeline), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    data = _json(page_data(timeline))
     data = data.replace("<", "\\u003c").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
     return template.replace(DATA_MARK, data, 1)
 

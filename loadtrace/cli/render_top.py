@@ -1,6 +1,10 @@
 """``loadtrace top``'s rows → the lines people read: a header, then each node's ranks as a table.
 
-Pure text, the same lines whether they go to a terminal (cli/top.py draws them with curses) or to stdout
+Past ``FULL_VIEW_RANKS`` ranks the screen would scroll, so it shows the ranks that need attention first (dead,
+signalled, raised, or marked: behind, stuck, near or heading for their memory limit, the slowest), one row each up to
+``ATTENTION_ROWS``, then the rest summed by status and node: one row per status and node while that fits
+``SUMMARY_ROWS``, else one per status with its nodes as ranges. ``--once --format json`` lists every rank whatever the
+screen shows. Pure text, the same lines whether they go to a terminal (cli/top.py draws them with curses) or to stdout
 (``--once``); the JSON comes from the same rows (``to_json``).
 """
 
@@ -9,7 +13,8 @@ from __future__ import annotations
 import time
 from itertools import groupby
 
-from loadtrace.analysis.top import TopRow
+from loadtrace.analysis.hosts import host_ranges, natural_key
+from loadtrace.analysis.top import TopRow, needs_attention
 from loadtrace.cli.render import size, table
 
 TOP_COLUMNS = (
@@ -17,6 +22,22 @@ TOP_COLUMNS = (
     *("rss", "peak", "limit", "marks"),
 )
 PHASE_WIDTH = 32
+FULL_VIEW_RANKS = 16  # up to this many ranks, every one has its row
+ATTENTION_ROWS = 20
+SUMMARY_ROWS = 12
+SUMMARY_COLUMNS = (
+    "status",
+    "ranks",
+    "nodes",
+    "files",
+    "read",
+    "of",
+    "%",
+    "rate/s",
+    "max eta s",
+    "max idle s",
+    "max rss",
+)
 
 
 def _seconds(value: float | None) -> str:
@@ -70,9 +91,80 @@ def top_lines(rows: list[TopRow], where: str, now_ns: int, live: bool = True) ->
     lines = [header + ("  (q: quit)" if live else ""), ""]
     if not rows:
         lines.append("no rank has begun a load here yet (state files: *.state under this folder)")
+    if len(rows) > FULL_VIEW_RANKS:
+        return lines + _at_scale(rows)
     for host, members in groupby(rows, key=lambda item: item.host):
         lines.append(f"node {host or '?'}")
         text = table(TOP_COLUMNS, [top_row(item) for item in members], left=4)
         lines += ["  " + line for line in text.splitlines()]
         lines.append("")
     return lines
+
+
+def _at_scale(rows: list[TopRow]) -> list[str]:
+    """The ranks that need attention, one row each (the worst first), then the others summed by status and node."""
+    flagged = sorted((item for item in rows if needs_attention(item)), key=_urgency)
+    others = [item for item in rows if not needs_attention(item)]
+    lines = []
+    if flagged:
+        shown = flagged[:ATTENTION_ROWS]
+        lines.append(f"need attention: {len(flagged)} rank{'s' * (len(flagged) != 1)}")
+        text = table(("node", *TOP_COLUMNS), [[item.host or "?", *top_row(item)] for item in shown], left=5)
+        lines += ["  " + line for line in text.splitlines()]
+        if len(flagged) > len(shown):
+            lines.append(f"  ... and {len(flagged) - len(shown)} more (--once --format json lists every rank)")
+        lines.append("")
+    if others:
+        by_node = _summed(others, by_node=True)
+        groups = by_node if len(by_node) <= SUMMARY_ROWS else _summed(others, by_node=False)
+        lines.append(f"the other {len(others)} rank{'s' * (len(others) != 1)}, by status and node:")
+        lines += ["  " + line for line in table(SUMMARY_COLUMNS, groups, left=3).splitlines()]
+    return lines
+
+
+# Which flagged rank comes first: the dead and dying, then memory, then the stalled, then the slow.
+_ORDER = ("dead", "signalled", "oom_ahead", "near_limit", "stuck", "behind", "slowest")
+
+
+def _urgency(item: TopRow) -> tuple[int, tuple[tuple[int, int | str], ...], int]:
+    """The first of ``_ORDER`` the rank is (a rank that only raised comes after them), then node and rank."""
+    first = min((_ORDER.index(word) for word in (item.status, *item.marks) if word in _ORDER), default=len(_ORDER))
+    return first, natural_key(item.host), item.rank if item.rank is not None else 1 << 30
+
+
+def _summed(rows: list[TopRow], by_node: bool) -> list[list[str]]:
+    """One table row per status (and node): ranks, files, bytes read of the bytes expected, summed rates, the worst
+    ETA, idle time and RSS."""
+    groups: dict[tuple[str, str | None], list[TopRow]] = {}
+    for item in rows:  # in node order already
+        groups.setdefault((item.status, item.host if by_node else None), []).append(item)
+    result = []
+    for (status, _), members in sorted(groups.items(), key=lambda group: _STATUS_ORDER.get(group[0][0], 9)):
+        read = sum(item.read_bytes for item in members)
+        expected = [item.expected_bytes for item in members]
+        of = sum(e for e in expected if e is not None) if all(e is not None for e in expected) else None
+        rates = [item.read_rate_bytes_per_s for item in members if item.read_rate_bytes_per_s is not None]
+        result.append(
+            [
+                status,
+                str(len(members)),
+                host_ranges(item.host for item in members) or "?",
+                str(sum(item.files_opened for item in members)),
+                size(read),
+                "?" if of is None else size(of),
+                "-" if not of else f"{100 * read / of:.0f}",
+                size(round(sum(rates))) if rates else "-",
+                _seconds(max((i.eta_seconds for i in members if i.eta_seconds is not None), default=None)),
+                _seconds(
+                    max(
+                        (i.seconds_since_progress for i in members if i.seconds_since_progress is not None),
+                        default=None,
+                    )
+                ),
+                size(max((item.rss_bytes for item in members if item.rss_bytes is not None), default=None)),
+            ]
+        )
+    return result
+
+
+_STATUS_ORDER = {"loading": 0, "idle": 1, "exited": 2}

@@ -19,8 +19,10 @@ from support.big_job import write_big_job
 from support.paths import SPANS
 
 from loadtrace import semconv as sc
+from loadtrace.analysis.nodes import job_nodes
 from loadtrace.analysis.ranks import jobs_from_spans
 from loadtrace.analysis.sources import Span, read_files
+from loadtrace.analysis.startup import job_startup
 from loadtrace.analysis.timeline import ERROR, FAILED, INCOMPLETE, KILLED, OK, SLOW, UNFINISHED, timeline
 from loadtrace.cli import main
 from loadtrace.cli.render_timeline import chrome_trace, html_page, lane_detail, nested_tracks
@@ -159,6 +161,24 @@ def test_a_slow_rank_and_a_cut_rank_of_a_512_rank_job(tmp_path):
     states = {lane.rank: lane.state for lane in picture.lanes}
     assert states[7] == SLOW and states[300] == INCOMPLETE
     assert {state for rank, state in states.items() if rank not in (7, 300)} == {OK}
+    # Alike ranks form one group (the page shows it as one lane); rank 0 (no finding of the others), the slow and the
+    # cut rank stand out.
+    (group,) = picture.groups
+    assert group.ranks == [r for r in range(1, 512) if r not in (7, 300)] and group.hosts == 64
+    assert {lane.rank for lane in picture.lanes if lane.group is None} == {0, 7, 300}
+    assert group.shown in group.ranks and group.findings == sorted(set(picture.lanes[1].findings))
+
+
+def test_nodes_in_natural_order_node2_before_node10(tmp_path):
+    job, _ = job_of(write_big_job(tmp_path / "big", ranks=12, slow=-1, killed=-1, ranks_per_node=1))
+    for rank in job.ranks:
+        rank.host = f"node{rank.rank}"
+    natural = [f"node{n}" for n in range(12)]
+    assert [node.host for node in timeline(job).nodes] == natural
+    # The report's nodes too: its I/O lines and its startup's storage.
+    assert [node.host for node in job_nodes(job, 0)] == natural
+    assert [node.host for node in job_startup(job).nodes] == natural
+    assert timeline(job).groups[0].ranks == list(range(1, 12))  # 11 alike: at least MIN_GROUP
 
 
 def check_trace_events(trace: dict) -> None:

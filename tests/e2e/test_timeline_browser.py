@@ -125,13 +125,22 @@ def test_hovering_a_bar_shows_its_attributes(browser, tmp_path):
     page.close()
 
 
-def test_a_512_rank_page_loads_quickly_and_shows_every_rank(browser, tmp_path):
+def test_a_512_rank_page_loads_quickly_alike_ranks_collapsed_and_shows_every_rank_when_asked(browser, tmp_path):
     path = write_page(write_big_job(tmp_path / "big"), tmp_path / "big.html")
     assert os.path.getsize(path) < 16 * 2**20
     visit = Visit(browser, path)
     page = visit.page
     assert visit.messages == [] and visit.requests == [visit.url]
     assert visit.seconds < 10, f"the 512-rank page took {visit.seconds:.1f} s to load"
+    # By default: the ranks that stand out under their nodes (0, the slow 7, the killed 300), the 509 alike as one.
+    assert page.locator(".lane:not(.group)").all_inner_texts()[0].startswith("rank 0")
+    assert [page.locator(".lane:not(.group)").nth(i).get_attribute("data-rank") for i in range(3)] == ["0", "7", "300"]
+    assert page.locator(".lane:not(.group)").count() == 3
+    assert page.locator(".lane.group").all_inner_texts() == [
+        "ranks 1\u20136, 8\u2013299, 301\u2013511 (509 on 64 nodes)"
+    ]
+    assert page.locator(".node").all_inner_texts()[0] == "node node000 \u00b7 8 ranks, 2 shown"
+    page.click("#collapse")
     assert page.locator(".lane").count() == 512 and page.locator(".node").count() == 64
     summaries = page.locator("#findings summary").all_inner_texts()
     assert summaries and all(len(text) < 160 for text in summaries), summaries  # 511 ranks as ranges: "1–6, 8–..."

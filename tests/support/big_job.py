@@ -1,9 +1,20 @@
-"""A large job made from a real one: the 2-rank FSDP run in ``fixtures/spans/fsdp524`` copied to N ranks on N/8 nodes.
+"""A large job made from a real one: a recorded 2-rank FSDP run copied to N ranks on N/8 nodes, for the tests and
+the benchmarks (``benchmarks/bench_scale.py``) alike.
 
-Rank 0 is the recorded rank 0; every other rank is a copy of the recorded rank 1 with its own resource (rank, host,
-pid), its own span ids and times shifted by a few milliseconds. One rank is slowed down (its times stretched 3x, or,
-with ``slow_by``, its whole timeline stretched to end that many seconds later) and one is cut short the way a SIGKILL
-cuts a file: its outermost load span, written last, is missing.
+Rank 0 is the recorded rank 0 (it holds the job's root span); every other rank is a copy of the recorded rank 1 with
+its own resource (rank, local rank, node rank, host ``nodeNNN``, pid, instance), its own span ids and its times shifted
+by ``rank % jitter_ms`` milliseconds (timestamps its attributes carry move too, and a startup span's carried split is
+the one its moved spans have). Outliers, each one rank (a rank number outside the job: none):
+
+- ``slow``: its times stretched 3x; with ``slow_by`` > 0 instead, its whole timeline stretched from its first span's
+  start so that its last span ends ``slow_by`` seconds later (its spans still nest).
+- ``killed``: cut short the way a SIGKILL cuts a file when nothing else is left: its outermost load span, written
+  last, is missing.
+- ``dead``: SIGKILLed halfway through its reading, as a real one is found: only the spans that had ended by then,
+  and its state file (``loadtrace.statefile``) with the load open and the totals of the files it had opened by then.
+- ``partial``: its file's last line cut in the middle (a write the kill interrupted).
+
+``write_live_job`` writes the state files of a job in the middle of its load instead, for ``loadtrace top``.
 """
 
 from __future__ import annotations
@@ -11,11 +22,20 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
-from .paths import SPANS
+from loadtrace import semconv as sc
+from loadtrace import statefile
+
+from .jobtree import _carry_split, _move_times  # the same moves as a tree of many jobs
+from .paths import REPO, SPANS
 
 FIXTURE = SPANS / "fsdp524"
+# The same job recorded by a later loadtrace: startup spans, launch ids and attempts, as jobs write them now.
+RECORDED = REPO / "docs" / "samples" / "fsdp524"
 RANKS_PER_NODE = 8
+JITTER_MS = 97
+FIRST_PID = 20000
 
 
 def _set(attributes: list[dict], key: str, value: dict) -> None:
@@ -30,56 +50,227 @@ def _new_id(rank: int, old: str) -> str:
     return hashlib.sha256(f"{rank}:{old}".encode()).hexdigest()[:16]
 
 
-def write_big_job(folder: Path, ranks: int = 512, slow: int = 7, killed: int = 300, slow_by: float = 0.0) -> Path:
-    """Write the job's files under ``folder``; the folder. ``slow_by`` > 0: the slow rank's every time moves away
-    from its first span's start in proportion, so that its last span ends ``slow_by`` seconds later (its spans
-    still nest)."""
-    recorded = {0: sorted(FIXTURE.glob("rank00000-*.jsonl"))[0], 1: sorted(FIXTURE.glob("rank00001-*.jsonl"))[0]}
-    lines = {rank: path.read_text().splitlines() for rank, path in recorded.items()}
-    slow_spans = [span for line in lines[0 if slow == 0 else 1] for span in _spans(json.loads(line))]
-    origin = min(int(span["startTimeUnixNano"]) for span in slow_spans)
-    extent = max(int(span["endTimeUnixNano"]) for span in slow_spans) - origin
-    dilation = 1 + slow_by * 1e9 / extent if slow_by > 0 else 1.0
-    folder.mkdir(parents=True, exist_ok=True)
-    for rank in range(ranks):
-        source = lines[0 if rank == 0 else 1]
-        own_ids = {span["spanId"] for line in source for span in _spans(json.loads(line))}
-        host, pid = f"node{rank // RANKS_PER_NODE:03d}", 20000 + rank
-        out = []
-        for line in source:
-            data = json.loads(line)
-            for resource_spans in data["resourceSpans"]:
-                attributes = resource_spans["resource"]["attributes"]
-                _set(attributes, "loadtrace.rank", {"intValue": str(rank)})
-                _set(attributes, "loadtrace.local_rank", {"intValue": str(rank % RANKS_PER_NODE)})
-                _set(attributes, "loadtrace.world_size", {"intValue": str(ranks)})
-                _set(attributes, "loadtrace.local_world_size", {"intValue": str(RANKS_PER_NODE)})
-                _set(attributes, "host.name", {"stringValue": host})
-                _set(attributes, "process.pid", {"intValue": str(pid)})
-                _set(attributes, "service.instance.id", {"stringValue": f"big/rank-{rank}"})
-            spans = list(_spans(data))
-            for span in spans:
-                base = int(span["startTimeUnixNano"])
-                shift = (rank % 97) * 1_000_000
-                start, end = base + shift, int(span["endTimeUnixNano"]) + shift
-                if rank == slow and slow_by > 0:
-                    start = origin + shift + round((base - origin) * dilation)
-                    end = origin + shift + round((int(span["endTimeUnixNano"]) - origin) * dilation)
-                elif rank == slow:
-                    end = start + 3 * (end - start)
-                span["startTimeUnixNano"], span["endTimeUnixNano"] = str(start), str(end)
-                if rank != 0:
-                    span["spanId"] = _new_id(rank, span["spanId"])
-                    if span.get("parentSpanId") in own_ids:
-                        span["parentSpanId"] = _new_id(rank, span["parentSpanId"])
-            if rank == killed and any(span["name"] == "transformers.from_pretrained" for span in spans):
-                continue  # the load span a SIGKILL never let it write
-            out.append(json.dumps(data, separators=(",", ":")))
-        (folder / f"rank{rank:05d}-{host}-{pid}.jsonl").write_text("\n".join(out) + "\n")
-    return folder
-
-
 def _spans(data: dict):
     for resource_spans in data["resourceSpans"]:
         for scope_spans in resource_spans["scopeSpans"]:
             yield from scope_spans["spans"]
+
+
+def _attribute(span: dict, key: str) -> Any:
+    value = next((a["value"] for a in span.get("attributes", []) if a["key"] == key), {})
+    text = value.get("intValue", value.get("stringValue"))
+    return int(text) if "intValue" in value else text
+
+
+def host_of(rank: int, ranks_per_node: int = RANKS_PER_NODE) -> str:
+    return f"node{rank // ranks_per_node:03d}"
+
+
+def write_big_job(
+    folder: Path,
+    ranks: int = 512,
+    slow: int = 7,
+    killed: int = 300,
+    slow_by: float = 0.0,
+    *,
+    dead: int | None = None,
+    partial: int | None = None,
+    source: Path = FIXTURE,
+    ranks_per_node: int = RANKS_PER_NODE,
+    jitter_ms: int = JITTER_MS,
+) -> Path:
+    """Write the job's files under ``folder`` (the module docstring says what each outlier is); the folder."""
+    recorded = {n: sorted(source.glob(f"rank0000{n}-*.jsonl"))[0] for n in (0, 1)}
+    lines = {
+        n: [json.loads(text) for text in path.read_text().splitlines() if text.strip()] for n, path in recorded.items()
+    }
+    slow_spans = [span for line in lines[0 if slow == 0 else 1] for span in _spans(line)]
+    origin = min(int(span["startTimeUnixNano"]) for span in slow_spans)
+    extent = max(int(span["endTimeUnixNano"]) for span in slow_spans) - origin
+    dilation = 1 + slow_by * 1e9 / extent if slow_by > 0 else 1.0
+    splits: dict[Any, Any] = {}
+    folder.mkdir(parents=True, exist_ok=True)
+    for rank in range(ranks):
+        template = lines[0 if rank == 0 else 1]
+        own_ids = {span["spanId"] for line in template for span in _spans(line)}
+        host, pid = host_of(rank, ranks_per_node), FIRST_PID + rank
+        shift = (rank % jitter_ms) * 1_000_000
+
+        def moved(ns: int, rank: int = rank, shift: int = shift) -> int:
+            if rank == slow and slow_by > 0:
+                return origin + shift + round((ns - origin) * dilation)
+            return ns + shift
+
+        data_lines = []
+        for line in template:
+            data = json.loads(json.dumps(line))  # a copy
+            for resource_spans in data["resourceSpans"]:
+                attributes = resource_spans["resource"]["attributes"]
+                for key, number in (
+                    (sc.RANK, rank),
+                    (sc.LOCAL_RANK, rank % ranks_per_node),
+                    (sc.NODE_RANK, rank // ranks_per_node),
+                    (sc.WORLD_SIZE, ranks),
+                    (sc.LOCAL_WORLD_SIZE, ranks_per_node),
+                    (sc.PROCESS_PID, pid),
+                ):
+                    _set(attributes, key, {"intValue": str(number)})
+                _set(attributes, sc.HOST_NAME, {"stringValue": host})
+                _set(attributes, sc.SERVICE_INSTANCE_ID, {"stringValue": f"big/rank-{rank}"})
+            for span in _spans(data):
+                start, end = int(span["startTimeUnixNano"]), int(span["endTimeUnixNano"])
+                _move_times(span, moved)
+                if rank == slow and slow_by <= 0:
+                    span["endTimeUnixNano"] = str(start + shift + 3 * (end - start))
+                if rank != 0:
+                    span["spanId"] = _new_id(rank, span["spanId"])
+                    if span.get("parentSpanId") in own_ids:
+                        span["parentSpanId"] = _new_id(rank, span["parentSpanId"])
+            data_lines.append(data)
+        spans = [span for data in data_lines for span in _spans(data)]
+        _carry_split(spans, splits, (min(rank, 1), rank == slow))
+        if rank == killed:  # the load span a SIGKILL never let it write
+            data_lines = [d for d in data_lines if all(s["name"] != sc.SPAN_FROM_PRETRAINED for s in _spans(d))]
+        stem = f"rank{rank:05d}-{host}-{pid}"
+        if rank == dead:
+            data_lines = _until_death(data_lines, folder / (stem + sc.STATE_SUFFIX), ranks, ranks_per_node)
+        text = "".join(json.dumps(data, separators=(",", ":")) + "\n" for data in data_lines)
+        if rank == partial:
+            last = text.rstrip("\n").rfind("\n") + 1
+            text = text[: last + (len(text) - last) // 2]
+        (folder / (stem + sc.TRACE_FILE_SUFFIX)).write_text(text)
+    return folder
+
+
+def _until_death(data_lines: list[dict], state_path: Path, ranks: int, ranks_per_node: int) -> list[dict]:
+    """A rank SIGKILLed halfway through its load: the lines of the spans that had ended by then, and its state file."""
+    spans = [span for data in data_lines for span in _spans(data)]
+    load = next(span for span in spans if span["name"] == sc.SPAN_FROM_PRETRAINED)
+    load_start, load_end = int(load["startTimeUnixNano"]), int(load["endTimeUnixNano"])
+    files = [s for s in spans if s["name"] in sc.FILE_SPANS and load_start <= int(s["startTimeUnixNano"]) <= load_end]
+    # Halfway through its reading (the files' spans), else through its load.
+    first = min((int(s["startTimeUnixNano"]) for s in files), default=load_start)
+    death = (first + max((int(s["endTimeUnixNano"]) for s in files), default=load_end)) // 2
+    kept = []
+    for data in data_lines:
+        for scope_spans in (ss for rs in data["resourceSpans"] for ss in rs["scopeSpans"]):
+            scope_spans["spans"] = [s for s in scope_spans["spans"] if int(s["endTimeUnixNano"]) <= death]
+        if any(True for _ in _spans(data)):
+            kept.append(data)
+    resource = {a["key"]: a["value"] for a in data_lines[0]["resourceSpans"][0]["resource"]["attributes"]}
+    rank = int(resource[sc.RANK]["intValue"])
+    # A file span lasts until its load ends; its tensors are read (and counted in the state) soon after it opens.
+    opened = [s for s in files if int(s["startTimeUnixNano"]) <= death]
+    writer = statefile.Writer(
+        str(state_path),
+        {
+            "pid": int(resource[sc.PROCESS_PID]["intValue"]),
+            "rank": rank,
+            "local_rank": rank % ranks_per_node,
+            "world_size": ranks,
+            "local_world_size": ranks_per_node,
+        },
+        {
+            "job_id": resource.get(sc.JOB_ID, {}).get("stringValue", ""),
+            "launch_id": resource.get(sc.LAUNCH_ID, {}).get("stringValue", ""),
+            "host": resource[sc.HOST_NAME]["stringValue"],
+            "trace_id": load["traceId"],
+            "phase": sc.SPAN_FROM_PRETRAINED,
+            "load": sc.SPAN_FROM_PRETRAINED,
+            "strategy": _attribute(load, sc.STRATEGY) or "",
+            "trace_file": str(state_path.with_name(state_path.name.removesuffix(sc.STATE_SUFFIX) + ".jsonl")),
+        },
+    )
+    writer["created_ns"] = min(int(s["startTimeUnixNano"]) for s in spans)
+    writer.load_started()
+    for span in opened:
+        slot = writer.new_slot()
+        slot.counts[0] += _attribute(span, sc.READ_TENSORS) or 0
+        slot.counts[1] += _attribute(span, sc.READ_BYTES) or 0
+        writer.add("files_opened", 1)
+    for key, value in (
+        ("load_start_ns", load_start),
+        ("updated_ns", death),
+        ("status", statefile.STATUS_LOADING),
+        ("loads_open", 1),
+        ("checkpoint_tensor_bytes", _attribute(load, sc.CHECKPOINT_TENSOR_BYTES) or 0),
+        ("memory_limit", _attribute(load, sc.MEMORY_LIMIT) or 0),
+        ("memory_limit_source", statefile.LIMIT_NODE),
+        ("node_memory_total", _attribute(load, sc.NODE_MEMORY_TOTAL) or 0),
+        ("rss_peak", _attribute(load, sc.RSS_BEFORE) or 0),
+    ):
+        writer[key] = value
+    writer.close()
+    return kept
+
+
+# A job in the middle of its load, as ``loadtrace top`` finds it --------------------------------------------------
+
+GB = 10**9
+LIVE_CHECKPOINT = 140 * GB
+LIVE_LIMIT = 2000 * GB  # each node's memory
+NOT_A_PID = 4_194_305  # above Linux's highest pid_max: never a running process
+
+
+def write_live_job(
+    folder: Path,
+    ranks: int,
+    now_ns: int,
+    *,
+    behind: tuple[int, ...] = (),
+    stuck: tuple[int, ...] = (),
+    dead: tuple[int, ...] = (),
+    near_limit: tuple[int, ...] = (),
+    finished: tuple[int, ...] = (),
+    this_host: str = "",
+    ranks_per_node: int = RANKS_PER_NODE,
+    job_id: str = "big-live",
+) -> Path:
+    """State files of ``ranks`` ranks two minutes into a plain load of a 140 GB checkpoint at ``now_ns``: each has read
+    about 60 % (a little more or less by rank), progressed half a second ago, its RSS rising as it reads. ``behind``:
+    at 10 %; ``stuck``: no progress for a minute; ``dead``: on ``this_host`` under a pid that cannot exist (a SIGKILL:
+    never said it exited); ``near_limit``: its RSS at 95 % of its node's memory and rising fast enough to reach it
+    before its load ends; ``finished``: its load done (idle)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    start = now_ns - 120 * 10**9
+    for rank in range(ranks):
+        host = this_host if rank in dead else host_of(rank, ranks_per_node)
+        pid = NOT_A_PID if rank in dead else FIRST_PID + rank
+        share = 0.1 if rank in behind else 1.0 if rank in finished else 0.55 + (rank % 11) / 100
+        path = folder / f"rank{rank:05d}-{host}-{pid}{sc.STATE_SUFFIX}"
+        writer = statefile.Writer(
+            str(path),
+            {"pid": pid, "rank": rank, "local_rank": rank % ranks_per_node, "world_size": ranks},
+            {"job_id": job_id, "host": host, "strategy": sc.STRATEGY_PLAIN, "load": sc.SPAN_FROM_PRETRAINED},
+        )
+        writer["local_world_size"] = ranks_per_node
+        writer["created_ns"] = start - 30 * 10**9
+        writer.load_started()
+        writer["load_start_ns"] = start
+        writer["checkpoint_tensor_bytes"] = LIVE_CHECKPOINT
+        writer["memory_limit"], writer["memory_limit_source"] = LIVE_LIMIT, statefile.LIMIT_NODE
+        writer["node_memory_total"] = LIVE_LIMIT
+        read = round(LIVE_CHECKPOINT * share)
+        files = 30 * read // LIVE_CHECKPOINT
+        for _ in range(files):
+            writer.new_slot().counts[1] += read // max(files, 1)
+        writer.add("files_opened", files)
+        loading = rank not in finished
+        writer["status"] = statefile.STATUS_LOADING if loading else statefile.STATUS_IDLE
+        writer["loads_open"] = int(loading)
+        writer["updated_ns"] = now_ns - (60 if rank in stuck else 1) * 10**9
+        writer.set_text("phase", sc.SPAN_CONVERT if loading else "")
+        rss = 1900 * GB if rank in near_limit else round((100 + 100 * share / 0.6) * GB)  # rising as it reads
+        for key, value in (
+            ("progress_ns", now_ns - (60 if rank in stuck else 0.5) * 10**9),
+            ("rate_base_ns", now_ns - 10 * 10**9),
+            ("rate_base_bytes", round(read * 0.5)),
+            ("rss_load_start", 100 * GB),
+            ("rss_load_start_ns", start),
+            ("rss_now", rss),
+            ("rss_sampled_ns", now_ns - 10**9),
+        ):
+            writer.set_live(key, int(value))
+        writer["rss_peak"] = rss
+        writer.close()
+    return folder

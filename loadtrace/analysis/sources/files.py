@@ -131,11 +131,26 @@ def any_value(value: dict[str, Any]) -> Any:
     return None
 
 
+def _int_array(array: Any) -> list[int] | None:
+    """An ``arrayValue`` of plain ``intValue`` strings (a startup's import times and carried split) decoded inline;
+    None for anything else, which the checked path then decodes."""
+    values = array.get("values") if type(array) is dict and len(array) == 1 else None
+    if type(values) is not list:
+        return None
+    numbers = []
+    for item in values:
+        if type(item) is dict and len(item) == 1 and type(number := item.get("intValue")) is str and number.isdigit():
+            numbers.append(int(number))
+        else:
+            return None
+    return numbers
+
+
 def key_values(items: Iterable[dict[str, Any]]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for item in _array(items):
-        # The common cases inline (most of the time ``loadtrace jobs`` spends on a large tree goes here); the rest,
-        # and anything malformed, through the checked path.
+        # The common cases inline (most of the time reading a large job or tree goes here); the rest, and anything
+        # malformed, through the checked path.
         if type(item) is dict and type(key := item.get("key")) is str and type(value := item.get("value")) is dict:
             if len(value) == 1:
                 if type(text := value.get("stringValue")) is str:
@@ -143,6 +158,9 @@ def key_values(items: Iterable[dict[str, Any]]) -> dict[str, Any]:
                     continue
                 if type(number := value.get("intValue")) is str and number.isdigit():
                     result[key] = int(number)
+                    continue
+                if "arrayValue" in value and (numbers := _int_array(value["arrayValue"])) is not None:
+                    result[key] = numbers
                     continue
         result[_string(_object(item)["key"])] = any_value(item.get("value", {}))
     return result
@@ -204,16 +222,22 @@ def spans_from_traces_data(data: dict[str, Any], cache: ResourceCache | None = N
         for scope_spans in _array(resource_spans.get("scopeSpans", [])):
             for raw in _array(_object(scope_spans).get("spans", [])):
                 raw = _object(raw)
+                trace_id, span_id = raw.get("traceId", ""), raw.get("spanId", "")
+                parent_id, name = raw.get("parentSpanId", ""), raw.get("name", "")
+                if not (type(trace_id) is type(span_id) is type(parent_id) is type(name) is str):
+                    trace_id, span_id, parent_id, name = map(_string, (trace_id, span_id, parent_id, name))
+                start, end = raw.get("startTimeUnixNano", 0), raw.get("endTimeUnixNano", 0)
+                status = raw.get("status", {})
                 yield Span(
-                    trace_id=_string(raw.get("traceId", "")),
-                    span_id=_string(raw.get("spanId", "")),
-                    parent_span_id=_string(raw.get("parentSpanId", "")),
-                    name=_string(raw.get("name", "")),
-                    start_ns=_integer(raw.get("startTimeUnixNano", 0)),
-                    end_ns=_integer(raw.get("endTimeUnixNano", 0)),
+                    trace_id,
+                    span_id,
+                    parent_id,
+                    name,
+                    start_ns=int(start) if type(start) is str and start.isdigit() else _integer(start),
+                    end_ns=int(end) if type(end) is str and end.isdigit() else _integer(end),
                     attributes=key_values(raw.get("attributes", [])),
                     resource=resource,
-                    status_code=_integer(_object(raw.get("status", {})).get("code", 0)),
+                    status_code=0 if type(status) is dict and not status else _integer(_object(status).get("code", 0)),
                 )
 
 
@@ -257,14 +281,25 @@ def read_stream(handle: BinaryIO, into: SpanSet) -> None:
             into.spans.extend(spans)
 
 
-def _walk(root: Path, suffix: str) -> list[Path]:
-    """Regular files under ``root`` whose name ends with ``suffix`` (symlinked directories are not followed)."""
-    return sorted(
-        Path(folder) / name
-        for folder, _, names in os.walk(root)
-        for name in names
-        if name.endswith(suffix) and (Path(folder) / name).is_file()
-    )
+def _walk(root: Path, suffixes: tuple[str, ...]) -> list[list[Path]]:
+    """Per suffix, the regular files under ``root`` whose name ends with it, sorted (symlinked directories are not
+    followed; an unreadable one is skipped, as ``os.walk`` does). One walk for all suffixes, each entry's type from the
+    directory listing: a walk per suffix and a stat per file cost 0.2 s at 4,096 ranks."""
+    found: list[list[Path]] = [[] for _ in suffixes]
+    pending = [os.fspath(root)]
+    while pending:
+        try:
+            with os.scandir(pending.pop()) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append(entry.path)
+                        continue
+                    for index, suffix in enumerate(suffixes):
+                        if entry.name.endswith(suffix) and entry.is_file():
+                            found[index].append(Path(entry.path))
+        except OSError:
+            continue
+    return [sorted(paths) for paths in found]
 
 
 def source_files(path: str | os.PathLike[str]) -> tuple[list[Path], list[Path]]:
@@ -281,7 +316,7 @@ def source_files(path: str | os.PathLike[str]) -> tuple[list[Path], list[Path]]:
             return [], [root]
         beside = root.with_name(root.name.removesuffix(sc.TRACE_FILE_SUFFIX) + sc.STATE_SUFFIX)
         return [root], [beside] if beside != root and beside.is_file() else []
-    files, states = _walk(root, sc.TRACE_FILE_SUFFIX), _walk(root, sc.STATE_SUFFIX)
+    files, states = _walk(root, (sc.TRACE_FILE_SUFFIX, sc.STATE_SUFFIX))
     if not files and not states:
         raise SourceError(f"{root}: no *.jsonl trace files or *.state files in this directory")
     return files, states
