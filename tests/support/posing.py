@@ -4,12 +4,14 @@ No 1,024-rank job runs here: loadtrace reads a rank from ``RANK``, ``LOCAL_RANK`
 ``LOCAL_WORLD_SIZE`` and ``GROUP_RANK``, so one process given those (and one ``LOADTRACE_JOB_ID``) is that rank of that
 job to it; no process group is needed for a plain load. Nodes 0 and 1 (8 ranks a node) stand for all 128 nodes: what a
 rank keeps depends only on its local rank and on being rank 0. Each loads a real checkpoint of ``CHECKPOINT_FILES``
-files (``tests/workers/posing_rank.py``), with an independent count of its reads. The processes start a few at a time.
+files (``tests/workers/posing_rank.py``), with an independent count of its reads. The processes start a few at a time,
+each in a UTS namespace of its own with its node's host name (``node-<GROUP_RANK>``) where ``unshare -u`` is allowed.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -55,6 +57,13 @@ class Posed:
         return clean_env(venv, extra)
 
 
+def own_host_names() -> bool:
+    """Whether a process can be given its node's host name here (``unshare -u``: root, or user namespaces)."""
+    if shutil.which("unshare") is None:
+        return False
+    return subprocess.run(["unshare", "-u", "true"], capture_output=True).returncode == 0
+
+
 def make_checkpoint(venv: Venv, out: Path) -> Path:
     proc = subprocess.run(
         [str(venv.python), str(MAKE_CHECKPOINT), str(out), *CHECKPOINT_ARGS],
@@ -72,10 +81,13 @@ def make_checkpoint(venv: Venv, out: Path) -> Path:
 def run(venv: Venv, checkpoint: Path, posed: list[Posed]) -> list[Posed]:
     """Run every posing process, ``AT_ONCE`` at a time; each one's count read back."""
 
+    as_node = ["unshare", "-u", "sh", "-c", 'hostname "$0" && exec "$@"'] if own_host_names() else []
+
     def one(rank: Posed) -> Posed:
         out = rank.folder / "counts"
+        host = [f"node-{rank.rank // RANKS_PER_NODE}"] if as_node else []
         proc = subprocess.run(
-            [str(venv.python), str(WORKER), str(checkpoint), str(out)],
+            [*as_node, *host, str(venv.python), str(WORKER), str(checkpoint), str(out)],
             cwd=rank.folder,
             env=rank.env(venv),
             capture_output=True,
