@@ -14,8 +14,12 @@ from pathlib import Path
 import pytest
 
 from loadtrace import semconv as sc
+from loadtrace.analysis.compare import compare
+from loadtrace.analysis.forecast import Target, windows
+from loadtrace.analysis.ranks import jobs_from_spans
 from loadtrace.analysis.report import build_report
 from loadtrace.analysis.sources import read_files
+from loadtrace.cli.render import compare_table
 
 SAMPLES = Path(__file__).resolve().parents[1] / "docs" / "samples"
 
@@ -63,3 +67,21 @@ def test_a_summarised_rank_reports_as_a_full_one(job):
     assert summary["findings"] == full["findings"]
     assert summary["traces"][0]["nodes"] == full["traces"][0]["nodes"]
     assert summary["traces"][0]["startup"] == full["traces"][0]["startup"]
+
+
+@pytest.mark.parametrize("job", ["fsdp524", "zero3_512"])
+def test_the_forecast_and_compare_of_a_summarised_rank(job):
+    """The forecast reads the rank's reads from its load where its file spans are missing; compare shows its file
+    time and bytes as unknown, not as zero, and prints."""
+    recorded = read_files(SAMPLES / job)
+    summary = dataclasses.replace(recorded, spans=summarised(recorded.spans, 1))
+    target = Target(model_bytes=54 * 10**9, ranks_per_node=16)
+    assert build_report(summary, target)["forecast"] == build_report(recorded, target)["forecast"]
+    (full_job,) = jobs_from_spans(recorded.spans, recorded.states)
+    (summary_job,) = jobs_from_spans(summary.spans, summary.states)
+    total = full_job.rank(1).read_bytes
+    assert windows(summary_job.rank(1), total) == windows(full_job.rank(1), total)
+    compared = compare(full_job, summary_job, "full", "summary")
+    (opened,) = [row for row in compared.phases if row.phase == "open" and row.metric == "bytes" and row.rank == 1]
+    assert opened.b is None and opened.a
+    assert "open" in compare_table(compared)

@@ -69,3 +69,20 @@ def reading(ranks: list[RankLoad]) -> list[Interval]:
             if opened is not None and closed is not None and closed > opened:
                 found.append((opened, closed))
     return found
+
+
+def unseen_reads(rank: RankLoad) -> list[tuple[int, int]]:
+    """(when its first file opened, bytes read through file spans it did not export) of each summarising load: what
+    those spans would have added, as one file opened when its first one was (transformers opens every shard first)."""
+    found = []
+    for load in summarizing_loads(rank):
+        opened = opt_int_attr(load.attributes, sc.LOAD_FIRST_FILE_OPEN)
+        if opened is None:
+            continue
+        shown = sum(
+            opt_int_attr(span.attributes, sc.READ_BYTES) or 0
+            for span in rank.spans
+            if span.name in sc.FILE_SPANS and load.start_ns <= span.start_ns <= load.end_ns
+        )
+        found.append((opened, max(0, (opt_int_attr(load.attributes, sc.READ_BYTES) or 0) - shown)))
+    return found
