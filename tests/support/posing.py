@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .paths import REPO, WORKERS
 from .torchrun import clean_env
-from .venvs import REPO, Venv
+from .venvs import Venv
 
-WORKER = REPO / "tests" / "workers" / "posing_rank.py"
+WORKER = WORKERS / "posing_rank.py"
 MAKE_CHECKPOINT = REPO / "examples" / "make_checkpoint.py"
 WORLD_SIZE, RANKS_PER_NODE, POSED = 1024, 8, 16
 CHECKPOINT_FILES = 22
