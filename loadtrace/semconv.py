@@ -178,6 +178,10 @@ STARTUP_IMPORTS = "loadtrace.startup.imports"
 STARTUP_PHASE_NS = "loadtrace.startup.phases"
 # On a load span: when it opened its first file (ns since the epoch); the time before it is the model's construction.
 LOAD_FIRST_FILE_OPEN = "loadtrace.load.first_file_open"
+# Above the span budget's world size (instrumentation/budget.py), on a load whose file spans were not all exported:
+# how many were not, and when its last file closed (ns since the epoch): its reading ends there.
+FILES_SUMMARIZED = "loadtrace.files.summarized"
+LOAD_LAST_FILE_CLOSE = "loadtrace.load.last_file_close"
 
 
 # Files and reads ----------------------------------------------------------------------------------------------------
@@ -253,8 +257,10 @@ def rss_key(kind: str | None, moment: str) -> str:
 
 IO_STORAGE_READ_BYTES = "loadtrace.io.storage_read_bytes"
 IO_CACHED_BYTES = "loadtrace.io.cached_bytes"
-# Load spans: the checkpoint files it opened (each once, at its first open), by page-cache residency then. Cold bytes
-# are what storage delivers if they are read; absent unless every file opened by path was measured.
+# Load spans: the checkpoint files it opened (each once, at its first open: how many, their bytes), by page-cache
+# residency then. Cold bytes are what storage delivers if they are read; absent unless every file opened by path was
+# measured.
+IO_CHECKPOINT_FILES = "loadtrace.io.checkpoint_files"
 IO_CHECKPOINT_FILE_BYTES = "loadtrace.io.checkpoint_file_bytes"
 IO_CHECKPOINT_COLD_BYTES = "loadtrace.io.checkpoint_cold_bytes"
 NODE_MEMORY_TOTAL = "loadtrace.node.memory_total"

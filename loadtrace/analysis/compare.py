@@ -31,6 +31,7 @@ from .model import ComparedJob, Comparison, PhaseRow, RankLoad, ResourceRow
 from .ranks import Job, outermost
 from .sources import SourceError, rfc3339_nanos
 from .startup import Thresholds, job_startup, startup_findings
+from .summarized import summarizing_loads
 
 # Spans of their own for reading: only at tensor detail, or around a state dict (at default detail reads happen inside
 # file spans, and the read phase has no time).
@@ -51,11 +52,12 @@ def _seconds(rank: RankLoad, names: frozenset[str]) -> float | None:
 def phase_metrics(rank: RankLoad) -> dict[str, dict[str, float | int | None]]:
     """{phase: {metric: value}} for one rank."""
     file_spans = [span for span in rank.spans if span.name in sc.FILE_SPANS]
+    left_out = bool(summarizing_loads(rank))  # not all its file spans were exported: their time and bytes unknown
     return {
         "open": {
-            "seconds": _seconds(rank, sc.FILE_SPANS),
+            "seconds": None if left_out else _seconds(rank, sc.FILE_SPANS),
             "count": rank.files_opened,
-            "bytes": sum(int_attr(span.attributes, sc.FILE_SIZE) for span in file_spans),
+            "bytes": None if left_out else sum(int_attr(span.attributes, sc.FILE_SIZE) for span in file_spans),
         },
         "read": {"seconds": _seconds(rank, READ_SPANS), "count": rank.tensors_read, "bytes": rank.read_bytes},
         "convert": {

@@ -41,6 +41,7 @@ from importlib import resources
 from typing import Any
 
 from .. import semconv as sc
+from . import summarized
 from .attrs import by_device, opt_int_attr, real_bytes, str_attr
 from .model import (
     Categories,
@@ -264,6 +265,7 @@ def windows(rank: RankLoad, total: int) -> list[Window]:
     the part of the load bytes brought in by its end (bytes of the files opened and of the tensors created by then)."""
     fixed, fixed_anon = rank.rss_before_bytes or 0, rank.rss_anon_before_bytes or 0
     files = [s for s in rank.spans if s.name in sc.FILE_SPANS | sc.BYTES_SPANS]
+    unseen = summarized.unseen_reads(rank)
     phases = [s for s in rank.spans if s.name in sc.PHASE_SPANS]
     found = []
     for span in rank.spans:
@@ -276,6 +278,7 @@ def windows(rank: RankLoad, total: int) -> list[Window]:
             share = 1.0
         else:
             read = sum(opt_int_attr(f.attributes, sc.READ_BYTES) or 0 for f in files if f.start_ns < span.end_ns)
+            read += sum(nbytes for opened, nbytes in unseen if opened < span.end_ns)  # files not exported
             created = sum(
                 real_bytes(by_device(p.attributes, sc.MATERIALIZED_BYTES_PREFIX))
                 for p in phases

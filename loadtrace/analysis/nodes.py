@@ -10,11 +10,18 @@ as they are read; the rest was warm.
 ``loadtrace.io.storage_read_bytes`` (the load's delta of ``/proc/self/io`` ``read_bytes``) stays a raw figure,
 summed here: it counts every storage read of the process during the load, libraries imported on the way included, so
 no verdict is drawn from it.
+
+Above 64 ranks most ranks export no file spans (the span budget); their loads carry their files' residency instead
+(summarized.py). A node with such ranks counts, besides the files its ranks' spans show, each such load's own figures
+(each of its files at its own first open) and keeps the most of each: the node's files as its coldest rank found them.
+Exact where the node's ranks open their files before reading them (transformers opens every shard first); a lower
+bound of the cold bytes where one rank read a file before another opened it.
 """
 
 from __future__ import annotations
 
 from .. import semconv as sc
+from . import summarized
 from .hosts import natural_key
 from .model import NodeReads, RankLoad
 from .ranks import Job
@@ -28,7 +35,8 @@ WARM = "warm"  # the page cache held all of it
 def checkpoint_residency(ranks: list[RankLoad]) -> tuple[int, int, int] | None:
     """The node's checkpoint files, each at its first open by any of ``ranks``: (files, their bytes, bytes not in the
     page cache then). None when a file span opened by path lacks its residency (an older loadtrace, not Linux, the
-    calls refused) or no file was opened by path."""
+    calls refused) or no file was opened by path; with loads that left their file spans out, the most of theirs and
+    the spans' (module docstring)."""
     first: dict[str, tuple[int, int, int | None]] = {}  # path → (start, size, cached at open)
     for rank in ranks:
         for span in rank.spans:
@@ -41,11 +49,23 @@ def checkpoint_residency(ranks: list[RankLoad]) -> tuple[int, int, int] | None:
             entry = (span.start_ns, size, cached if isinstance(cached, int) else None)
             if path not in first or entry[0] < first[path][0]:
                 first[path] = entry
-    if not first or any(cached is None for _, _, cached in first.values()):
+    if any(cached is None for _, _, cached in first.values()):
         return None
-    total = sum(size for _, size, _ in first.values())
-    cold = sum(max(0, size - (cached or 0)) for _, size, cached in first.values())
-    return len(first), total, cold
+    found = [
+        (
+            len(first),
+            sum(size for _, size, _ in first.values()),
+            sum(max(0, size - (cached or 0)) for _, size, cached in first.values()),
+        )
+    ]
+    loads = summarized.residency(ranks)
+    if loads is None:
+        return None
+    found += loads
+    if not found[0][0] and not loads:
+        return None
+    files, total, cold = (max(column) for column in zip(*found, strict=True))
+    return files, total, cold
 
 
 def node_reads(host: str | None, ranks: list[RankLoad], model: int) -> NodeReads:

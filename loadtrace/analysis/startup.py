@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from .. import semconv as sc
 from ..startup_split import READ_SPANS, STARTUP_PHASES, Interval, PhaseSpan, length, split, union
+from . import summarized
 from .attrs import opt_int_attr
 from .hosts import natural_key
 from .model import INFO, WARNING, Finding, NodeStartup, RankLoad, RankStartup, Startup
@@ -62,7 +63,8 @@ def rank_startup(rank: RankLoad) -> RankStartup | None:
     if measured is None:
         return None
     bounds, source = measured
-    nanoseconds = split(bounds, phase_spans(rank.spans))
+    # A rank whose file spans were left out (the span budget) split its startup in-job from all of them.
+    nanoseconds = summarized.carried_split(rank, bounds) or split(bounds, phase_spans(rank.spans))
     return RankStartup(
         rank=rank.rank,
         host=rank.host,
@@ -86,7 +88,8 @@ def node_startup(host: str | None, ranks: list[RankLoad]) -> NodeStartup:
         storage = max((c for c in colds if c is not None), default=None)
         outcome = None
     reading = union(
-        (span.start_ns, span.end_ns) for r in ranks for span in r.spans if span.name in READ_SPANS | sc.FILE_SPANS
+        [(span.start_ns, span.end_ns) for r in ranks for span in r.spans if span.name in READ_SPANS | sc.FILE_SPANS]
+        + summarized.reading(ranks)
     )
     seconds = length(reading) / 1e9 if reading else None
     rate = storage / seconds if storage and seconds else None

@@ -66,6 +66,7 @@ class Provider:
         self.exporting = False  # our own SDK exports this process's spans (to trace_file, OTLP, or both)
         self.trace_file: str | None = None
         self.phases: PhaseRecorder | None = None  # what the startup span's phase split is made of (our own SDK only)
+        self.budget: export.Budget | None = None  # the export processors behind the span budget (our own SDK only)
 
     @property
     def tracer(self) -> trace.Tracer:
@@ -97,7 +98,8 @@ class Provider:
             # Our own bounded flush at exit replaces the SDK's, which can wait on a dead collector for many seconds.
             sdk = TracerProvider(resource=resource, shutdown_on_exit=False)
             self.phases = PhaseRecorder()
-            for processor in [self.phases, *processors]:
+            self.budget = export.Budget(processors)
+            for processor in (self.phases, self.budget):
                 sdk.add_span_processor(processor)
             self._sdk = sdk
             self.exporting, self.trace_file = True, path
@@ -266,6 +268,7 @@ class Provider:
         self.state = None
         self.progress = None
         self.exporting, self.trace_file = False, None
+        self.budget = None
         self._lock = threading.Lock()
 
 

@@ -49,6 +49,7 @@ class Scope:
         "peak",
         "residency",
         "record",
+        "left_out",
     )
 
     def __init__(self, kind: ScopeKind, name: str, span: trace.Span, load: Scope | None = None):
@@ -70,6 +71,7 @@ class Scope:
         # Files only: (path, size, bytes in the page cache at open); the cached bytes None where unknown.
         self.residency: tuple[str, int, int | None] | None = None
         self.record: tuple[statefile.Writer, int] | None = None  # non-file scopes: its record in the state file
+        self.left_out = False  # files only: its span is not exported (the span budget: budget.py)
 
 
 active_scopes: ContextVar[tuple[Scope, ...]] = ContextVar("loadtrace_active", default=())

@@ -17,11 +17,14 @@ from ._log import warn_once
 
 TRUE = frozenset({"1", "true", "yes", "on"})
 FALSE = frozenset({"", "0", "false", "no", "off"})
-DETAILS = ("default", "tensor")
+DETAILS = ("default", "full", "tensor")
 PROTOCOLS = ("http/protobuf", "grpc")
 # Export soon after each span ends: a rank killed mid-load then loses at most what ended in the last fraction of a
 # second, besides the spans still open.
 BSP_SCHEDULE_DELAY_MS = 200
+# Spans in one OTLP export message: a collector's gRPC receiver refuses messages over 4 MiB by default, and our largest
+# span (a load's, with its call sites and memory) is a few kB, so 128 of them stay far under it (OTel's default: 512).
+BSP_MAX_EXPORT_BATCH_SIZE = 128
 # Which restart of the job a process belongs to, as launchers count them (0 on the first run).
 RESTART_COUNTS = ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT")
 
@@ -31,7 +34,9 @@ class Settings:
     enabled: bool = False
     """``LOADTRACE``: turn tracing on in every process of the job."""
     detail: str = "default"
-    """``LOADTRACE_DETAIL``: ``default`` (counters on file and phase spans) or ``tensor`` (plus one span per tensor)."""
+    """``LOADTRACE_DETAIL``: ``default`` (counters on file and phase spans; above 64 ranks most ranks' file spans are
+    summed on their loads: budget.py), ``full`` (every rank keeps every file span) or ``tensor`` (``full`` plus one span
+    per tensor)."""
     trace_dir: str | None = None
     """``LOADTRACE_DIR``: where OTLP JSON Lines files go; None means the default ``./loadtrace-traces/<job id>``."""
     job_id: str | None = None
@@ -51,6 +56,9 @@ class Settings:
     bsp_schedule_delay_ms: int | None = BSP_SCHEDULE_DELAY_MS
     """How soon ended spans leave for the OTLP endpoint: ours unless ``OTEL_BSP_SCHEDULE_DELAY`` is set, in which
     case None, and OTel's batch processor reads that variable itself."""
+    bsp_max_export_batch_size: int | None = BSP_MAX_EXPORT_BATCH_SIZE
+    """The most spans in one OTLP export message: ours unless ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` is set, in which case
+    None, and OTel's batch processor reads that variable itself."""
     attempt: int = 0
     """``TORCHELASTIC_RESTART_COUNT``, else ``SLURM_RESTART_COUNT``: which restart of the job this process belongs to
     (set by the launcher, never by users)."""
@@ -140,6 +148,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         redact_paths=_flag(env, "LOADTRACE_REDACT_PATHS"),
         cluster=env.get("LOADTRACE_CLUSTER") or env.get("SLURM_CLUSTER_NAME") or None,
         bsp_schedule_delay_ms=None if env.get("OTEL_BSP_SCHEDULE_DELAY") else BSP_SCHEDULE_DELAY_MS,
+        bsp_max_export_batch_size=None if env.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") else BSP_MAX_EXPORT_BATCH_SIZE,
         attempt=_count(env, RESTART_COUNTS),
         quiet=_flag(env, "LOADTRACE_QUIET"),
         launch_id=(env.get(semconv.ENV_LAUNCH_ID) or "").strip() or None,
