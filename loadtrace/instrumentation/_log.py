@@ -21,8 +21,8 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def warn_once(key: str, message: str) -> None:
-    """Print ``loadtrace: <message>`` the first time ``key`` is seen in this process, its secrets redacted (an endpoint's
-    user info, a header value that an OpenTelemetry warning quotes); never raises."""
+    """Print ``loadtrace: <message>`` the first time ``key`` is seen in this process, its secrets redacted (an
+    endpoint's user info, a header value that an OpenTelemetry warning quotes); never raises."""
     with _lock:
         if key in _said:
             return
