@@ -67,7 +67,9 @@ def loadtrace_cli(*args: str) -> subprocess.CompletedProcess:
     (under pytest, its log capture would take it)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LOADTRACE", "OTEL_"))}
     command = [sys.executable, "-m", "loadtrace", *args]
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    return subprocess.run(  # cwd: away from the source tree, which `-m` would import instead of the installed wheel
+        command, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, cwd="/"
+    )
 
 
 def test_a_clickhouse_password_is_never_printed_and_the_driver_adds_no_line():
