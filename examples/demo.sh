@@ -5,7 +5,12 @@
 #   bash examples/demo.sh [plain|fsdp|zero3]        (run from anywhere; uses the repo's .venv when there is one)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+callers_loadtrace=$(command -v loadtrace || true)
 [ -d "$repo/.venv/bin" ] && PATH="$repo/.venv/bin:$PATH"
+# The commands printed below work as printed in the caller's shell: `loadtrace` when the one this demo runs is first on
+# their PATH (an activated .venv), else its path (scripts/setup.sh does not change the caller's PATH).
+loadtrace=loadtrace
+[ "$callers_loadtrace" = "$(command -v loadtrace)" ] || loadtrace=$(printf %q "$(command -v loadtrace || echo loadtrace)")
 mode=${1:-fsdp}
 work=${DEMO_DIR:-$repo/demo-run}
 mkdir -p "$work" && cd "$work"
@@ -23,12 +28,18 @@ if [ "$status" != 0 ]; then
   } >&2
   exit "$status"
 fi
-# Rank 0's own line: which job it traced and the command that reports it.
+# The job as it ran, with rank 0's own line: which job it traced and the command that reports it (from $work).
+at=$(printf %q "$work")
+echo "\$ cd $at && LOADTRACE=1 torchrun --nproc_per_node 2 $(printf %q "$repo")/examples/load.py checkpoint --mode $mode"
 grep '^loadtrace: job ' torchrun.log || true
-echo
-(cd "$work" && loadtrace report loadtrace-traces/ --latest)
+echo "\$ $loadtrace report loadtrace-traces/ --latest"
+loadtrace report loadtrace-traces/ --latest
 echo
 echo "next:"
-echo "  cd $work && loadtrace report loadtrace-traces/ --latest --format json   # every number exact"
-echo "  loadtrace view $work/loadtrace-traces                                  # the same job in Jaeger"
-echo "  bash $repo/examples/demo.sh plain    # or zero3: the other strategies, into the same folder"
+echo "  cd $at && $loadtrace report loadtrace-traces/ --latest --format json   # every number exact"
+echo "  $loadtrace view $at/loadtrace-traces                                  # the same job in Jaeger"
+echo "  bash $(printf %q "$repo")/examples/demo.sh plain    # or zero3: the other strategies, into the same folder"
+activate=$(dirname "$(command -v loadtrace)")/activate
+if [ "$loadtrace" != loadtrace ] && [ -f "$activate" ]; then
+  echo "  source $(printf %q "$activate")    # then \`loadtrace\` alone works, as in rank 0's line"
+fi

@@ -10,7 +10,11 @@ every name below, and a test holds the two equal.
 from __future__ import annotations
 
 import hashlib
+import os
+import re
 import signal
+import urllib.parse
+from collections.abc import Mapping
 
 # The instrumentation scope every loadtrace span is emitted under.
 SCOPE_NAME = "loadtrace"
@@ -404,6 +408,39 @@ def exit_phrase(signal_: str | None, code: int | None, oom_killed: bool | None) 
 # Environment the witnessing launcher gives its workers (internal; users set neither).
 ENV_LAUNCH_ID = "LOADTRACE_LAUNCH_ID"
 ENV_WITNESS_DIR = "LOADTRACE_WITNESS_DIR"  # where each worker leaves a pointer <pid> → its state file
+# What a process of the job has already said for the whole job (space-separated keys), inherited by the processes it
+# starts: a bad setting is said once per job, not once per rank (instrumentation/_log.py, ``say_for_the_job``).
+ENV_SAID = "LOADTRACE_SAID"
+
+# Secrets: what no line of ours shows, in the job (its one-line warnings, rank 0's closing line) or in the CLI (its
+# one-line errors): a URL's user info, an ``Authorization`` value, the values of OTel's header variables.
+SECRET_HEADER_VARIABLES = (
+    "OTEL_EXPORTER_OTLP_HEADERS",
+    "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+    "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
+    "OTEL_EXPORTER_OTLP_LOGS_HEADERS",
+)
+REDACTED = "***"
+_URL_USER_INFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s]*@")  # to the last @ before the host
+_AUTHORIZATION = re.compile(r"(?i)\b((?:proxy-)?authorization['\"]?\s*[:=]\s*['\"]?)[^,;'\"\n]+")
+_SHORTEST_SECRET = 3  # a shorter header value ("1") would blank out ordinary words; none is a credential
+
+
+def redact_secrets(text: str, env: Mapping[str, str] | None = None) -> str:
+    """``text`` with every secret replaced by ``***``: user info in URLs (``http://***@host``), ``Authorization``
+    values, and each value of ``SECRET_HEADER_VARIABLES`` in ``env`` (the process's environment by default) as written
+    there or URL-decoded."""
+    env = os.environ if env is None else env
+    for name in SECRET_HEADER_VARIABLES:
+        for item in env.get(name, "").split(","):
+            key, equals, value = item.partition("=")
+            value = (value if equals else key).strip()  # a malformed item, whole: OTel's warning quotes it
+            for secret in {value, urllib.parse.unquote(value)}:
+                if len(secret) >= _SHORTEST_SECRET:
+                    text = text.replace(secret, REDACTED)
+    text = _URL_USER_INFO.sub(lambda match: f"{match.group(1)}{REDACTED}@", text)
+    return _AUTHORIZATION.sub(lambda match: f"{match.group(1)}{REDACTED}", text)
+
 
 # ``loadtrace.exception``: OpenTelemetry's exception attributes (the message's first line; left out with
 # LOADTRACE_REDACT_PATHS, as it can name files).

@@ -40,3 +40,4 @@ if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null && [ "$(id -u)" =
   (apt-get update -qq && apt-get install -y -qq chromium) >/dev/null 2>&1 || echo "setup: chromium not installed; the browser tests will be skipped"
 fi
 echo "setup: done (.venv: $(.venv/bin/python -c 'import transformers; print("transformers", transformers.__version__)'); .venv512: $(.venv512/bin/python -c 'import transformers; print("transformers", transformers.__version__)'))"
+echo "setup: loadtrace is .venv/bin/loadtrace; \`source .venv/bin/activate\` puts it (and torchrun, pytest) on PATH"

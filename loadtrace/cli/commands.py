@@ -33,6 +33,7 @@ from loadtrace.analysis.sources import SourceError, SpanSet, clickhouse, jaeger,
 from loadtrace.analysis.startup import Thresholds, job_startup
 from loadtrace.analysis.timeline import timeline
 from loadtrace.cli import render, render_timeline
+from loadtrace.semconv import redact_secrets
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
 RECORD_HELP = """\
@@ -442,7 +443,7 @@ def _add_clickhouse_options(parser: argparse.ArgumentParser) -> None:
         "--clickhouse",
         metavar="URL",
         help="read the collector's otel_traces table: http(s)://HOST:8123[/DATABASE] (pip install "
-        "'loadtrace[clickhouse]') or chdb:PATH (a chDB database directory)",
+        "clickhouse-connect) or chdb:PATH (a chDB database directory)",
     )
     parser.add_argument(
         "--clickhouse-table",
@@ -473,7 +474,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.run(args)
     except (SourceError, ForecastError) as error:
-        print(f"loadtrace: error: {error}", file=sys.stderr)
+        print(f"loadtrace: error: {redact_secrets(str(error))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except BrokenPipeError:
         # `loadtrace report ... | head`: the reader left; say nothing, and keep Python from complaining at exit.

@@ -2,7 +2,8 @@
 
 The terminal is curses (standard library): it reads keys (``q``) and restores the terminal however the view ends
 (``curses.wrapper``), with nothing to install; what is drawn is render_top.py's plain lines, so the view is tested as
-text. ``--once`` prints one snapshot (a table, or ``--format json``) and exits: for scripts and tests.
+text. Started before the job has made its folder, it says once that it waits for it, and shows the ranks once it
+exists. ``--once`` prints one snapshot (a table, or ``--format json``) and exits: for scripts and tests.
 
 State files are read with ``pread``-style whole reads, never mapped: on a shared filesystem a reader sees a writer's
 mmap stores only once its page cache flushes them and the client's caches expire (README.md, "loadtrace top").
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -88,9 +90,11 @@ def default_folder() -> str:
 
 def run(folder_text: str | None, once: bool, form: str) -> int:
     folder = Path(folder_text or default_folder())
-    if not folder.is_dir():
-        raise SourceError(f"{folder}: not a folder (give the job's LOADTRACE_DIR, or a folder above it)")
+    if folder.exists() and not folder.is_dir():
+        raise _not_a_folder(folder)
     if once:
+        if not folder.is_dir():
+            raise SourceError(f"{folder}: no such folder yet (without --once, top waits for the job to make it)")
         found, now = snapshot(folder)
         if form == "json":
             print(json.dumps({"time_unix_nano": now, "ranks": to_json(found)}, indent=2))
@@ -99,6 +103,10 @@ def run(folder_text: str | None, once: bool, form: str) -> int:
         return 0
     if form == "json":
         raise SourceError("--format json goes with --once")
+    try:
+        wait_for(folder)
+    except KeyboardInterrupt:
+        return 0
     if not (os.isatty(0) and os.isatty(1)):
         raise SourceError("top needs a terminal; for scripts use --once (with --format json)")
     import curses
@@ -108,6 +116,27 @@ def run(folder_text: str | None, once: bool, form: str) -> int:
     except KeyboardInterrupt:
         pass  # Ctrl-C: curses.wrapper has already given the terminal back
     return 0
+
+
+def _not_a_folder(folder: Path) -> SourceError:
+    return SourceError(f"{folder}: not a folder (give the job's LOADTRACE_DIR, or a folder above it)")
+
+
+def wait_for(folder: Path) -> None:
+    """Started before the job, as people do: wait for its folder to appear, like ``tail -F``, saying so once (on
+    stderr, before the view takes the terminal)."""
+    if folder.is_dir():
+        return
+    print(
+        f"loadtrace top: waiting for {folder} to appear (the job makes it when its first rank begins to load; "
+        "Ctrl-C to stop)",
+        file=sys.stderr,
+        flush=True,
+    )
+    while not folder.is_dir():
+        if folder.exists():
+            raise _not_a_folder(folder)
+        time.sleep(REFRESH_S / 4)
 
 
 def _loop(screen: Any, folder: Path) -> None:

@@ -32,7 +32,7 @@ from .memory import Memory
 from .monitor import Monitor
 from .phases import PhaseRecorder
 from .progress import Progress
-from .settings import Settings
+from .settings import Settings, say_traces_not_written, trace_dir_problem
 from .termination import bounded
 
 # The state files of this process, by path: a second ``instrument()`` reuses its predecessor's rather than truncating
@@ -91,6 +91,10 @@ class Provider:
             resource = self._resource()
             attributes = dict(resource.attributes)
             path = export.trace_file_path(self.settings, attributes) if self.settings.writes_files else None
+            problem = trace_dir_problem(os.path.dirname(path)) if path is not None else None
+            if path is not None and problem is not None:  # no trace file; the state file goes where OTLP-only's goes
+                say_traces_not_written(self.settings, os.path.dirname(path), problem)
+                path = None
             processors = export.span_processors(self.settings, path)
             self.state = self._open_state(path)
             self._resource_made = resource

@@ -1,7 +1,8 @@
 """Every knob loadtrace reads, read once into a frozen dataclass.
 
 loadtrace's own knobs are ``LOADTRACE_*``; OTel's are the standard ``OTEL_*``. A bad value never raises: it is
-reported once on stderr and the default is used.
+reported on stderr once for the whole job (every process reads the same environment; ``_log.say_for_the_job``) and
+the default is used. So is a ``LOADTRACE_DIR`` that cannot be written: no trace files, said once.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import semconv
-from ._log import warn_once
+from ._log import say_for_the_job, warn_once
 
 TRUE = frozenset({"1", "true", "yes", "on"})
 FALSE = frozenset({"", "0", "false", "no", "off"})
@@ -80,14 +81,52 @@ class Settings:
         return self.otlp_endpoint is None or self.trace_dir is not None
 
 
+def _bad(env: Mapping[str, str], name: str, message: str) -> None:
+    """A bad value: said once for the job (the launcher, else rank 0); from an environment given in the process
+    (``from_env(env)``), once by this process."""
+    key = f"setting:{name}:{hashlib.sha256(env[name].encode(errors='surrogateescape')).hexdigest()[:12]}"
+    if env is os.environ:
+        say_for_the_job(key, message, speaks=_rank(env, local=False) in (None, 0))
+    else:
+        warn_once(key, message)
+
+
+def _rank(env: Mapping[str, str], local: bool) -> int | None:
+    """This process's rank (or its rank on its node) as the launcher's variables give it; None outside a job's ranks
+    (the launcher itself, a plain ``python``)."""
+    from .context import rank_from_env  # only when there is something to say
+
+    found = rank_from_env(env)
+    return found.local_rank if local and found.local_rank is not None else found.rank
+
+
+def trace_dir_problem(folder: str) -> str | None:
+    """Why trace files cannot be written into ``folder`` (made here when missing), or None when they can."""
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise PermissionError(f"{folder} is not writable by this user")
+    except OSError as error:
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
+def say_traces_not_written(settings: Settings, folder: str, problem: str) -> None:
+    """The job's one line when its trace folder cannot be written: said by the launcher, else by each node's first
+    rank (a folder is a node's: another node's may be fine)."""
+    where = f"LOADTRACE_DIR={settings.trace_dir}" if settings.trace_dir else folder
+    sent = f"; spans still go to {settings.otlp_endpoint}" if settings.otlp_endpoint else ""
+    message = f"cannot write traces to {where} ({problem}): this job's trace files are not being written{sent}"
+    key = f"trace-dir:{hashlib.sha256(os.path.abspath(folder).encode(errors='surrogateescape')).hexdigest()[:12]}"
+    say_for_the_job(key, message, speaks=_rank(os.environ, local=True) in (None, 0))
+
+
 def _flag(env: Mapping[str, str], name: str) -> bool:
     value = env.get(name, "").strip().lower()
     if value in TRUE:
         return True
     if value not in FALSE:
-        warn_once(
-            f"setting:{name}", f"{name}={env[name]!r} is not one of 1/true/yes/on or 0/false/no/off; taken as off"
-        )
+        _bad(env, name, f"{name}={env[name]!r} is not one of 1/true/yes/on or 0/false/no/off; taken as off")
     return False
 
 
@@ -97,7 +136,7 @@ def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], default
         return default
     if value in choices:
         return value
-    warn_once(f"setting:{name}", f"{name}={env[name]!r} is not one of {', '.join(choices)}; using {default}")
+    _bad(env, name, f"{name}={env[name]!r} is not one of {', '.join(choices)}; using {default}")
     return default
 
 
@@ -111,7 +150,7 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
             return seconds
     except ValueError:
         pass
-    warn_once(f"setting:{name}", f"{name}={value!r} is not a number of seconds; using {default}")
+    _bad(env, name, f"{name}={value!r} is not a number of seconds; using {default}")
     return default
 
 
@@ -123,7 +162,7 @@ def _count(env: Mapping[str, str], names: tuple[str, ...]) -> int:
             continue
         if value.isdigit():
             return int(value)
-        warn_once(f"setting:{name}", f"{name}={value!r} is not a count; taken as 0")
+        _bad(env, name, f"{name}={value!r} is not a count; taken as 0")
         return 0
     return 0
 

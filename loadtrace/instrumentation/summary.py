@@ -41,7 +41,7 @@ def say(settings: Settings, job_id: str, rank: int | None, local_world_size: int
         if trace_file is None and not settings.otlp_endpoint:
             return
         text = line(job_id, trace_file, settings.otlp_endpoint, max(1, local_world_size))
-        sys.stderr.write(text + "\n")
+        sys.stderr.write(semconv.redact_secrets(text) + "\n")  # the endpoint may carry user info
         sys.stderr.flush()
     except Exception:  # a closed stderr, an odd file system: the job's exit goes on
         pass

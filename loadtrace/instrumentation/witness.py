@@ -37,7 +37,7 @@ from . import context
 from ._log import warn_once
 from .memory import oom_kill_count
 from .memory import parse_oom_kill as parse_oom_kill  # the worker reads the same counter when its load begins
-from .settings import Settings, from_env
+from .settings import Settings, from_env, say_traces_not_written, trace_dir_problem
 
 SOURCE_LAUNCHER = semconv.EXIT_SOURCE_LAUNCHER  # ``loadtrace.exit.source``
 POINTER_MAX_BYTES = 4096
@@ -266,9 +266,21 @@ class Witness:
             if self._created_dir is None:
                 atexit.register(self._remove_dir)
             self._created_dir = directory
+        self._check_trace_dir()
         for env in envs.values():
             env[semconv.ENV_LAUNCH_ID] = os.environ[semconv.ENV_LAUNCH_ID]
             env[semconv.ENV_WITNESS_DIR] = directory
+            if os.environ.get(semconv.ENV_SAID):
+                env[semconv.ENV_SAID] = os.environ[semconv.ENV_SAID]
+
+    def _check_trace_dir(self) -> None:
+        """An explicit ``LOADTRACE_DIR`` that cannot be written is said here, once for the launch, before any rank
+        meets it (each would otherwise say it in its own line)."""
+        settings = self.settings
+        if settings.writes_files and settings.trace_dir:
+            problem = trace_dir_problem(settings.trace_dir)
+            if problem is not None:
+                say_traces_not_written(settings, settings.trace_dir, problem)
 
     def _remove_dir(self) -> None:
         if self._created_dir is not None:

@@ -3,6 +3,8 @@ comes first, and its reference tables keep their cells short, with the detail be
 
 from __future__ import annotations
 
+import re
+
 from support.span_reference import README, cells
 
 QUICK_START_BY_LINE = 40
@@ -14,8 +16,17 @@ def test_the_quick_start_is_within_the_first_forty_lines():
     heading = next(number for number, line in enumerate(lines, 1) if line.startswith("## Quick start"))
     assert heading <= QUICK_START_BY_LINE, heading
     first_screen = "\n".join(lines[:QUICK_START_BY_LINE])
-    assert "bash scripts/setup.sh && bash examples/demo.sh" in first_screen
+    assert "bash scripts/setup.sh && source .venv/bin/activate" in first_screen
+    assert "bash examples/demo.sh" in first_screen
     assert "LOADTRACE=1 torchrun" in first_screen and "loadtrace report" in first_screen
+
+
+def test_the_install_names_no_package_that_no_index_serves():
+    """Issue 34: ``pip install loadtrace`` named a package no index serves; loadtrace is installed from this repository
+    (a path or a wheel built from it), with its ClickHouse driver by its own name."""
+    text = README.read_text()
+    assert not re.search(r"pip install '?loadtrace\b", text), re.findall(r"pip install '?loadtrace\S*", text)
+    assert "pip install /path/to/this/repo" in text and "pip wheel --no-deps -w dist /path/to/this/repo" in text
 
 
 def test_no_readme_table_cell_is_over_300_characters():

@@ -123,6 +123,52 @@ def test_top_in_a_real_terminal_follows_the_load_and_q_restores_the_terminal(che
         job.kill()
 
 
+def test_top_started_before_the_job_waits_for_its_folder_and_says_so_once(tmp_path):
+    """Issue 34: ``timeout 6 loadtrace top DIR-not-made-yet`` exited at once (``not a folder``, exit 2). Like
+    ``tail -F`` it waits, saying so once, until the timeout ends it (124)."""
+    folder = tmp_path / "DIR-not-made-yet"
+    done = subprocess.run(
+        ["timeout", "6", str(VENVS[0].bin / "loadtrace"), "top", str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 124, (done.returncode, done.stderr)  # still waiting when the timeout ended it
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith(f"loadtrace top: waiting for {folder} to appear ")
+
+
+@pytest.mark.skipif(TMUX is None, reason="tmux is not installed (scripts/setup.sh installs it where it may)")
+def test_top_shows_the_folder_once_the_job_has_made_it(tmp_path):
+    folder = tmp_path / "traces"
+    session = f"loadtrace-top-wait-{os.getpid()}"
+
+    def screen(text: str):
+        return lambda: text in (found := _tmux("capture-pane", "-p", "-t", session)) and found
+
+    try:
+        command = f"{VENVS[0].bin / 'loadtrace'} top {folder}; echo top-left-with-$?; sleep 120"
+        _tmux("new-session", "-d", "-s", session, "-x", "200", "-y", "30", command)
+        wait_for(screen(f"waiting for {folder} to appear"), 10, why="top waiting")
+        folder.mkdir()
+        shown = wait_for(screen("no rank has begun a load here yet"), 10, why="the folder shown once made")
+        assert f"loadtrace top  {folder}" in shown and "(q: quit)" in shown
+        _tmux("send-keys", "-t", session, "q")
+        wait_for(screen("top-left-with-0"), 10, why="top leaving")
+    finally:
+        _tmux("kill-session", "-t", session)
+
+
+def test_top_once_and_a_file_are_still_one_line(tmp_path):
+    """``--once`` is for scripts: a snapshot of a folder that is not there yet is an error, not a wait."""
+    not_yet, a_file = tmp_path / "not-yet", tmp_path / "file"
+    a_file.write_text("")
+    for folder, said in ((not_yet, "no such folder yet"), (a_file, "not a folder")):
+        done = subprocess.run(
+            [str(VENVS[0].bin / "loadtrace"), "top", str(folder), "--once"], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
+
+
 MEMORY_CGROUPS = Path("/sys/fs/cgroup/memory")
 
 

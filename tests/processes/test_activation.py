@@ -70,6 +70,27 @@ def test_an_unknown_value_is_said_once_and_taken_as_off():
     assert len(lines) == 1 and "LOADTRACE='maybe'" in lines[0]
 
 
+# A process that starts another, as a launcher starts its ranks.
+LAUNCHER = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'pass'], check=True)"
+
+
+@pytest.mark.parametrize(
+    "rank, lines",
+    [
+        ({}, 1),  # a launcher loadtrace runs in: it says it, its child inherits LOADTRACE_SAID and does not
+        ({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}, 1),  # no launcher of ours: rank 0, once
+        ({"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2"}, 0),  # ... and never another rank
+    ],
+    ids=["launcher", "rank-0", "rank-1"],
+)
+def test_a_bad_setting_is_said_once_per_job(rank, lines):
+    """Issue 34: ``LOADTRACE=yse`` was said by every process of a 2-rank job, 3 times."""
+    result = run({"LOADTRACE": "yse", **rank}, LAUNCHER)
+    assert result.returncode == 0, result.stderr
+    said = [line for line in result.stderr.splitlines() if line.startswith("loadtrace:")]
+    assert said == ["loadtrace: LOADTRACE='yse' is not one of 1/true/yes/on or 0/false/no/off; taken as off"] * lines
+
+
 def test_a_process_that_loads_nothing_writes_nothing(tmp_path):
     result = run(
         {"LOADTRACE": "1", "LOADTRACE_DIR": str(tmp_path / "traces")}, "import torch; torch.zeros_like(torch.ones(2))"

@@ -88,7 +88,7 @@ def test_spans_only_over_otlp_keep_the_state_in_a_private_temporary_directory(tm
     assert not (tmp_path / "loadtrace-traces").exists()
 
 
-def test_where_no_state_file_can_be_made_the_same_runs_in_memory_said_once(tmp_path):
+def test_an_unwritable_trace_dir_costs_one_line_and_the_job_runs_the_same(tmp_path):
     result = run_traced(tmp_path, {"LOADTRACE_DIR": "/dev/null/traces"})
     assert result.returncode == 0 and "done" in result.stdout, result.stderr
     said = [line for line in result.stderr.splitlines() if line.startswith("loadtrace:")]

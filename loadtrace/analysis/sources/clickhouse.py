@@ -11,6 +11,7 @@ failure (a bad URL, a server that refuses, a table that is missing or has anothe
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import urllib.parse
@@ -194,7 +195,12 @@ def _open_http(target: Target) -> Any:
     try:
         import clickhouse_connect
     except ImportError:
-        raise SourceError("--clickhouse http://... needs the driver: pip install 'loadtrace[clickhouse]'") from None
+        raise SourceError("--clickhouse http://... needs the driver: pip install clickhouse-connect") from None
+    # The driver logs each failure itself ("Unexpected Http Driver Exception", with the URL), then raises it: the
+    # raised error is our one line; its log record would be a second, through logging's last-resort stderr handler.
+    driver_log = logging.getLogger("clickhouse_connect")
+    driver_log.addHandler(logging.NullHandler())
+    driver_log.propagate = False
     parsed = urllib.parse.urlparse(str(target.url))
     secure = parsed.scheme == "https"
     try:
