@@ -16,7 +16,7 @@ from typing import Any
 from .. import semconv as sc
 from .attrs import META, by_device, opt_int_attr
 from .findings import find
-from .model import Exit, Finding, LastState, RankLoad, to_json
+from .model import WARNING, Exit, Finding, LastState, RankLoad, to_json
 from .ranks import STATUS_ERROR, Job
 from .sources import rfc3339_nanos
 
@@ -59,6 +59,7 @@ class Lane:
     slow_factor: float | None  # its load time over the median of the job's finished ranks
     death_ns: int | None  # when a rank that died was last seen alive
     findings: list[str]  # kinds of the findings that name this rank
+    warnings: list[str]  # those of them that are warnings: what marks the lane (an info finding is no alarm)
     rows: int
     bars: list[Bar]
 
@@ -144,6 +145,7 @@ def lane_of(rank: RankLoad, zero: int, findings: list[Finding], median: float | 
         slow_factor=slow,
         death_ns=_death(rank, bars, zero),
         findings=[f.kind for f in findings if rank.rank is not None and rank.rank in f.ranks],
+        warnings=[f.kind for f in findings if rank.rank is not None and rank.rank in f.ranks and f.severity == WARNING],
         rows=pack(bars, parents),
         bars=bars,
     )

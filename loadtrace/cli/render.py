@@ -12,11 +12,22 @@ import textwrap
 from collections.abc import Sequence
 
 from loadtrace.analysis.jobs import JobsReport
-from loadtrace.analysis.model import ComparedJob, Comparison, Finding, Forecast, RankLoad, Report, Startup
+from loadtrace.analysis.model import (
+    ComparedJob,
+    Comparison,
+    Finding,
+    Forecast,
+    PartialFile,
+    RankLoad,
+    Report,
+    Startup,
+)
 from loadtrace.analysis.units import human_bytes
 
+# "from storage, all files": what the process fetched from storage while it loaded, library imports too
+# (``/proc/self/io``), where the ``I/O:`` line counts the checkpoint's files alone.
 RANK_COLUMNS = (
-    *("rank", "host", "strategy", "load s", "files", "tensors", "read", "from storage", "conversions"),
+    *("rank", "host", "strategy", "load s", "files", "tensors", "read", "from storage, all files", "conversions"),
     *("zeros/empty_like", "held at return", "peak RSS"),
 )
 # The columns of a table that fits WIDTH; ``--wide`` shows RANK_COLUMNS. Exact bytes are in ``--format json``.
@@ -131,6 +142,7 @@ def report_table(report: Report, wide: bool = False) -> str:
         if trace.missing_ranks:
             present = (trace.world_size or 0) - len(trace.missing_ranks)
             missing = f"\n{present} of {trace.world_size} ranks present (missing: {ranges(trace.missing_ranks)})"
+        missing += "".join("\n" + wrapped(partial_text(file), "", "  ") for file in trace.partial_files)
         io = "".join(
             "\n" + wrapped(sizes(f"I/O: {node.note}.", wide), "").replace("\n", "\n  ")
             for node in trace.nodes
@@ -149,6 +161,18 @@ def report_table(report: Report, wide: bool = False) -> str:
     return "\n\n".join(blocks)
 
 
+def partial_text(file: PartialFile) -> str:
+    """Which file lost spans, how, and what that means for its ranks' rows."""
+    who = ", ".join(f"rank {rank}" if rank is not None else "a rank without a number" for rank in file.ranks)
+    how = ["cut short mid-line"] if file.cut_short else []
+    if file.skipped_lines:
+        how.append(f"{file.skipped_lines} unreadable line{'s' if file.skipped_lines > 1 else ''} skipped")
+    return (
+        f"Partial: {who}: {file.path} lost spans ({', '.join(how)}); its rows show what survived, and no finding is"
+        " drawn from what is missing."
+    )
+
+
 def startup_text(startup: Startup) -> str:
     """``Startup:`` the slowest rank and the median, one row per rank split by phase, one ``Storage:`` line per node
     whose checkpoint residency or storage bytes are known."""
@@ -158,7 +182,11 @@ def startup_text(startup: Startup) -> str:
     lines = [f"Startup: {number(startup.seconds)} s (slowest: {slowest}{phase}), median rank {median} s; in seconds:"]
     phases = list(startup.ranks[0].phases) if startup.ranks else []
     rows = [
-        [str(r.rank) if r.rank is not None else "?", number(r.seconds), *(number(r.phases[p]) for p in phases)]
+        [
+            (str(r.rank) if r.rank is not None else "?") + (" partial" if r.partial else ""),
+            number(r.seconds),
+            *(number(r.phases[p]) for p in phases),
+        ]
         for r in startup.ranks
     ]
     lines.append(table(("rank", "startup", *phases), rows))  # one unit, said above: a unit per header is past 120
@@ -176,7 +204,9 @@ def startup_text(startup: Startup) -> str:
 
 def rank_row(rank: RankLoad) -> list[str]:
     name = str(rank.rank) if rank.rank is not None else (rank.instance or "?")
-    marks = [word for word, on in (("incomplete", rank.incomplete), ("failed", rank.failed)) if on]
+    marks = [
+        word for word, on in (("incomplete", rank.incomplete), ("partial", rank.partial), ("failed", rank.failed)) if on
+    ]
     if ended := rank.exit.describe("cell"):
         marks.append(f"({ended})")
     return [
