@@ -155,7 +155,10 @@ def behaviour(calibration: Mapping[str, Any], release: str | None, strategy: str
         not_model_anon=int(entry["not_model_bytes"]["anon"]),
         exact=not notes,
         note="; ".join(notes) or None,
-        most_not_model_rss=max((round(r["rss"] - rss[1] * r["load_bytes"]) for r in runs.values()), default=0),
+        most_not_model_rss=max(
+            (round(r["rss"] - rss[1] * r["load_bytes"]) for r in runs.values()),
+            default=int(entry["not_model_bytes"]["rss"]),
+        ),
     )
 
 

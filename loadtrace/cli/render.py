@@ -24,10 +24,10 @@ from loadtrace.analysis.model import (
 )
 from loadtrace.analysis.units import human_bytes
 
-# "from storage, all files": what the process fetched from storage while it loaded, library imports too
+# "storage, all files": what the process fetched from storage while it loaded, library imports too
 # (``/proc/self/io``), where the ``I/O:`` line counts the checkpoint's files alone.
 RANK_COLUMNS = (
-    *("rank", "host", "strategy", "load s", "files", "tensors", "read", "from storage, all files", "conversions"),
+    *("rank", "host", "strategy", "load s", "files", "tensors", "read", "storage, all files", "conversions"),
     *("zeros/empty_like", "held at return", "peak RSS"),
 )
 # The columns of a table that fits WIDTH; ``--wide`` shows RANK_COLUMNS. Exact bytes are in ``--format json``.
