@@ -88,7 +88,7 @@ def _distinct(values: list[Any]) -> str | None:
 
 
 def job_row(job: Job, limits: Thresholds) -> JobRow:
-    startup = job_startup(job)
+    startup = job_startup(job, limits)
     found = find([job]) + startup_findings(job, startup, limits)
     counts: dict[str, int] = {}
     for finding in found:
