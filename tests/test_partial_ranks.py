@@ -102,3 +102,15 @@ def test_a_file_cut_just_before_its_last_newline_is_cut_short_with_every_line_re
     (damaged,) = read_files(folder).damaged_files
     assert (damaged.skipped_lines, damaged.cut_short) == (0, True)
     assert damaged.processes == {("vm", 25037)}
+
+
+def test_jobs_and_the_timeline_draw_no_finding_from_what_a_cut_file_lost(tmp_path, capsys):
+    cut(LLAMA, tmp_path / "llama", RANK0, 2 / 3)
+    assert main(["jobs", str(tmp_path / "llama"), "--format", "json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["jobs"]
+    assert row["findings"] == {"replicated_load": 1} and row["slowest_rank"] == 1  # no slow_rank
+    cut(FIXTURES / "spans" / "plain524", tmp_path / "plain", "rank00000-vm-7393.jsonl", 2 / 3)
+    out = tmp_path / "plain.trace.json"
+    assert main(["timeline", str(tmp_path / "plain"), "--format", "chrome", "-o", str(out)]) == 0
+    findings = [e["name"] for e in json.loads(out.read_text())["traceEvents"] if e.get("cat") == "finding"]
+    assert findings == ["info replicated_load"]  # not "warning incomplete_rank"
