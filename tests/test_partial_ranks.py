@@ -114,3 +114,13 @@ def test_jobs_and_the_timeline_draw_no_finding_from_what_a_cut_file_lost(tmp_pat
     assert main(["timeline", str(tmp_path / "plain"), "--format", "chrome", "-o", str(out)]) == 0
     findings = [e["name"] for e in json.loads(out.read_text())["traceEvents"] if e.get("cat") == "finding"]
     assert findings == ["info replicated_load"]  # not "warning incomplete_rank"
+
+
+def test_a_partial_rank_is_left_out_of_the_forecast_and_rank_0_partial_refuses_it(tmp_path, capsys):
+    cut(LLAMA, tmp_path / "one", "rank00001-vm-25040.jsonl", 2 / 3)
+    report = report_json(tmp_path / "one", capsys, "--forecast-model-bytes", "54e9")
+    assert report["forecast"]["basis"]["left_out_ranks"] == [{"rank": 1, "why": "its trace file lost spans (partial)"}]
+    cut(LLAMA, tmp_path / "zero", RANK0, 2 / 3)
+    assert main(["report", str(tmp_path / "zero"), "--forecast-model-bytes", "54e9"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "rank 0's load spans are partial (its trace file lost spans)" in err

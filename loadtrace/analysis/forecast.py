@@ -323,8 +323,8 @@ def windows(rank: RankLoad, total: int) -> list[Window]:
 def profile(
     rank: RankLoad, model: int, scale: float, world_s: int, world_t: int, calibration: Mapping[str, Any]
 ) -> Profile | None:
-    """None for a rank that did not finish or whose spans carry no memory figures."""
-    if rank.incomplete or rank.failed or rank.rss_before_bytes is None or rank.peak_rss_bytes is None:
+    """None for a rank that did not finish, whose trace file lost spans, or whose spans carry no memory figures."""
+    if rank.incomplete or rank.failed or rank.partial or rank.rss_before_bytes is None or rank.peak_rss_bytes is None:
         return None
     fixed, peak = rank.rss_before_bytes, max(rank.peak_rss_bytes, rank.rss_before_bytes)
     measured = split(rank, model, world_s)
@@ -480,6 +480,8 @@ def _profiles(
                 if rank.incomplete
                 else f"its load raised {rank.failed}"
                 if rank.failed
+                else "its trace file lost spans (partial)"
+                if rank.partial
                 else "no loadtrace.rss.* memory figures"
             )
             left_out.append(LeftOutRank(rank.rank, why))
@@ -492,6 +494,8 @@ def _profiles(
             if loading.incomplete
             else f"raised {loading.failed}"
             if loading.failed
+            else "are partial (its trace file lost spans)"
+            if loading.partial
             else "carry no loadtrace.rss.* memory figures (an older loadtrace?)"
         )
         raise ForecastError(f"trace {job.trace_id}: rank 0's load spans {why}; nothing to scale")
