@@ -68,6 +68,7 @@ CATEGORIES = ("once_per_job", "per_rank", "duplicated")
 ENDS = ("low", "mid", "high")
 CALIBRATION_FILE = "forecast_calibration.json"
 DUPLICATE_FLOOR = 0.01  # bytes beyond a rank's share count as whole-model work from 1% of the model up
+MEASURABLE = 2  # a rank's own rate is used from this many times its calibration's most not-model growth up
 
 
 class ForecastError(ValueError):
@@ -95,15 +96,18 @@ def packaged_calibration() -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Behaviour:
-    """What the calibration says one byte of load costs, for one release, strategy and role."""
+    """What one byte of load costs a rank: the calibration's word for its release, strategy and role, or the rank's
+    own measure (``measured``)."""
 
     key: str  # "5.12.0 fsdp_cpu_ram_efficient/other"
     rss: tuple[float, float, float]  # RSS per load byte: low, mid, high
     anon: tuple[float, float, float]  # anonymous RSS per load byte
-    not_model_rss: int  # the largest growth the load bytes did not explain in the calibration runs
+    not_model_rss: int  # the largest growth the load bytes did not explain in the calibration's largest runs
     not_model_anon: int
     exact: bool  # the calibration has this release, strategy and role
     note: str | None  # why not, when not
+    most_not_model_rss: int = 0  # the most growth any of its calibration runs showed beyond its load bytes (mid rate)
+    measured: bool = False  # the rates are the rank's own growth over its load bytes
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -142,14 +146,44 @@ def behaviour(calibration: Mapping[str, Any], release: str | None, strategy: str
         notes.append(f"strategy {strategy or 'unknown'} is not calibrated (used the costliest, {fallback})")
         key = fallback
     entry = entries[key]
+    rss = _rates(entry["rss_per_load_byte"])
+    runs: Mapping[str, Any] = entry.get("runs", {})
     return Behaviour(
         key=f"{chosen} {key}",
-        rss=_rates(entry["rss_per_load_byte"]),
+        rss=rss,
         anon=_rates(entry["anon_per_load_byte"]),
         not_model_rss=int(entry["not_model_bytes"]["rss"]),
         not_model_anon=int(entry["not_model_bytes"]["anon"]),
         exact=not notes,
         note="; ".join(notes) or None,
+        most_not_model_rss=max(
+            (round(r["rss"] - rss[1] * r["load_bytes"]) for r in runs.values()),
+            default=int(entry["not_model_bytes"]["rss"]),
+        ),
+    )
+
+
+def own_behaviour(calibrated: Behaviour, growth: int, anon_growth: int | None, load_bytes: int) -> Behaviour | None:
+    """The rank's own RSS per load byte (its load's growth over its load bytes), when it read enough to measure it:
+    at least ``MEASURABLE`` × the most growth the calibration runs of its release, strategy and role showed beyond
+    their load bytes (``most_not_model_rss``), so that growth, were this job's as large, overstates the rate by at most
+    1 / ``MEASURABLE`` RSS byte per load byte. Mid and high: the rate measured (it counts that growth as model bytes,
+    so it errs high); low: the rate with that much growth left out. None when the rank read too little."""
+    if load_bytes <= 0 or load_bytes < MEASURABLE * calibrated.most_not_model_rss:
+        return None
+    rss = growth / load_bytes
+    low = max(0, growth - calibrated.most_not_model_rss) / load_bytes
+    anon = min(rss, anon_growth / load_bytes) if anon_growth is not None else min(rss, calibrated.anon[1])
+    return Behaviour(
+        key=f"measured; {calibrated.key} for the low end",
+        rss=(low, rss, rss),
+        anon=(min(low, anon), anon, anon),
+        not_model_rss=0,  # the rate already counts the job's own remainder
+        not_model_anon=0,
+        exact=True,
+        note=None,
+        most_not_model_rss=calibrated.most_not_model_rss,
+        measured=True,
     )
 
 
@@ -292,8 +326,8 @@ def windows(rank: RankLoad, total: int) -> list[Window]:
 def profile(
     rank: RankLoad, model: int, scale: float, world_s: int, world_t: int, calibration: Mapping[str, Any]
 ) -> Profile | None:
-    """None for a rank that did not finish or whose spans carry no memory figures."""
-    if rank.incomplete or rank.failed or rank.rss_before_bytes is None or rank.peak_rss_bytes is None:
+    """None for a rank that did not finish, whose trace file lost spans, or whose spans carry no memory figures."""
+    if rank.incomplete or rank.failed or rank.partial or rank.rss_before_bytes is None or rank.peak_rss_bytes is None:
         return None
     fixed, peak = rank.rss_before_bytes, max(rank.peak_rss_bytes, rank.rss_before_bytes)
     measured = split(rank, model, world_s)
@@ -301,6 +335,10 @@ def profile(
     found = windows(rank, sum(measured.values()))
     if not found:
         found = [Window("load", max(0, peak - fixed), 0, 1.0)]
+    calibrated = behaviour(calibration, release, rank.strategy, rank.rank == LOADING_RANK)
+    anon_peak, anon_before = rank.peak_rss_anon_bytes, rank.rss_anon_before_bytes
+    anon_growth = max(0, anon_peak - anon_before) if anon_peak is not None and anon_before is not None else None
+    own = own_behaviour(calibrated, peak - fixed, anon_growth, sum(measured.values()))
     return Profile(
         rank=rank,
         fixed=fixed,
@@ -309,7 +347,7 @@ def profile(
         measured=measured,
         target=scale_split(rank, measured, scale, world_s, world_t, model),
         windows=found,
-        behaviour=behaviour(calibration, release, rank.strategy, rank.rank == LOADING_RANK),
+        behaviour=own or calibrated,
     )
 
 
@@ -351,12 +389,16 @@ def node_memory(job: Job, target: Target) -> tuple[int | None, str | None, str |
 
 
 def confidence(node: list[Profile], calibration: Mapping[str, Any]) -> tuple[Confidence, float]:
-    """How far to trust the range, in one line, and how much to widen it: ``small`` when the load bytes explain
-    less than the calibration's threshold of a rank's growth, and when the calibration does not cover the job."""
+    """How far to trust the range, in one line, and how much to widen it: where the rates come from (the ranks' own
+    growth, or the calibration); for calibrated ranks, ``small`` when the load bytes explain less than the
+    calibration's threshold of a rank's growth, and when the calibration does not cover the job."""
     threshold, step = float(calibration["explained_threshold"]), float(calibration["widen"])
     distinct = list({id(p): p for p in node}.values())
-    small = [p for p in distinct if p.explained < threshold]
-    inexact = [p for p in distinct if not p.behaviour.exact]
+    own = [p for p in distinct if p.behaviour.measured]
+    calibrated = [p for p in distinct if not p.behaviour.measured]
+    small = [p for p in calibrated if p.explained < threshold]
+    inexact = [p for p in calibrated if not p.behaviour.exact]
+    source = _rate_source(own, calibrated)
     reasons = []
     if small:
         worst = min(small, key=lambda p: p.explained)
@@ -372,12 +414,30 @@ def confidence(node: list[Profile], calibration: Mapping[str, Any]) -> tuple[Con
         reasons.append("; ".join(notes) + f"; range widened by {100 * step:.0f}%")
     widen = step * len(reasons)
     if not reasons:
-        keys = ", ".join(sorted({p.behaviour.key for p in distinct}))
-        least = min(p.explained for p in distinct)
-        reason = f"calibrated ({keys}); model bytes explain {100 * least:.0f}% or more of every rank's load growth"
+        reason = source
+        if calibrated:
+            least = min(p.explained for p in calibrated)
+            whose = "every calibrated rank's" if own else "every rank's"
+            reason += f"; model bytes explain {100 * least:.0f}% or more of {whose} load growth"
         return Confidence("high", reason), widen
     level = "medium" if not small else "low"
-    return Confidence(level, "; ".join(reasons)), widen
+    return Confidence(level, "; ".join([source, *reasons])), widen
+
+
+def _rate_source(own: list[Profile], calibrated: list[Profile]) -> str:
+    """Where the RSS per load byte comes from, in words: the ranks' own growth, the calibration, or both."""
+    parts = []
+    if own:
+        rates = ", ".join(f"{p.rank.label} {p.behaviour.rss[1]:.2f}" for p in own)
+        parts.append(
+            f"RSS per load byte measured on this job ({rates}: the load's growth over its load bytes, enough to"
+            " measure it)"
+        )
+    if calibrated:
+        keys = ", ".join(sorted({p.behaviour.key for p in calibrated}))
+        who = "" if not own else " for " + ", ".join(p.rank.label for p in calibrated) + " (too little read to measure)"
+        parts.append(f"calibrated ({keys}){who}")
+    return "; ".join(parts)
 
 
 def _shapes(job: Job, target: Target) -> tuple[int, RankLoad, int, int, int]:
@@ -423,6 +483,8 @@ def _profiles(
                 if rank.incomplete
                 else f"its load raised {rank.failed}"
                 if rank.failed
+                else "its trace file lost spans (partial)"
+                if rank.partial
                 else "no loadtrace.rss.* memory figures"
             )
             left_out.append(LeftOutRank(rank.rank, why))
@@ -435,6 +497,8 @@ def _profiles(
             if loading.incomplete
             else f"raised {loading.failed}"
             if loading.failed
+            else "are partial (its trace file lost spans)"
+            if loading.partial
             else "carry no loadtrace.rss.* memory figures (an older loadtrace?)"
         )
         raise ForecastError(f"trace {job.trace_id}: rank 0's load spans {why}; nothing to scale")
@@ -591,7 +655,8 @@ def _text(
         f" to {human_bytes(target.model_bytes)}{given}: x{scale:.4g}; world size {world_t} ({world}), {per_node} rank"
         f"{'s' if per_node > 1 else ''} per node.",
         "Per rank: peak = RSS before the load (not scaled) + the growth its load bytes do not explain (not scaled)"
-        " + its load bytes at the target x the calibrated RSS per load byte; rank 0's copy (once per job) and bytes"
+        " + its load bytes at the target x its RSS per load byte (its own growth over its load bytes where it read"
+        " enough to measure it, else the calibration's); rank 0's copy (once per job) and bytes"
         " beyond a rank's share (duplicated) scale with the model, its own share with the model / world size under a"
         " sharded strategy, with the model for a replica; the worst of the load and its phases.",
         f"Node 0 holds {node}; file-backed pages (mmap'd checkpoint, libraries) are shared by a node's ranks and"

@@ -88,7 +88,7 @@ def _distinct(values: list[Any]) -> str | None:
 
 
 def job_row(job: Job, limits: Thresholds) -> JobRow:
-    startup = job_startup(job)
+    startup = job_startup(job, limits)
     found = find([job]) + startup_findings(job, startup, limits)
     counts: dict[str, int] = {}
     for finding in found:
@@ -236,7 +236,7 @@ def jobs_report(
 ) -> JobsReport:
     """Rows (oldest first), groups (one per distinct value of the ``group_by`` keys, most jobs first; one group of all
     jobs without keys) and the differences between them. Raises ``SourceError`` when no job is left to show."""
-    found = jobs_from_spans(spans.spans, spans.states)
+    found = jobs_from_spans(spans.spans, spans.states, spans.damaged_files)
     return report_of_rows([job_row(job, limits or Thresholds()) for job in found], where, group_by, spans.skipped_lines)
 
 
@@ -287,7 +287,7 @@ class _TreePart:
 
 def _rows_of_folders(files: list[Path], states: list[Path], limits: Thresholds) -> _TreePart:
     spans = read_sources(files, states)
-    found = jobs_from_spans(spans.spans, spans.states)
+    found = jobs_from_spans(spans.spans, spans.states, spans.damaged_files)
     traces = {span.trace_id for span in spans.spans} | {state_trace_id(s.state) for s in spans.states}
     rows = [((job.start_ns, job.trace_id, job.attempt or 0, job.run), job_row(job, limits)) for job in found]
     short = any(len(s.state.texts.get("trace_id", "").strip()) < TRACE_ID_HEX for s in spans.states)

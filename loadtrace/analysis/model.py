@@ -191,6 +191,9 @@ class RankLoad:
     # Started loading and never finished (killed, stopped): from its state file, the launcher's witness, spans ended by
     # a signal, or spans whose parent never ended.
     incomplete: bool = False
+    # Its trace file lost spans (cut short, or lines that could not be read): what its row shows is what survived, and
+    # no finding is drawn from what is missing.
+    partial: bool = False
     failed: str | None = None  # the exception type its (last) load raised
     exit: Exit = field(default_factory=Exit)
     last_state: LastState | UnfinishedSpans | None = None
@@ -212,9 +215,14 @@ class RankLoad:
 
     def marks(self) -> list[str]:
         """What sets the rank apart from a load that finished, as the table says it after its number: ``incomplete``,
-        ``failed``, how its process ended (``(SIGKILL OOM)``); empty for a rank that finished."""
+        ``partial`` (its trace file lost spans), ``failed``, how its process ended (``(SIGKILL OOM)``); empty for a rank
+        that finished."""
         # Alike ranks share their marks (analysis/alike.py): a word added here makes its ranks outliers too.
-        marks = [word for word, on in (("incomplete", self.incomplete), ("failed", self.failed)) if on]
+        marks = [
+            word
+            for word, on in (("incomplete", self.incomplete), ("partial", self.partial), ("failed", self.failed))
+            if on
+        ]
         if ended := self.exit.describe("cell"):
             marks.append(f"({ended})")
         return marks
@@ -244,6 +252,16 @@ class NodeReads:
 
 
 @dataclass
+class PartialFile:
+    """A trace file of the job that lost spans: the ranks it speaks for are ``partial``."""
+
+    path: str
+    skipped_lines: int  # lines that could not be read
+    cut_short: bool  # its last line ends without a newline: the file was cut (a full disk, a copy in flight)
+    ranks: list[int | None]  # the job's ranks its readable lines speak for
+
+
+@dataclass
 class JobSummary:
     """One job (trace) of the report: an entry of ``traces``."""
 
@@ -261,6 +279,7 @@ class JobSummary:
     startup: Startup | None = field(default=None, metadata=OMITTED_WHEN_NONE)  # None when nothing loaded
     # Ranks below the world size that left no spans and no state file here (another node's files, a lost file).
     missing_ranks: list[int] = field(default_factory=list)
+    partial_files: list[PartialFile] = field(default_factory=list)
 
 
 @dataclass
@@ -511,6 +530,7 @@ class RankStartup:
     seconds: float
     measured_from: str  # "startup span" (loadtrace.startup) | "spans" (first span to the end of the last load)
     phases: dict[str, float]  # every phase of STARTUP_PHASES, in that order; they add up to ``seconds``
+    partial: bool = False  # the rank's trace file lost spans: shown, never judged (not the slowest, not in the median)
 
 
 @dataclass
@@ -531,7 +551,9 @@ class Startup:
 
     seconds: float | None  # the slowest rank's
     slowest_rank: int | None
-    slowest_phase: str | None  # the phase that put the slowest rank furthest behind the others (its largest alone)
+    # The phase that put the slowest rank furthest behind the others, when it explains a real difference
+    # (``startup.explaining_phase``); None otherwise.
+    slowest_phase: str | None
     median_rank_seconds: float | None
     storage_bytes_per_second: float | None  # the median of the nodes that read from storage
     ranks: list[RankStartup]

@@ -30,7 +30,8 @@ from .attrs import (
 )
 from .model import Exit, Finding, LastState, RankLoad, Site, UnfinishedSpans
 from .processes import Process, Run, Who, processes, runs
-from .sources import Span, StateFile
+from .sources import DamagedFile, Span, StateFile
+from .sources.files import ProcessKey, process_key
 
 # The rank that loads the checkpoint under a sharded strategy (docs/report.md, Findings: a simplification on several
 # nodes, where accelerate loads on each node's local rank 0).
@@ -160,18 +161,22 @@ def rank_key(resource: dict[str, Any]) -> tuple[int | None, str | None]:
     return (rank, None) if rank is not None else (None, instance)
 
 
-def jobs_from_spans(spans: Iterable[Span], states: Iterable[StateFile] = ()) -> list[Job]:
+def jobs_from_spans(
+    spans: Iterable[Span], states: Iterable[StateFile] = (), damaged: Iterable[DamagedFile] = ()
+) -> list[Job]:
     """Group spans and state files by trace, then by attempt (``processes.runs``), then by rank; jobs in order of their
-    first span, ranks in rank order. Ranks that never finished are marked incomplete (see ``apply_processes``)."""
+    first span, ranks in rank order. Ranks that never finished are marked incomplete (see ``apply_processes``), ranks
+    whose trace file is among ``damaged`` partial."""
+    lost = frozenset(key for file in damaged for key in file.processes)
     jobs = []
     for trace_id, members in processes(spans, states).items():
         for run in runs(members):
-            jobs.append(job_of(trace_id, run))
+            jobs.append(job_of(trace_id, run, lost))
     jobs.sort(key=lambda job: (job.start_ns, job.trace_id, job.attempt or 0, job.run))
     return jobs
 
 
-def job_of(trace_id: str, run: Run) -> Job:
+def job_of(trace_id: str, run: Run, lost: frozenset[ProcessKey] = frozenset()) -> Job:
     by_who: dict[Who, list[Process]] = defaultdict(list)
     for process in run.members:
         by_who[process.who].append(process)
@@ -180,6 +185,7 @@ def job_of(trace_id: str, run: Run) -> Job:
         spans = [span for process in members for span in process.spans + ([process.witness] if process.witness else [])]
         launch = next((p.launch_id for p in members if p.launch_id is not None), None)
         record = summarize_rank(trace_id, rank, instance, spans, members[0].resource, (run.attempt, launch, run.run))
+        record.partial = bool(lost) and any(process_key(span.resource) in lost for span in spans)
         apply_processes(record, members)
         ranks.append(record)
     mark_unfinished(ranks)
@@ -406,12 +412,13 @@ def lower_limit(node: int | None, cgroup: int | None) -> tuple[int | None, str |
 
 def mark_unfinished(ranks: list[RankLoad]) -> None:
     """Without a state file or witness (spans over OTLP only, or an older loadtrace): a finished span whose parent
-    never ended was inside a load or phase that was still open when the rank's spans stop."""
+    never ended was inside a load or phase that was still open when the rank's spans stop. Not for a partial rank:
+    the parents may be among the spans its file lost."""
     every_span = {span.span_id for rank in ranks for span in rank.spans}
     job_id = next((str_attr(rank.resource, sc.JOB_ID) for rank in ranks if rank.resource), None)
     root = format(sc.job_trace_ids(job_id)[1], "016x") if job_id else None
     for rank in ranks:
-        if rank.incomplete or rank.evidence:
+        if rank.incomplete or rank.evidence or rank.partial:
             continue
         unfinished = {s.parent_span_id for s in rank.spans if s.parent_span_id and s.parent_span_id not in every_span}
         unfinished.discard(root)

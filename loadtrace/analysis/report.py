@@ -12,16 +12,17 @@ from .advice import next_step
 from .compare import PICK, _named, pick_job
 from .findings import find, finding_order
 from .forecast import ForecastError, Target, forecast
-from .model import Finding, JobSummary, Report, to_json
+from .model import Finding, JobSummary, PartialFile, Report, to_json
 from .nodes import job_nodes
 from .ranks import Job, jobs_from_spans
-from .sources import SourceError, SpanSet, rfc3339_nanos
+from .sources import DamagedFile, SourceError, SpanSet, rfc3339_nanos
+from .sources.files import process_key
 from .startup import Thresholds, job_startup, startup_findings
 
 MAX_WORLD_SIZE = 1 << 20
 
 
-def job_summary(job: Job) -> JobSummary:
+def job_summary(job: Job, limits: Thresholds | None = None, damaged: list[DamagedFile] | None = None) -> JobSummary:
     model = job.model_bytes()
     return JobSummary(
         trace_id=job.trace_id,
@@ -35,9 +36,22 @@ def job_summary(job: Job) -> JobSummary:
         model_bytes=model,
         spans=sum(len(rank.spans) for rank in job.ranks),
         nodes=job_nodes(job, model),
-        startup=job_startup(job),
+        startup=job_startup(job, limits),
         missing_ranks=missing_ranks(job),
+        partial_files=partial_files(job, damaged or []),
     )
+
+
+def partial_files(job: Job, damaged: list[DamagedFile]) -> list[PartialFile]:
+    """The damaged trace files that speak for ranks of this job, with those ranks."""
+    found = []
+    for file in damaged:
+        ranks = [
+            r.rank for r in job.ranks if r.partial and any(process_key(s.resource) in file.processes for s in r.spans)
+        ]
+        if ranks:
+            found.append(PartialFile(file.path, file.skipped_lines, file.cut_short, ranks))
+    return found
 
 
 def with_next_step(finding: Finding) -> Finding:
@@ -81,9 +95,10 @@ def report(
     """The report; with a ``target``, also its forecast (the source must then hold exactly one job). ``thresholds``:
     the startup findings' (docs/report.md, Startup), their defaults when None. ``pick`` and ``latest`` narrow it to
     one job (``select_jobs``)."""
-    jobs = select_jobs(jobs_from_spans(spans.spans, spans.states), pick, latest, source or "the source")
-    summaries = [job_summary(job) for job in jobs]
+    damaged = spans.damaged_files
+    jobs = select_jobs(jobs_from_spans(spans.spans, spans.states, damaged), pick, latest, source or "the source")
     limits = thresholds or Thresholds()
+    summaries = [job_summary(job, limits, damaged) for job in jobs]
     late = [
         f for job, summary in zip(jobs, summaries, strict=True) for f in startup_findings(job, summary.startup, limits)
     ]

@@ -33,8 +33,8 @@ NOT_OWN = frozenset({sc.SPAN_JOB, sc.SPAN_RANK_EXIT})  # not the rank's own work
 class Thresholds:
     """The startup findings' thresholds (docs/report.md, Startup; ``loadtrace report`` options override them)."""
 
-    slow_rank_ratio: float = 1.5  # a rank at least this many times the median of the other ranks' startup ...
-    slow_rank_seconds: float = 1.0  # ... and at least this far behind it
+    slow_rank_ratio: float = 1.5  # a rank at least this many times the other ranks' median in a phase ...
+    slow_rank_seconds: float = 1.0  # ... and at least this far behind their median in the whole startup
     slow_storage_ratio: float = 0.5  # a node reading from storage under this share of the job's median node
     rendezvous_wait_seconds: float = 5.0  # a rank that waited longer than this in init_process_group
 
@@ -71,6 +71,7 @@ def rank_startup(rank: RankLoad) -> RankStartup | None:
         seconds=round(max(0, bounds[1] - bounds[0]) / 1e9, 6),
         measured_from=source,
         phases={phase: round(nanoseconds[phase] / 1e9, 6) for phase in STARTUP_PHASES},
+        partial=rank.partial,
     )
 
 
@@ -144,8 +145,45 @@ def behind(rank: RankStartup, others: list[RankStartup]) -> dict[str, float]:
     return {p: rank.phases[p] - (_median(o.phases[p] for o in others) or 0.0) for p in STARTUP_PHASES}
 
 
-def job_startup(job: Job) -> Startup | None:
-    """None when no rank of the job started or loaded anything."""
+def _behind_enough(rank: RankStartup, others: list[RankStartup], limits: Thresholds) -> tuple[float, dict] | None:
+    """(how far the rank's startup is behind the other ranks' median, ``behind`` per phase) when that is at least
+    ``slow_rank_seconds``; None otherwise, or without others."""
+    median = _median(o.seconds for o in others)
+    if median is None or rank.seconds - median < limits.slow_rank_seconds:
+        return None
+    return rank.seconds - median, behind(rank, others)
+
+
+def explaining_phase(rank: RankStartup, others: list[RankStartup], limits: Thresholds) -> str | None:
+    """The phase that explains a real difference: the rank is at least ``slow_rank_seconds`` behind the others'
+    median, and this phase, the one that put it furthest behind, is at least half of that."""
+    found = _behind_enough(rank, others, limits)
+    if found is None:
+        return None
+    ahead, excess = found
+    phase = max(STARTUP_PHASES, key=lambda p: excess[p])
+    return phase if excess[phase] >= ahead / 2 else None
+
+
+def slow_phase(rank: RankStartup, others: list[RankStartup], limits: Thresholds) -> str | None:
+    """The phase that makes the rank a ``slow_rank``: it is at least ``slow_rank_seconds`` behind the others' median
+    in the whole startup, and in this phase at least ``slow_rank_ratio`` × their median and at least half of that lead
+    behind it (of such phases, the furthest behind); None when it is not slow. Judged per phase, so the seconds every
+    rank spends alike (imports) do not hide a phase that took several times theirs."""
+    found = _behind_enough(rank, others, limits)
+    if found is None:
+        return None
+    ahead, excess = found
+    ratio = limits.slow_rank_ratio
+    slow = [
+        p for p in STARTUP_PHASES if excess[p] >= ahead / 2 and rank.phases[p] >= ratio * (rank.phases[p] - excess[p])
+    ]
+    return max(slow, key=lambda p: excess[p]) if slow else None
+
+
+def job_startup(job: Job, limits: Thresholds | None = None) -> Startup | None:
+    """None when no rank of the job started or loaded anything. The slowest rank, the median and the phase named are
+    of the ranks whose spans are whole: a partial rank's startup is shown, never judged."""
     ranks = [found for rank in job.ranks if (found := rank_startup(rank)) is not None]
     if not ranks:
         return None
@@ -155,17 +193,16 @@ def job_startup(job: Job) -> Startup | None:
     nodes = [
         node_startup(host, members) for host, members in sorted(hosts.items(), key=lambda item: natural_key(item[0]))
     ]
-    slowest = max(ranks, key=lambda r: (r.seconds, -(r.rank or 0)))
-    others = [r for r in ranks if r is not slowest]
-    excess = behind(slowest, others) if others else slowest.phases
-    phase = max(STARTUP_PHASES, key=lambda p: excess[p])
-    median = _median(r.seconds for r in ranks)
+    whole = [r for r in ranks if not r.partial]
+    slowest = max(whole, key=lambda r: (r.seconds, -(r.rank or 0)), default=None)
+    others = [r for r in whole if r is not slowest]
+    median = _median(r.seconds for r in whole)
     rates = [n.storage_bytes_per_second for n in nodes if n.storage_bytes_per_second is not None]
     rate = _median(rates)
     return Startup(
-        seconds=slowest.seconds,
-        slowest_rank=slowest.rank,
-        slowest_phase=phase if excess[phase] > 0 else None,
+        seconds=slowest.seconds if slowest is not None else None,
+        slowest_rank=slowest.rank if slowest is not None else None,
+        slowest_phase=explaining_phase(slowest, others, limits or Thresholds()) if slowest is not None else None,
         median_rank_seconds=round(median, 6) if median is not None else None,
         storage_bytes_per_second=round(rate, 1) if rate is not None else None,
         ranks=ranks,
@@ -181,32 +218,28 @@ def _name(rank: int | None) -> str:
 
 
 def slow_rank(job: Job, startup: Startup, limits: Thresholds) -> Finding | None:
-    """Ranks at least ``slow_rank_ratio`` × the median of the other ranks' startup and ``slow_rank_seconds`` behind."""
+    """Ranks that ``slow_phase`` names a phase for, among the ranks whose spans are whole (``partial`` ones are never
+    judged, nor counted among the others)."""
+    whole = [r for r in startup.ranks if not r.partial]
     slow = []
-    ranks = startup.ranks
-    medians = OthersMedian([r.seconds for r in ranks])
-    phase_medians: dict[str, OthersMedian] = {}  # made once some rank is slow
-    for index, rank in enumerate(ranks):
+    medians = OthersMedian([r.seconds for r in whole])
+    for index, rank in enumerate(whole):
         median = medians.without(index)
-        if median is None or rank.seconds < limits.slow_rank_ratio * median:
+        if median is None or rank.seconds - median < limits.slow_rank_seconds:
+            continue  # the cheap test first: only a rank this far behind is judged phase by phase
+        others = whole[:index] + whole[index + 1 :]
+        phase = slow_phase(rank, others, limits)
+        if phase is None:
             continue
-        if rank.seconds - median < limits.slow_rank_seconds:
-            continue
-        if not phase_medians:
-            phase_medians = {p: OthersMedian([r.phases[p] for r in ranks]) for p in STARTUP_PHASES}
-        theirs_by_phase = {p: phase_medians[p].without(index) or 0.0 for p in STARTUP_PHASES}
-        excess = {p: rank.phases[p] - theirs_by_phase[p] for p in STARTUP_PHASES}
-        phase = max(STARTUP_PHASES, key=lambda p: excess[p])
-        slow.append((rank, median, phase, excess[phase], theirs_by_phase[phase]))
+        theirs = _median(o.phases[phase] for o in others) or 0.0
+        slow.append((rank, median, phase, rank.phases[phase] - theirs, theirs))
     if not slow:
         return None
     sentences = [
-        f"{_name(r.rank)} took {r.seconds:.2f} s to start, {r.seconds / m:.1f}x the median of the other ranks "
-        f"({m:.2f} s) and {r.seconds - m:.2f} s behind it; its {phase} phase made the difference: {more:.2f} s more "
-        f"than theirs ({r.phases[phase]:.2f} s against {theirs:.2f} s)"
-        if m > 0
-        else f"{_name(r.rank)} took {r.seconds:.2f} s to start, the other ranks none; its {phase} phase took "
-        f"{r.phases[phase]:.2f} s"
+        f"{_name(r.rank)} took {r.seconds:.2f} s to start, {r.seconds - m:.2f} s behind the median of the other ranks "
+        f"({m:.2f} s); its {phase} phase made the difference: {r.phases[phase]:.2f} s against their {theirs:.2f} s"
+        + (f" ({r.phases[phase] / theirs:.1f}x)" if theirs > 0 else "")
+        + f", {more:.2f} s more"
         for r, m, phase, more, theirs in slow
     ]
     return job.finding(
@@ -240,8 +273,10 @@ def rate_text(rate: float) -> str:
 
 
 def slow_storage(job: Job, startup: Startup, limits: Thresholds) -> Finding | None:
-    """Nodes reading from storage under ``slow_storage_ratio`` × the job's median node (nodes that read from it)."""
-    measured = [n for n in startup.nodes if n.storage_bytes_per_second is not None]
+    """Nodes reading from storage under ``slow_storage_ratio`` × the job's median node (nodes that read from it; not a
+    node with a partial rank, whose reading may be among the spans its file lost)."""
+    lost = {rank.host for rank in job.ranks if rank.partial}
+    measured = [n for n in startup.nodes if n.storage_bytes_per_second is not None and n.host not in lost]
     median = _median(n.storage_bytes_per_second or 0.0 for n in measured)
     if len(measured) < 2 or not median:
         return None
@@ -280,7 +315,8 @@ def slow_storage(job: Job, startup: Startup, limits: Thresholds) -> Finding | No
 
 def rendezvous_wait(job: Job, startup: Startup, limits: Thresholds) -> Finding | None:
     """Ranks whose ``torch.init_process_group`` took longer than ``rendezvous_wait_seconds``, and the rank(s) they
-    waited for: those that arrived last (the latest ``init_process_group`` start, to the millisecond)."""
+    waited for: those that arrived last (the latest ``init_process_group`` start, to the millisecond). None when a
+    partial rank's arrival is unknown: it may be the last, among the spans its file lost."""
     arrivals: dict[int | None, int] = {}
     waits: dict[int | None, float] = {}
     for rank in job.ranks:
@@ -288,6 +324,8 @@ def rendezvous_wait(job: Job, startup: Startup, limits: Thresholds) -> Finding |
         if spans:
             arrivals[rank.rank] = min(s.start_ns for s in spans)
             waits[rank.rank] = sum(s.seconds for s in spans)
+        elif rank.partial:
+            return None
     if len(arrivals) < 2:
         return None
     last = max(arrivals.values())

@@ -22,7 +22,7 @@ from .. import semconv as sc
 from .attrs import META, by_device, opt_int_attr
 from .findings import find
 from .hosts import natural_key
-from .model import Exit, Finding, LastState, RankLoad, to_json
+from .model import WARNING, Exit, Finding, LastState, RankLoad, to_json
 from .ranks import STATUS_ERROR, Job
 from .sources import rfc3339_nanos
 
@@ -66,6 +66,7 @@ class Lane:
     slow_factor: float | None  # its load time over the median of the job's finished ranks
     death_ns: int | None  # when a rank that died was last seen alive
     findings: list[str]  # kinds of the findings that name this rank
+    warnings: list[str]  # those of them that are warnings: what marks the lane (an info finding is no alarm)
     rows: int
     bars: list[Bar]
     group: int | None = None  # its LaneGroup's index in Timeline.groups, when it is one of many alike ranks
@@ -144,8 +145,10 @@ def rebuilt_load(rank: RankLoad, zero: int) -> Bar | None:
     return Bar(name, start - zero, max(start, last.time_unix_nano) - zero, 0, last.read_bytes, UNFINISHED, attributes)
 
 
-def lane_of(rank: RankLoad, zero: int, kinds: dict[int, list[str]], median: float | None) -> Lane:
-    """The rank's lane; ``kinds``: the kinds of the findings that name each rank."""
+def lane_of(
+    rank: RankLoad, zero: int, kinds: dict[int, list[str]], warned: dict[int, list[str]], median: float | None
+) -> Lane:
+    """The rank's lane; ``kinds``: the kinds of the findings that name each rank, ``warned``: of its warnings."""
     entries = _entries(rank, zero)
     entries.sort(key=lambda entry: (entry[0].start_ns, -entry[0].end_ns, entry[1]))
     index = {span_id: i for i, (_, span_id, _) in enumerate(entries) if span_id}
@@ -165,6 +168,7 @@ def lane_of(rank: RankLoad, zero: int, kinds: dict[int, list[str]], median: floa
         slow_factor=slow,
         death_ns=_death(rank, bars, zero),
         findings=kinds.get(rank.rank, []) if rank.rank is not None else [],
+        warnings=warned.get(rank.rank, []) if rank.rank is not None else [],
         rows=pack(bars, parents),
         bars=bars,
     )
@@ -229,12 +233,15 @@ def timeline(job: Job) -> Timeline:
     median = statistics.median(finished) if len(finished) >= 2 else None
     zero = job.start_ns
     kinds: dict[int, list[str]] = {}  # one pass: asking each finding's rank list for each rank is quadratic
+    warned: dict[int, list[str]] = {}
     for finding in findings:
         for number in finding.ranks:
             kinds.setdefault(number, []).append(finding.kind)
+            if finding.severity == WARNING:
+                warned.setdefault(number, []).append(finding.kind)
     hosts: dict[str | None, list[Lane]] = {}
     for rank in job.ranks:
-        hosts.setdefault(rank.host, []).append(lane_of(rank, zero, kinds, median))
+        hosts.setdefault(rank.host, []).append(lane_of(rank, zero, kinds, warned, median))
     nodes = [Node(host, lanes) for host, lanes in sorted(hosts.items(), key=lambda item: natural_key(item[0]))]
     ends = [bar.end_ns for node in nodes for lane in node.lanes for bar in lane.bars]
     ends += [lane.death_ns for node in nodes for lane in node.lanes if lane.death_ns is not None]

@@ -540,7 +540,7 @@ def _compare_jobs(source: str, args: argparse.Namespace) -> tuple[list[Job], int
         spans = clickhouse.read_job(args.clickhouse, args.clickhouse_table, source, "A/B")
         return jobs_from_spans(spans.spans, spans.states), spans.skipped_lines
     spans = _spans_from_jaeger(jaeger.trace_url(args.jaeger, source)) if args.jaeger else _spans_from_path(source)
-    return jobs_from_spans(spans.spans, spans.states), spans.skipped_lines
+    return jobs_from_spans(spans.spans, spans.states, spans.damaged_files), spans.skipped_lines
 
 
 # Commands
@@ -646,7 +646,7 @@ def run_timeline(args: argparse.Namespace) -> int:
         raise SourceError("timeline needs a SOURCE (a .jsonl file or directory) or --clickhouse URL --job ID")
     else:
         spans, where = _spans_from_path(args.source), args.source
-    job = pick_job(jobs_from_spans(spans.spans, spans.states), args.job, where, "--job")
+    job = pick_job(jobs_from_spans(spans.spans, spans.states, spans.damaged_files), args.job, where, "--job")
     picture = timeline(job)
     if args.format == "chrome":
         trace = render_timeline.chrome_trace(picture)

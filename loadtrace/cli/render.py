@@ -21,6 +21,7 @@ from loadtrace.analysis.model import (
     Forecast,
     NodeReads,
     NodeStartup,
+    PartialFile,
     PhaseRow,
     RankLoad,
     Report,
@@ -28,8 +29,10 @@ from loadtrace.analysis.model import (
 )
 from loadtrace.analysis.units import human_bytes
 
+# "storage, all files": what the process fetched from storage while it loaded, library imports too
+# (``/proc/self/io``), where the ``I/O:`` line counts the checkpoint's files alone.
 RANK_COLUMNS = (
-    *("rank", "host", "strategy", "load s", "files", "tensors", "read", "from storage", "conversions"),
+    *("rank", "host", "strategy", "load s", "files", "tensors", "read", "storage, all files", "conversions"),
     *("zeros/empty_like", "held at return", "peak RSS"),
 )
 # The columns of a table that fits WIDTH; ``--wide`` shows RANK_COLUMNS. Exact bytes are in ``--format json``.
@@ -169,6 +172,7 @@ def report_table(report: Report, wide: bool = False, every_rank: bool = False) -
             present = (trace.world_size or 0) - len(trace.missing_ranks)
             listed = who(trace.missing_ranks).partition(" ")[2]
             missing = f"\n{number(present)} of {number(trace.world_size)} ranks present (missing: {listed})"
+        missing += "".join("\n" + wrapped(partial_text(file), "", "  ") for file in trace.partial_files)
         rank_rows = [[rank] for rank in ranks] if every_rank else alike.rank_groups(ranks, findings)
         node_rows = [[node] for node in trace.nodes] if every_rank else alike.node_groups(trace.nodes, findings)
         io = "".join(
@@ -191,6 +195,18 @@ def report_table(report: Report, wide: bool = False, every_rank: bool = False) -
     if report.forecast is not None:
         blocks.append(forecast_text(report.forecast, wide))
     return "\n\n".join(blocks)
+
+
+def partial_text(file: PartialFile) -> str:
+    """Which file lost spans, how, and what that means for its ranks' rows."""
+    who = ", ".join(f"rank {rank}" if rank is not None else "a rank without a number" for rank in file.ranks)
+    how = ["cut short mid-line"] if file.cut_short else []
+    if file.skipped_lines:
+        how.append(f"{file.skipped_lines} unreadable line{'s' if file.skipped_lines > 1 else ''} skipped")
+    return (
+        f"Partial: {who}: {file.path} lost spans ({', '.join(how)}); its rows show what survived, and no finding is"
+        " drawn from what is missing."
+    )
 
 
 def stored(nodes: list[NodeStartup]) -> list[NodeStartup]:
@@ -236,7 +252,11 @@ def startup_text(
     rows: list[list[str] | str] = []
     for members in alike.grouped(startup.ranks, lambda r: shared.get(r.rank)):
         cells = [
-            [str(r.rank) if r.rank is not None else "?", number(r.seconds), *(number(r.phases[p]) for p in phases)]
+            [
+                (str(r.rank) if r.rank is not None else "?") + (" partial" if r.partial else ""),
+                number(r.seconds),
+                *(number(r.phases[p]) for p in phases),
+            ]
             for r in members
         ]
         values = [[None, r.seconds, *(r.phases[p] for p in phases)] for r in members]

@@ -82,6 +82,7 @@ def page_data(timeline: Timeline) -> dict[str, Any]:
                     "load_seconds": lane.load_seconds,
                     "death_ns": lane.death_ns,
                     "findings": lane.findings,
+                    "warnings": lane.warnings,
                     "rows": lane.rows,
                     "bars": [_bar(bar, names) + [STATUS_CODES[bar.status]] for bar in lane.bars],
                     "group": lane.group,

@@ -4,7 +4,9 @@ OK, WILL OOM or UNCERTAIN.
 
 The hand-built jobs below use round numbers (docs/report.md has the formulas): a 1,000,000-byte model, RSS before the
 load 100 MB on every rank, a target 1000x larger, and a calibration (``CALIBRATION``) of 2 B of RSS per load byte, of
-which anonymous 1 B on the loading rank and 1.5 B on the others, for transformers 5.24.0 (what the spans say they ran).
+which anonymous 1 B on the loading rank and 1.5 B on the others, for transformers 5.24.0 (what the spans say they ran),
+whose runs grew at most 10 MB beyond their load bytes: a rank must read 20 MB to be forecast with its own rate, so
+the 1 MB jobs are forecast with the calibration's.
 """
 
 from __future__ import annotations
@@ -22,11 +24,15 @@ from loadtrace.analysis.ranks import jobs_from_spans
 from loadtrace.analysis.sources import decode_line
 
 
+NOT_MODEL = 10 * M  # the most growth the calibration runs showed beyond their load bytes
+
+
 def entry(anon: float, rss: tuple[float, float, float] = (2.0, 2.0, 2.0), not_model: int = 0) -> dict:
     return {
         "rss_per_load_byte": list(rss),
         "anon_per_load_byte": [anon, anon, anon],
         "not_model_bytes": {"rss": not_model, "anon": 0},
+        "runs": {"tiny": {"load_bytes": M, "rss": round(rss[1] * M) + NOT_MODEL, "anon": round(anon * M)}},
     }
 
 
@@ -303,6 +309,67 @@ def test_a_release_or_strategy_the_calibration_lacks_is_medium_confidence_and_sa
     assert (
         "strategy fsdp_cpu_ram_efficient is not calibrated (used the costliest, plain/other)"
         in (result["confidence"]["reason"])
+    )
+
+
+# The job's own rate (issue 34) -------------------------------------------------------------------------------------
+
+BIG = 50 * M  # a model big enough to measure its own rate: 2.5x the calibration's most not-model growth
+
+
+def plain_job(name: str, read: int, rate: float):
+    """Two plain ranks, each reading the model (``read`` bytes) and growing ``rate`` B of RSS per byte read."""
+    trace = trace_id_of(name)
+    growth = round(rate * read)
+    return job(name, {r: rank_spans(trace, r, "plain", read, growth, held=read) for r in (0, 1)})
+
+
+def test_a_run_that_read_enough_is_forecast_with_its_own_rate():
+    """A family the calibration never saw: 0.5 B of RSS per load byte, where the calibration says 2."""
+    measured = plain_job("own-rate", BIG, 0.5)
+    same = forecast(measured, Target(model_bytes=BIG, ranks_per_node=2))
+    assert same["per_rank_peak_bytes"] == {"0": BEFORE + BIG // 2, "1": BEFORE + BIG // 2}  # its measured peaks
+    assert same["per_rank_peak_range_bytes"]["0"] == [BEFORE + BIG // 2, BEFORE + BIG // 2]
+    result = forecast(measured, Target(model_bytes=10 * BIG, ranks_per_node=2))
+    assert result["per_rank_peak_bytes"]["0"] == BEFORE + 5 * BIG  # not BEFORE + 20 x BIG at the calibration's 2
+    # Low end: the calibration's most not-model growth (10 MB) taken out of the rate and kept as it is.
+    low_rate = (BIG // 2 - NOT_MODEL) / BIG
+    assert result["per_rank_peak_range_bytes"]["0"] == [
+        BEFORE + NOT_MODEL + round(low_rate * 10 * BIG),
+        BEFORE + 5 * BIG,
+    ]
+    rank = result["basis"]["ranks"]["0"]
+    assert rank["calibration"] == "measured; 5.24.0 plain/loading for the low end"
+    assert rank["rss_per_load_byte"] == [low_rate, 0.5, 0.5] and rank["load_bytes_explain"] == 1.0
+    assert result["confidence"] == {
+        "level": "high",
+        "reason": "RSS per load byte measured on this job (rank 0 0.50, rank 1 0.50: the load's growth over its load"
+        " bytes, enough to measure it)",
+    }
+
+
+@pytest.mark.parametrize("read, own", [(2 * NOT_MODEL, True), (2 * NOT_MODEL - 1, False)])
+def test_a_rank_is_forecast_with_its_own_rate_from_twice_its_calibrations_most_not_model_growth(read, own):
+    result = forecast(plain_job(f"edge-{read}", read, 0.5), Target(model_bytes=1000 * M, ranks_per_node=2))
+    assert result["basis"]["ranks"]["0"]["calibration"].startswith("measured") is own
+    assert result["confidence"]["reason"].startswith("RSS per load byte measured on this job" if own else "calibrated")
+
+
+def test_a_rank_that_read_too_little_is_calibrated_beside_one_that_read_enough():
+    """FSDP: rank 0 reads the model; rank 1 holds 5 MB, too little to measure: the confidence says which is which."""
+    trace = trace_id_of("mixed")
+    ranks = {
+        0: rank_spans(trace, 0, FSDP, BIG, BIG // 2, held=BIG),
+        1: rank_spans(trace, 1, FSDP, 0, 3 * 5 * M, held=5 * M),
+    }
+    result = forecast(job("mixed", ranks), Target(model_bytes=10 * BIG, ranks_per_node=2))
+    assert [result["basis"]["ranks"][r]["calibration"] for r in ("0", "1")] == [
+        "measured; 5.24.0 fsdp_cpu_ram_efficient/loading for the low end",
+        "5.24.0 fsdp_cpu_ram_efficient/other",
+    ]
+    assert result["confidence"]["reason"].startswith(
+        "RSS per load byte measured on this job (rank 0 0.50: the load's growth over its load bytes, enough to measure"
+        " it); calibrated (5.24.0 fsdp_cpu_ram_efficient/other) for rank 1 (too little read to measure)"
     )
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 from support.venvs import REPO
@@ -80,6 +81,66 @@ def test_the_same_job_under_zero3_on_the_latest_release_says_ok(capsys):
     argv += ["--ranks-per-node", "16", "--node-memory-bytes", "1TB", "--fail-on-uncertain", "--format", "json"]
     assert main(argv) == 0, capsys.readouterr().err
     assert json.loads(capsys.readouterr().out)["forecast"]["verdict"] == "ok"
+
+
+# A model family the calibration never saw (issue 34, point 6) ----------------------------------------------------
+
+LLAMA = FIXTURES / "llama524"
+LLAMA_BYTES = 27_993_088  # its tensors: tests/support/llama.py
+
+
+def own_size_forecast(folder: Path, capsys) -> tuple[dict, dict]:
+    """``report --forecast-model-bytes <its own size>`` of a Llama job: (forecast, report) as JSON."""
+    assert main(["report", str(folder), "--forecast-model-bytes", str(LLAMA_BYTES), "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["traces"][0]["model_bytes"] == LLAMA_BYTES
+    return report["forecast"], report
+
+
+def assert_each_rank_measured_peak_in_its_range(forecast: dict, report: dict) -> None:
+    measured = {str(rank["rank"]): rank["peak_rss_bytes"] for rank in report["ranks"]}
+    assert set(measured) == set(forecast["per_rank_peak_range_bytes"]) == {"0", "1"}
+    for rank, (low, high) in forecast["per_rank_peak_range_bytes"].items():
+        assert low <= measured[rank] <= high, (rank, low, measured[rank], high)
+    assert forecast["confidence"]["reason"].startswith("RSS per load byte measured on this job (rank 0 0.")
+
+
+def test_the_users_llama_forecast_at_its_own_size_holds_each_ranks_measured_peak(capsys):
+    """Issue 34: a 2-rank plain load of the user's Llama (hidden 256, 4 layers, 8 heads, 4 KV heads, vocab 8000,
+    untied, 5 shards), forecast at its own size, said 419.2 MB for rank 0 (range 415.7 - 422.6 MB, confidence high)
+    against its measured 369.8 MB: the Qwen3-MoE calibration's 2.31 RSS bytes per load byte, where this job's own
+    load cost 0.55."""
+    forecast, report = own_size_forecast(LLAMA, capsys)
+    assert_each_rank_measured_peak_in_its_range(forecast, report)
+    assert forecast["per_rank_peak_bytes"] == {str(r["rank"]): r["peak_rss_bytes"] for r in report["ranks"]}
+    assert forecast["confidence"]["level"] == "high"
+    assert forecast["basis"]["ranks"]["0"]["calibration"] == "measured; 5.24.0 plain/loading for the low end"
+    assert forecast["basis"]["ranks"]["0"]["rss_per_load_byte"][1] == 0.5462
+
+
+def test_a_run_too_small_to_measure_its_rate_says_it_is_calibrated():
+    result = forecasting.forecast(job("524-plain-tiny"), Target(54 * 10**9, ranks_per_node=1))
+    assert result.confidence.reason.startswith("calibrated (5.24.0 plain/loading); the measured run is too small")
+    assert result.basis.ranks[0].calibration == "5.24.0 plain/loading"
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not VENVS, reason="no venv with torchrun and transformers (see tests/support/venvs.py)")
+def test_a_real_llama_run_forecast_at_its_own_size_holds_each_ranks_measured_peak(tmp_path, capsys):
+    """The same, from a fresh 2-rank plain load of the Llama in the first test venv."""
+    venv = VENVS[0]
+    made = subprocess.run(
+        [str(venv.python), str(REPO / "tests" / "support" / "llama.py"), str(tmp_path / "llama")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert made.returncode == 0 and f"wrote 5 shards, 39 tensors, {LLAMA_BYTES:,} bytes" in made.stdout, made.stderr
+    args = [str(tmp_path / "llama"), "--mode", "plain"]
+    run = torchrun(venv, REPO / "examples" / "load.py", args, cwd=tmp_path / "job", env={"LOADTRACE": "1"})
+    run.check()
+    forecast, report = own_size_forecast(tmp_path / "job" / "loadtrace-traces", capsys)
+    assert_each_rank_measured_peak_in_its_range(forecast, report)
 
 
 def test_the_packaged_calibration_is_what_the_script_makes_of_the_stored_runs():

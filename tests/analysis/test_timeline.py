@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from support.big_job import write_big_job
-from support.paths import SPANS
+from support.paths import FIXTURES, SPANS
 
 from loadtrace import semconv as sc
 from loadtrace.analysis.nodes import job_nodes
@@ -61,6 +61,19 @@ def test_every_span_of_every_rank_is_a_bar_with_its_bytes():
         sc.FINDING_DUPLICATE_CONVERSION,
     }
     assert picture.lanes[0].findings == [] and len(picture.lanes[1].findings) == 3
+    assert picture.lanes[1].warnings == picture.lanes[1].findings  # all three are warnings
+
+
+def test_an_info_finding_names_a_lane_without_marking_it_as_a_warning():
+    """Issue 34, point 8: the user's plain job (rank 1's replica, an ``info`` finding the report calls expected) had
+    rank 1 marked with the warning sign."""
+    job, _ = job_of(FIXTURES / "llama524")
+    picture = timeline(job)
+    assert [(f.kind, f.severity) for f in picture.findings] == [(sc.FINDING_REPLICATED_LOAD, "info")]
+    assert [(lane.findings, lane.warnings) for lane in picture.lanes] == [([], []), ([sc.FINDING_REPLICATED_LOAD], [])]
+    page = html_page(picture)
+    assert '"findings":["replicated_load"],"warnings":[]' in page
+    assert 'if (lane.warnings.length) label.appendChild(el("span", "\\u26a0 " + lane.warnings.length' in page
 
 
 def test_a_child_sits_below_its_parent_and_overlapping_spans_never_share_a_row():

@@ -82,3 +82,16 @@ def test_a_finding_is_under_six_lines_at_120_columns(job, capsys, monkeypatch):
         nexts = [number for number, line in enumerate(entry) if line.startswith("    next:")]
         assert len(nexts) == 1 and len(entry) - nexts[0] <= 3, entry
         assert nexts[0] - 1 <= 2 * len(symptoms), entry
+
+
+def test_the_storage_column_says_it_counts_every_file_beside_the_checkpoint_only_io_line(capsys, monkeypatch):
+    """Issue 34, point 8: on the user's job rank 1's ``from storage`` was 15.7 MB next to an ``I/O:`` line saying the
+    page cache held the whole checkpoint: the column counts what the process read from storage while loading
+    (``/proc/self/io``: library imports too), the line the checkpoint's files alone."""
+    out = run(capsys, monkeypatch, "report", "llama524")
+    header, _, rank_1 = out.splitlines()[1:4]
+    assert header.split() == [
+        *("rank", "host", "strategy", "load", "s", "read", "storage,", "all", "files"),
+        *("zeros/empty_like", "held", "at", "return", "peak", "RSS"),
+    ]
+    assert "15.7 MB" in rank_1 and "the checkpoint was warm on vm: the page cache held all of its 5" in out

@@ -12,7 +12,10 @@ The report outputs were rewritten once more (issue 14): each trace's ``startup``
 lines were added; nothing else changed. And once more (issue 26, by ``loadtrace report`` over the same fixtures): the
 JSON only by added fields (each finding's ``cause``, the startup phases ``imports`` and ``construct``); the table
 shows symptoms of one cause as one finding, sizes once (``1.0 MB``, exact bytes with ``--wide``), and the startup table
-in seconds under one unit.
+in seconds under one unit. And once more (issue 34): the JSON by added fields (each rank's ``partial``, the startup
+ranks' ``partial``, each trace's ``partial_files``), ``slowest_phase`` null where the ranks are within a second of each
+other, the forecast's confidence saying where its rates come from (``calibrated (...)``) and its basis saying the rate
+is the rank's own where it read enough; the table's storage column is ``storage, all files``. No number changed.
 """
 
 from __future__ import annotations

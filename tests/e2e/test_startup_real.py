@@ -27,7 +27,7 @@ from loadtrace.instrumentation import memory
 VENVS = discover()
 WORKER = REPO / "tests" / "workers" / "startup_load.py"
 # x 69 tensors: about 10 s behind. A rank's startup runs from its process's start (its imports included: 5-10 s on
-# 2 busy cores), and slow_rank wants 1.5x the others' and 1 s more.
+# 2 busy cores), and slow_rank wants 1 s more than the others and, in its read phase, 1.5x theirs.
 SLEEP_PER_TENSOR = 0.15
 SEQUENTIAL = {"HF_DEACTIVATE_ASYNC_LOAD": "1"}
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from support.big_job import write_big_job
 from support.multirank import WORLD_SIZE
-from support.paths import SPANS
+from support.paths import FIXTURES, SPANS
 from support.venvs import discover
 
 from loadtrace import semconv as sc
@@ -97,6 +97,19 @@ def test_the_page_loads_offline_without_errors_and_shows_every_rank(browser, tmp
     else:
         assert page.locator("#findings li").count() == 3
     page.close()
+
+
+def test_the_warning_sign_marks_warnings_only(browser, tmp_path):
+    """Issue 34, point 8: rank 1 of a plain job (its replica: an info finding) was marked with the warning sign; the
+    three warnings of rank 1 under FSDP are."""
+    visit = Visit(browser, write_page(FIXTURES / "llama524", tmp_path / "plain.html"))
+    page = visit.page
+    assert visit.messages == [] and page.locator(".lane .finding").count() == 0
+    assert "replicated_load" in page.locator("#findings").inner_text()
+    page.close()
+    visit = Visit(browser, write_page(SPANS / "fsdp524", tmp_path / "fsdp.html"))
+    assert visit.page.locator(".lane .finding").all_inner_texts() == ["\u26a0 3"]
+    visit.page.close()
 
 
 def test_a_rank_missing_from_the_source_is_named(browser, tmp_path):

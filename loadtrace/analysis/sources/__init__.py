@@ -5,6 +5,7 @@ and the file reader's names are re-exported here."""
 from __future__ import annotations
 
 from .files import (
+    DamagedFile,
     ResourceCache,
     SourceError,
     Span,
@@ -24,6 +25,7 @@ from .files import (
 )
 
 __all__ = [
+    "DamagedFile",
     "ResourceCache",
     "SourceError",
     "Span",

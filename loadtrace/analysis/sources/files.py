@@ -2,7 +2,9 @@
 
 OTLP JSON Lines files (what loadtrace writes, one ``TracesData`` per line) become plain ``Span`` records that the rest
 of the analysis works on. A truncated last line (a rank killed mid-write), a corrupt line, a line that is not UTF-8
-JSON or not of the OTLP shape, and a line longer than ``MAX_LINE_BYTES`` are each skipped and counted, never raised.
+JSON or not of the OTLP shape, and a line longer than ``MAX_LINE_BYTES`` are each skipped and counted, never raised;
+a file with such lines, or cut short (its last line without the newline every line of ours ends with), is named in
+``damaged_files`` with the processes its readable lines speak for, so the report can mark their ranks ``partial``.
 Each process's state file (``*.state``, ``loadtrace.statefile``: its exact running totals, kept by the kernel when the
 process dies) is decoded the same way: one that is truncated, corrupt or foreign is skipped and counted.
 """
@@ -61,12 +63,28 @@ class StateFile:
     state: statefile.State
 
 
+# A process, as its spans' resource names it (``host.name``, ``process.pid``): one trace file is one process's.
+ProcessKey = tuple[Any, Any]
+
+
+@dataclass(frozen=True)
+class DamagedFile:
+    """A trace file that lost spans: its unreadable lines, whether it was cut short (a full disk, a copy in flight, a
+    rank killed mid-write), and the processes its readable lines speak for (none when no line was readable)."""
+
+    path: str
+    skipped_lines: int
+    cut_short: bool
+    processes: frozenset[ProcessKey]
+
+
 @dataclass
 class SpanSet:
     spans: list[Span] = field(default_factory=list)
     skipped_lines: int = 0
     states: list[StateFile] = field(default_factory=list)
     skipped_state_files: int = 0
+    damaged_files: list[DamagedFile] = field(default_factory=list)
 
 
 def rfc3339_nanos(unix_ns: int) -> str | None:
@@ -269,16 +287,25 @@ def _lines(handle: BinaryIO) -> Iterator[bytes | None]:
         yield line
 
 
-def read_stream(handle: BinaryIO, into: SpanSet) -> None:
+def read_stream(handle: BinaryIO, into: SpanSet) -> bool:
+    """The stream's spans into ``into``, its unreadable lines counted; whether its last line ends without a newline."""
     cache = ResourceCache()
+    cut_short = False
     for line in _lines(handle):
-        if line is not None and not line.strip():
-            continue
+        if line is not None:
+            cut_short = not line.endswith(b"\n")
+            if not line.strip():
+                continue
         spans = decode_line(line, cache) if line is not None else None
         if spans is None:
             into.skipped_lines += 1
         else:
             into.spans.extend(spans)
+    return cut_short
+
+
+def process_key(resource: dict[str, Any]) -> ProcessKey:
+    return resource.get(sc.HOST_NAME), resource.get(sc.PROCESS_PID)
 
 
 def _walk(root: Path, suffixes: tuple[str, ...]) -> list[list[Path]]:
@@ -338,11 +365,15 @@ PARALLEL_MIN_CPUS = 4
 def _read_trace_files(files: list[Path]) -> SpanSet:
     result = SpanSet()
     for file in files:
+        spans, skipped = len(result.spans), result.skipped_lines
         try:
             with open(file, "rb") as handle:
-                read_stream(handle, result)
+                cut_short = read_stream(handle, result)
         except OSError as error:
             raise SourceError(f"{file}: {error.strerror or error}") from None
+        if cut_short or result.skipped_lines > skipped:
+            processes = frozenset(process_key(span.resource) for span in result.spans[spans:])
+            result.damaged_files.append(DamagedFile(str(file), result.skipped_lines - skipped, cut_short, processes))
     return result
 
 
@@ -369,6 +400,7 @@ def _read_in_parallel(files: list[Path]) -> SpanSet | None:
     for part in parts:
         result.spans.extend(part.spans)
         result.skipped_lines += part.skipped_lines
+        result.damaged_files.extend(part.damaged_files)
     return result
 
 
