@@ -154,7 +154,7 @@ def rows_of_traces(connection: Connection, traces: list[str], limits: Thresholds
     """Each trace's rows (none for a trace without a job), computed from its spans as for files."""
     spans = read(connection, f"TraceId IN ({', '.join(quote(trace) for trace in traces)})")
     rows_of: dict[str, list[JobRow]] = {trace: [] for trace in traces}
-    for job in jobs_from_spans(spans.spans, []):
+    for job in jobs_from_spans(spans.spans, spans.states):
         rows_of.setdefault(job.trace_id, []).append(job_row(job, limits))
     return rows_of
 
