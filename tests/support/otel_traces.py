@@ -11,7 +11,7 @@ from typing import Any
 
 from loadtrace.analysis.sources.otel_traces import DDL, as_string, insert_statement, json_line, rows
 
-__all__ = ["as_string", "create", "fill", "insert", "rows", "rows_of_files"]
+__all__ = ["DDL", "as_string", "create", "fill", "insert", "rows", "rows_of_files"]
 
 
 def rows_of_files(paths: Iterable[Path]) -> Iterator[dict[str, Any]]:
