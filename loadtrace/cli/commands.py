@@ -25,7 +25,7 @@ from typing import Any
 from loadtrace.analysis import ingest, rollup
 from loadtrace.analysis.compare import PICK_HELP, compare, pick_job
 from loadtrace.analysis.forecast import DTYPE_BYTES, ForecastError, Target
-from loadtrace.analysis.jobs import KEYS, JobsReport, check_keys, jobs_report, jobs_report_of_tree
+from loadtrace.analysis.jobs import KEYS, GroupsReport, JobsReport, check_keys, jobs_report, jobs_report_of_tree
 from loadtrace.analysis.model import to_json
 from loadtrace.analysis.ranks import Job, jobs_from_spans
 from loadtrace.analysis.report import report
@@ -272,6 +272,12 @@ def _add_jobs_command(commands: Any) -> None:
         "--where", action="append", default=[], metavar="KEY=VALUE", help=f"keep jobs whose KEY is VALUE ({keys})"
     )
     jobs_.add_argument("--group-by", metavar="KEY[,KEY]", help=f"group statistics by these keys ({keys})")
+    jobs_.add_argument(
+        "--groups-only",
+        action="store_true",
+        help="print the groups and their differences, not the rows (with --clickhouse and a rollup, computed in the "
+        "server)",
+    )
     _add_threshold_options(jobs_)
 
 
@@ -589,13 +595,13 @@ def _fails(verdict: str | None, args: argparse.Namespace) -> bool:
 def run_jobs(args: argparse.Namespace) -> int:
     group_by = [key.strip() for key in args.group_by.split(",")] if args.group_by is not None else []
     check_keys(args.where, group_by)  # a bad key before anything is read
-    result: JobsReport | None
+    result: JobsReport | GroupsReport | None
     if args.clickhouse is not None:
         if args.source is not None or args.jaeger is not None or args.service:
             raise SourceError("with --clickhouse, give no SOURCE, --jaeger or --service")
         since = jaeger.parse_duration(args.since)
         result = rollup.jobs_of_clickhouse(
-            args.clickhouse, args.clickhouse_table, since, args.where, group_by, thresholds(args)
+            args.clickhouse, args.clickhouse_table, since, args.where, group_by, thresholds(args), args.groups_only
         )
     elif args.jaeger is None:
         if args.source is None:
@@ -614,7 +620,10 @@ def run_jobs(args: argparse.Namespace) -> int:
             raise SourceError("with --jaeger, give --service NAME [--since 7d]")
         spans = jaeger.search_all(args.jaeger, args.service, jaeger.parse_duration(args.since))
         result = jobs_report(spans, args.where, group_by, thresholds(args))
-    print(json.dumps(to_json(result), indent=2) if args.format == "json" else render.jobs_table(result))
+    if args.groups_only and isinstance(result, JobsReport):
+        result = GroupsReport.of(result)
+    text = render.groups_table(result) if isinstance(result, GroupsReport) else render.jobs_table(result)
+    print(json.dumps(to_json(result), indent=2) if args.format == "json" else text)
     return EXIT_OK
 
 

@@ -11,7 +11,7 @@ import re
 import textwrap
 from collections.abc import Sequence
 
-from loadtrace.analysis.jobs import JobsReport
+from loadtrace.analysis.jobs import GroupsReport, JobsReport
 from loadtrace.analysis.model import ComparedJob, Comparison, Finding, Forecast, RankLoad, Report, Startup
 from loadtrace.analysis.units import human_bytes
 
@@ -410,7 +410,11 @@ def jobs_table(report: JobsReport) -> str:
                 found,
             ]
         )
-    blocks = [table(JOB_COLUMNS, rows, left=3)]
+    return "\n\n".join([table(JOB_COLUMNS, rows, left=3), groups_table(report)])
+
+
+def groups_table(report: JobsReport | GroupsReport) -> str:
+    """One row per group; then the differences between groups in words (``jobs --groups-only``: these alone)."""
     group_rows = [
         [
             ", ".join(f"{k}={v if v is not None else 'null'}" for k, v in group.by.items()) or "all jobs",
@@ -422,7 +426,7 @@ def jobs_table(report: JobsReport) -> str:
         ]
         for group in report.groups
     ]
-    blocks.append(table(("group", *GROUP_COLUMNS), group_rows))
+    blocks = [table(("group", *GROUP_COLUMNS), group_rows)]
     if report.differences:
         blocks.append("differences:\n" + "\n".join(f"  {text}" for text in report.differences))
     if report.skipped_lines:
