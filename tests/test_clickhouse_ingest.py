@@ -94,6 +94,46 @@ def test_jobs_from_the_table_equal_the_folder(ingested, capsys):
     assert _json(capsys, "jobs", "--clickhouse", url, *SINCE, "--group-by", "cluster") == from_files
 
 
+GROUPINGS = (
+    ["--group-by", "cluster"],
+    [],
+    ["--group-by", "cluster,strategy", "--where", "world_size=2"],
+    ["--where", "cluster=beta", "--group-by", "model"],
+)
+
+
+def _groups_equal(capsys, files: Path, url: str) -> None:
+    """``--groups-only`` the same from both, as JSON and as a table (or the same one line, exit 2), and the groups
+    and differences of the whole report."""
+    for args in GROUPINGS:
+        for form in ("json", "table"):
+            from_files = _run(capsys, "jobs", str(files), *args, "--groups-only", "--format", form)
+            assert from_files == _run(
+                capsys, "jobs", "--clickhouse", url, *SINCE, *args, "--groups-only", "--format", form
+            ), args
+        if from_files[0] == 0:
+            whole = _json(capsys, "jobs", str(files), *args)
+            assert _json(capsys, "jobs", str(files), *args, "--groups-only") == {
+                key: whole[key] for key in ("groups", "differences", "skipped_lines")
+            }
+
+
+def test_groups_only_are_the_same_from_the_folder_and_the_table(ingested, capsys):
+    """From spans (no rollup), then from the rollup's rows in the server."""
+    files, url, _ = ingested
+    grouped = _json(capsys, "jobs", str(files), "--group-by", "cluster", "--groups-only")
+    assert [group["by"]["cluster"] for group in grouped["groups"]] == [None, "alpha", "beta"]
+    assert grouped["differences"] and set(grouped) == {"groups", "differences", "skipped_lines"}
+    _groups_equal(capsys, files, url)
+    code, _, err = _run(capsys, "rollup", "--clickhouse", url, *SINCE, "--quiet", "1s")
+    assert code == 0, err
+    _groups_equal(capsys, files, url)
+    for source in ([str(files)], ["--clickhouse", url, *SINCE]):
+        assert "no job matches --where cluster=nowhere (of 13 jobs)" in _one_line(
+            capsys, "jobs", *source, "--where", "cluster=nowhere", "--groups-only"
+        )
+
+
 @pytest.mark.parametrize("run", ["killed524", "oom-witness"])
 def test_a_dead_rank_is_in_the_table_as_in_the_folder(ingested, capsys, run):
     """The killed rank exported nothing: from spans alone it is a missing rank; its state file, ingested, tells."""
@@ -117,6 +157,7 @@ def test_a_job_that_gained_spans_gains_only_those_and_the_rollup_reads_state_fil
         assert _json(capsys, "jobs", "--clickhouse", url, *SINCE, "--group-by", "cluster") == _json(
             capsys, "jobs", str(files), "--group-by", "cluster"
         )
+        _groups_equal(capsys, files, url)  # that trace's rows sent with the query
         code, out, err = _run(capsys, "rollup", "--clickhouse", url, *SINCE, "--quiet", "1s")
         assert code == 0, err
     killed = _trace_of(files, "killed524")
@@ -133,12 +174,20 @@ def test_ingest_over_http_with_the_official_driver(tmp_path, capsys):
     shutil.copytree(FIXTURES / "killed524", files / "killed524")
     write_tree(files / "tree", 3, 2)
     (tmp_path / "db").mkdir()
-    with chdb_session.Session(str(tmp_path / "db")) as session, Front(session) as http:
-        first = _ingest(capsys, files, f"{http}/default")
-        second = _ingest(capsys, files, http)
-        from_http = _json(capsys, "jobs", "--clickhouse", http, *SINCE, "--group-by", "cluster")
+    with chdb_session.Session(str(tmp_path / "db")) as session:
+        front = Front(session)
+        with front as http:
+            first = _ingest(capsys, files, f"{http}/default")
+            second = _ingest(capsys, files, http)
+            from_http = _json(capsys, "jobs", "--clickhouse", http, *SINCE, "--group-by", "cluster")
+            assert _run(capsys, "rollup", "--clickhouse", http, *SINCE, "--quiet", "1s")[0] == 0
+            front.queries.clear()
+            groups = _json(capsys, "jobs", "--clickhouse", http, *SINCE, "--group-by", "cluster", "--groups-only")
     assert first == (_spans_in(files), 2, 4, True, 0) and second == (0, 0, 4, False, first[0] + 2)
     assert from_http == _json(capsys, "jobs", str(files), "--group-by", "cluster")
+    assert groups == _json(capsys, "jobs", str(files), "--group-by", "cluster", "--groups-only")
+    assert not [sql for sql in front.queries if "FROM default.otel_traces WHERE" in sql]  # no span left the server
+    assert not [sql for sql in front.queries if "arrayStringConcat" in sql]  # nor a row
 
 
 def test_lines_the_reader_skips_are_skipped_and_counted(tmp_path, capsys):
@@ -190,3 +239,26 @@ def test_ingest_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     assert "default.other is not the clickhouseexporter's otel_traces table (it lacks Timestamp" in other
     older = _one_line(capsys, "ingest", str(files), "--clickhouse", url, "--clickhouse-table", "older")
     assert "(it lacks Links.TraceId Array(String)" in older  # a column only the writer needs
+
+
+def test_rows_sent_with_the_query_may_exceed_the_servers_default_query_size(tmp_path, capsys):
+    """A trace not rolled up yet goes to the server as a row in the query; a row of 300 kB (a checkpoint named at
+    length) is over ClickHouse's default ``max_query_size`` (256 KiB): the query says how large it is."""
+    pytest.importorskip("clickhouse_connect")
+    from support.clickhouse_front import Front
+
+    files, url = tmp_path / "files", f"chdb:{tmp_path / 'db'}"
+    shutil.copytree(FIXTURES / "plain524", files / "plain524")
+    _ingest(capsys, files, url)
+    assert _run(capsys, "rollup", "--clickhouse", url, *SINCE, "--quiet", "1s")[0] == 0
+    (files / "long").mkdir()
+    for path in (FIXTURES / "fsdp524").glob("*.jsonl"):
+        (files / "long" / path.name).write_text(
+            path.read_text().replace('"/tmp/golden/ckpt"', '"/' + "c" * 300_000 + '"')
+        )
+    _ingest(capsys, files / "long", url)
+    expected = _run(capsys, "jobs", str(files), "--group-by", "model", "--groups-only")
+    assert expected[0] == 0 and len(expected[1]) > 300_000
+    assert _run(capsys, "jobs", "--clickhouse", url, *SINCE, "--group-by", "model", "--groups-only") == expected
+    with chdb_session.Session(str(tmp_path / "db")) as session, Front(session) as http:
+        assert _run(capsys, "jobs", "--clickhouse", http, *SINCE, "--group-by", "model", "--groups-only") == expected

@@ -202,9 +202,10 @@ def _dump(row: JobRow) -> str:
 
 
 def _matches(pairs: list[tuple[str, str]]) -> str:
-    """``jobs.matches`` as SQL over the key columns (``--where cluster=null``: no value, or the text "null")."""
+    """``jobs.matches`` as SQL over the key columns (``--where cluster=null``: no value, or the text "null"); never
+    NULL, so that ``NOT`` it counts the rows that do not match."""
     tests = [
-        f"(`{key}` IS NULL OR `{key}` = {quote(NULL)})" if value == NULL else f"`{key}` = {quote(value)}"
+        f"(`{key}` IS NULL OR `{key}` = {quote(NULL)})" if value == NULL else f"ifNull(`{key}` = {quote(value)}, 0)"
         for key, value in pairs
     ]
     return " AND ".join(tests) or "1"

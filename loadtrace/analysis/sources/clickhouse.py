@@ -138,10 +138,13 @@ class Connection:
 
     def rows(self, sql: str) -> list[tuple[Any, ...]]:
         try:
+            settings = _settings_for(sql)
             if self._chdb is not None:
+                for name, value in settings.items():
+                    self._chdb.query(f"SET {name} = {value}")
                 answer = self._chdb.query(sql, "JSONCompact")
                 return [tuple(row) for row in json.loads(answer.bytes() or b'{"data": []}')["data"]]
-            return [tuple(row) for row in self._http.query(sql).result_rows]
+            return [tuple(row) for row in self._http.query(sql, settings=settings).result_rows]
         except Exception as error:  # the drivers raise their own types; the message is what the user needs
             raise SourceError(f"ClickHouse ({self.where}): {_first_line(error)}") from None
 
@@ -185,6 +188,16 @@ class Connection:
                     handle.close()
                 except Exception:  # closing must not hide the answer already printed
                     pass
+
+
+# ClickHouse parses at most this many bytes of a query unless told more (``max_query_size``, 256 KiB by default).
+MAX_QUERY_SIZE = 262_144
+
+
+def _settings_for(sql: str) -> dict[str, int]:
+    """What a query needs set first: a larger ``max_query_size`` for one that carries rows with it."""
+    size = len(sql.encode())
+    return {"max_query_size": size + 1024} if size > MAX_QUERY_SIZE else {}
 
 
 def _first_line(error: BaseException) -> str:
