@@ -109,7 +109,8 @@ def roll_up(db: Path, jobs: int) -> float:
 def report(name: str, command: list[str], jobs: int, args: argparse.Namespace) -> None:
     walls, out = timed(command, args.runs)
     median, each = statistics.median(walls), ", ".join(f"{wall:.2f}" for wall in walls)
-    shown = " ".join(out.split()) if "dash" in name or "groups-only" in name else f"{len(out.encode()) / 1e6:.1f} MB out"
+    whole = "dash" in name or "groups-only" in name
+    shown = " ".join(out.split()) if whole else f"{len(out.encode()) / 1e6:.1f} MB out"
     print(f"{name}, {jobs} jobs: median {median:.2f} s (runs {each}) {shown}")
     if jobs != args.jobs:
         print(f"  fresh processes; {median * args.jobs / jobs:.0f} s extrapolated to {args.jobs} jobs")
