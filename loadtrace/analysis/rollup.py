@@ -289,8 +289,6 @@ def _sorted_values(key: str) -> str:
     return f"arraySort(groupArray(JSONExtract(Row, {quote(key)}, 'Nullable(Float64)')))"
 
 
-# Per group: its jobs, startup p50 / p95 / max, the storage rate's p50, each phase's median over the jobs whose
-# slowest rank's phases are known: what ``jobs.group_of`` and ``jobs.phase_medians_of`` compute from rows.
 _PHASES = "groupArrayIf(JSONExtract(Row, 'phases', 'Map(String, Float64)') AS phase_map, notEmpty(phase_map))"
 _MEDIANS = ", ".join(median_sql(f"arraySort(arrayMap(m -> m[{quote(p)}], phases))") for p in STARTUP_PHASES)
 # Per group: its jobs, startup p50 / p95 / max, the storage rate's p50, each phase's median over the jobs whose
