@@ -284,22 +284,24 @@ def median_sql(values: str) -> str:
     return f"if(length({values}) % 2 = 1, {values}[{half} + 1], ({values}[{half}] + {values}[{half} + 1]) / 2)"
 
 
-def _sorted_values(key: str) -> str:
-    """A group's jobs' values of one ``Row`` field, sorted (jobs without one left out)."""
-    return f"arraySort(groupArray(JSONExtract(Row, {quote(key)}, 'Nullable(Float64)')))"
-
-
-_PHASES = "groupArrayIf(JSONExtract(Row, 'phases', 'Map(String, Float64)') AS phase_map, notEmpty(phase_map))"
-_MEDIANS = ", ".join(median_sql(f"arraySort(arrayMap(m -> m[{quote(p)}], phases))") for p in STARTUP_PHASES)
+# The fields of a row the groups need, read from its JSON in one pass.
+_FIELDS = (
+    "JSONExtract(Row, 'Tuple(startup_seconds Nullable(Float64), storage_bytes_per_second Nullable(Float64), "
+    "phases Map(String, Float64))')"
+)
+_PHASE_ARRAYS = ", ".join(
+    f"arraySort(groupArrayIf(f.3[{quote(phase)}], notEmpty(f.3))) AS `{phase}`" for phase in STARTUP_PHASES
+)
 # Per group: its jobs, startup p50 / p95 / max, the storage rate's p50, each phase's median over the jobs whose
-# slowest rank's phases are known: what ``jobs.group_of`` and ``jobs.phase_medians_of`` compute from rows.
+# slowest rank's phases are known (each sorted once): what ``jobs.group_of`` and ``jobs.phase_medians_of`` compute.
 GROUPS = (
     "SELECT {keys}jobs, "
     f"if(empty(startups), NULL, ({percentile_sql('startups', 0.5)}, {percentile_sql('startups', 0.95)}, "
     "arrayMax(startups))), "
-    f"if(empty(rates), NULL, {percentile_sql('rates', 0.5)}), if(empty(phases), [], [{_MEDIANS}]) "
-    f"FROM (SELECT {{keys}}count() AS jobs, {_sorted_values('startup_seconds')} AS startups, "
-    f"{_sorted_values('storage_bytes_per_second')} AS rates, {_PHASES} AS phases FROM ({{rows}}) {{group_by}})"
+    f"if(empty(rates), NULL, {percentile_sql('rates', 0.5)}), "
+    f"if(empty(`{STARTUP_PHASES[0]}`), [], [{', '.join(median_sql(f'`{phase}`') for phase in STARTUP_PHASES)}]) "
+    "FROM (SELECT {keys}count() AS jobs, arraySort(groupArray(f.1)) AS startups, arraySort(groupArray(f.2)) AS rates, "
+    f"{_PHASE_ARRAYS} FROM (SELECT *, {_FIELDS} AS f FROM ({{rows}})) {{group_by}})"
 )
 
 
