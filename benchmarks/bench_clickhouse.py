@@ -3,7 +3,9 @@
 (``loadtrace rollup``'s index view on it, as in a fleet), replicated in SQL from a recorded job as
 ``tests/support/jobtree.py`` does (new ids, hosts of 4 ranks, clusters alpha / beta / none, beta 2.5x slower). Jobs
 0-2 are rolled up for real, the others' rows replicated likewise. Timed in fresh processes: ``jobs --clickhouse`` over
-the rollup, the dashboard's p50/p95 panel, and the span-reading paths (no rollup; ``jobs DIR``) at FILE_JOBS jobs.
+the rollup (every row, and ``--groups-only``: the groups computed in the server, from ``chdb:`` and over HTTP from a
+server that has the database open), the dashboard's p50/p95 panel, and the span-reading paths (no rollup; ``jobs
+DIR``) at FILE_JOBS jobs.
 """
 
 from __future__ import annotations
@@ -104,6 +106,16 @@ def roll_up(db: Path, jobs: int) -> float:
     return seconds
 
 
+def report(name: str, command: list[str], jobs: int, args: argparse.Namespace) -> None:
+    walls, out = timed(command, args.runs)
+    median, each = statistics.median(walls), ", ".join(f"{wall:.2f}" for wall in walls)
+    whole = "dash" in name or "groups-only" in name
+    shown = " ".join(out.split()) if whole else f"{len(out.encode()) / 1e6:.1f} MB out"
+    print(f"{name}, {jobs} jobs: median {median:.2f} s (runs {each}) {shown}")
+    if jobs != args.jobs:
+        print(f"  fresh processes; {median * args.jobs / jobs:.0f} s extrapolated to {args.jobs} jobs")
+
+
 def timed(command: list[str], runs: int) -> tuple[list[float], str]:
     walls, out = [], ""
     for _ in range(runs):
@@ -119,6 +131,26 @@ def dashboard(db: Path) -> list[str]:
     sql = sql.replace("$__timeInterval(start) AS time, ", "").replace("time, cluster", "cluster")
     code = f"import time; from chdb import session; s = session.Session({str(db)!r}); t = time.monotonic(); "
     return [sys.executable, "-c", code + f"s.query({sql!r}); print(f'(the query {{time.monotonic() - t:.3f}} s)')"]
+
+
+# A warm server for the HTTP path: the loopback front over a chDB session of the database (tests/support), in its own
+# process; it prints its URL once it listens.
+SERVER = (
+    "import sys; sys.path.insert(0, {tests!r}); from chdb import session; from support.clickhouse_front import Front; "
+    "s = session.Session({db!r}); front = Front(s); url = front.__enter__(); s.query('SELECT count() FROM "
+    "default.otel_traces_loadtrace_jobs'); print(url, flush=True); sys.stdin.read()"
+)
+
+
+def http_server(db: Path) -> tuple[subprocess.Popen[str], str]:
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVER.format(tests=str(REPO / "tests"), db=str(db))],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdout is not None
+    return server, server.stdout.readline().strip()
 
 
 def main() -> int:
@@ -140,16 +172,25 @@ def main() -> int:
         fill(small, args.file_jobs, args.ranks)
         write_tree(tree, args.file_jobs, args.ranks)
         since = ["--since", "36500d"]
+        groups = [*since, "--groups-only"]
         for name, command, jobs in (
+            ("jobs --clickhouse chdb: --groups-only (rollup)", [*loadtrace, "--clickhouse", f"chdb:{big}", *groups], 0),
             ("jobs --clickhouse chdb: (rollup)", [*loadtrace, "--clickhouse", f"chdb:{big}", *since], args.jobs),
             ("dashboard p50/p95 by cluster (rollup)", dashboard(big), args.jobs),
             ("jobs --clickhouse chdb: (spans)", [*loadtrace, "--clickhouse", f"chdb:{small}", *since], args.file_jobs),
             ("jobs DIR", [*loadtrace, str(tree)], args.file_jobs),
         ):
-            walls, out = timed(command, args.runs)
-            median, each = statistics.median(walls), ", ".join(f"{wall:.2f}" for wall in walls)
-            print(f"{name}, {jobs} jobs: median {median:.2f} s (runs {each}) {out.strip() if 'dash' in name else ''}")
-            print(f"  fresh processes; {median * args.jobs / jobs:.0f} s extrapolated to {args.jobs} jobs")
+            report(name, command, jobs or args.jobs, args)
+        server, url = http_server(big)
+        try:
+            for name, command in (
+                ("jobs --clickhouse http:// --groups-only (rollup)", [*loadtrace, "--clickhouse", url, *groups]),
+                ("jobs --clickhouse http:// (rollup)", [*loadtrace, "--clickhouse", url, *since]),
+            ):
+                report(name, command, args.jobs, args)
+        finally:
+            server.terminate()
+            server.wait()
         print(f"rollup: {per_job:.2f} s per {args.ranks}-rank job; load average {os.getloadavg()[0]:.2f}")
     return 0
 

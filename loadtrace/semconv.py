@@ -90,8 +90,14 @@ STARTUP_PHASE_SPANS = frozenset(
 # it: a point span.
 SPAN_EXCEPTION = "loadtrace.exception"
 
+# A state file carried into ClickHouse by ``loadtrace ingest`` (analysis/ingest.py): one row per state file, its bytes
+# compressed, read back as the state file it was (the table holds spans only otherwise).
+SPAN_STATE_FILE = "loadtrace.state_file"
+STATE_FILE_PATH = "loadtrace.state_file.path"  # its path under the folder ingested
+STATE_FILE_DATA = "loadtrace.state_file.data"  # its bytes, zlib-compressed, in base64
+
 ALL_SPANS = (
-    frozenset({SPAN_JOB, SPAN_RANK_EXIT, SPAN_STARTUP, SPAN_EXCEPTION})
+    frozenset({SPAN_JOB, SPAN_RANK_EXIT, SPAN_STARTUP, SPAN_EXCEPTION, SPAN_STATE_FILE})
     | STARTUP_PHASE_SPANS
     | LOAD_SPANS
     | FILE_SPANS

@@ -82,6 +82,19 @@ class JobsReport:
     skipped_lines: int = 0
 
 
+@dataclass
+class GroupsReport:
+    """``jobs --groups-only``: the groups and the differences between them, without the rows."""
+
+    groups: list[Group]
+    differences: list[str]
+    skipped_lines: int = 0
+
+    @classmethod
+    def of(cls, report: JobsReport) -> GroupsReport:
+        return cls(report.groups, report.differences, report.skipped_lines)
+
+
 def _distinct(values: list[Any]) -> str | None:
     present = sorted({str(value) for value in values if value is not None and value != ""})
     return ", ".join(present) if present else None
@@ -166,7 +179,7 @@ def matches(row: JobRow, pairs: list[tuple[str, str]]) -> bool:
 
 def percentile(values: list[float], share: float) -> float:
     """Linear interpolation between the closest ranks (``statistics.quantiles(method="inclusive")``; one value is
-    every percentile of itself)."""
+    every percentile of itself). ``rollup.percentile_sql`` is the same arithmetic, step for step, in the server."""
     ordered = sorted(values)
     position = share * (len(ordered) - 1)
     low = math.floor(position)
@@ -177,37 +190,54 @@ def percentile(values: list[float], share: float) -> float:
 def group_of(by: dict[str, str | None], rows: list[JobRow]) -> Group:
     startups = [row.startup_seconds for row in rows if row.startup_seconds is not None]
     rates = [row.storage_bytes_per_second for row in rows if row.storage_bytes_per_second is not None]
+    return group_from(
+        by,
+        len(rows),
+        (percentile(startups, 0.5), percentile(startups, 0.95), max(startups)) if startups else None,
+        percentile(rates, 0.5) if rates else None,
+    )
+
+
+def group_from(
+    by: dict[str, str | None], jobs: int, startup: tuple[float, float, float] | None, rate_p50: float | None
+) -> Group:
+    """A group as shown, from its statistics (computed here from rows, or in the server): startup (p50, p95, max)
+    and the storage rate's p50, None where no job has one."""
     return Group(
         by=by,
-        jobs=len(rows),
-        startup_seconds=Statistic(
-            p50=round(percentile(startups, 0.5), 6) if startups else None,
-            p95=round(percentile(startups, 0.95), 6) if startups else None,
-            max=max(startups) if startups else None,
-        ),
-        storage_bytes_per_second={"p50": round(percentile(rates, 0.5), 1) if rates else None},
+        jobs=jobs,
+        startup_seconds=Statistic(p50=round(startup[0], 6), p95=round(startup[1], 6), max=startup[2])
+        if startup is not None
+        else Statistic(None, None, None),
+        storage_bytes_per_second={"p50": round(rate_p50, 1) if rate_p50 is not None else None},
     )
+
+
+def group_order(values: tuple[str | None, ...], jobs: int) -> tuple[Any, ...]:
+    """Groups most jobs first, then by their values (a group without a value after those with one)."""
+    return (-jobs, [value is None for value in values], [value or "" for value in values])
 
 
 def label(by: dict[str, str | None]) -> str:
     return ", ".join(f"{key} {value if value is not None else NULL}" for key, value in by.items()) or "all jobs"
 
 
-def differences(groups: list[Group], rows_of: dict[int, list[JobRow]]) -> list[str]:
+def differences(groups: list[Group], phase_medians: list[dict[str, float]]) -> list[str]:
     """Groups at least ``DIFFERENCE_RATIO`` x the fastest group's startup p50, largest first, each with the phase of
-    the slowest ranks that grew most (the median over the group's jobs, against the fastest group's)."""
+    the slowest ranks that grew most (``phase_medians``, each group's: the median over its jobs, against the fastest
+    group's)."""
     known = [(i, g) for i, g in enumerate(groups) if g.startup_seconds.p50]
     if len(known) < 2:
         return []
     base_index, base = min(known, key=lambda item: (item[1].startup_seconds.p50, item[0]))
-    base_phases = _phase_medians(rows_of[base_index])
+    base_phases = phase_medians[base_index]
     called = []
     for index, group in known:
         ratio = (group.startup_seconds.p50 or 0.0) / (base.startup_seconds.p50 or 1.0)
         if index == base_index or ratio < DIFFERENCE_RATIO:
             continue
         text = f"{label(group.by)}: startup p50 {ratio:.1f}x {_short(group.by, base.by)}"
-        phases = _phase_medians(rows_of[index])
+        phases = phase_medians[index]
         grown = [(phases[p] / base_phases[p], p) for p in STARTUP_PHASES if base_phases.get(p) and phases.get(p)]
         if grown:
             factor, phase = max(grown)
@@ -226,7 +256,8 @@ def _short(by: dict[str, str | None], base: dict[str, str | None]) -> str:
     )
 
 
-def _phase_medians(rows: list[JobRow]) -> dict[str, float]:
+def phase_medians_of(rows: list[JobRow]) -> dict[str, float]:
+    """Each phase's median over the jobs whose slowest rank's phases are known (``rollup.GROUPS`` the same in SQL)."""
     with_phases = [row.phases for row in rows if row.phases]
     return {p: statistics.median(phases[p] for phases in with_phases) for p in STARTUP_PHASES} if with_phases else {}
 
@@ -240,6 +271,14 @@ def jobs_report(
     return report_of_rows([job_row(job, limits or Thresholds()) for job in found], where, group_by, spans.skipped_lines)
 
 
+def no_jobs(pairs: list[tuple[str, str]], jobs: int) -> SourceError:
+    """Why there is nothing to show: no job at all, or none of ``jobs`` matching ``--where``."""
+    if not jobs:
+        return SourceError("no jobs found in this source")
+    wanted = " ".join(f"{key}={value}" for key, value in pairs)
+    return SourceError(f"no job matches --where {wanted} (of {jobs} jobs)")
+
+
 def report_of_rows(
     all_rows: list[JobRow],
     where: list[str] | None,
@@ -251,22 +290,17 @@ def report_of_rows(
     jobs the source already left out for ``where``."""
     pairs = check_keys(where or [], group_by or [])
     keys = group_by or []
-    if not all_rows and not filtered_out:
-        raise SourceError("no jobs found in this source")
     rows = [row for row in all_rows if matches(row, pairs)]
     if not rows:
-        wanted = " ".join(f"{key}={value}" for key, value in pairs)
-        raise SourceError(f"no job matches --where {wanted} (of {len(all_rows) + filtered_out} jobs)")
+        raise no_jobs(pairs, len(all_rows) + filtered_out)
     rows.sort(key=lambda row: (row.start_ns, row.trace_id, row.attempt or 0))
     members: dict[tuple[str | None, ...], list[JobRow]] = {}
     for row in rows:
         members.setdefault(tuple(KEYS[key](row) for key in keys), []).append(row)
-    ordered = sorted(
-        members.items(), key=lambda item: (-len(item[1]), [v is None for v in item[0]], [v or "" for v in item[0]])
-    )
+    ordered = sorted(members.items(), key=lambda item: group_order(item[0], len(item[1])))
     groups = [group_of(dict(zip(keys, values, strict=True)), members_) for values, members_ in ordered]
-    rows_of = {index: members_ for index, (_, members_) in enumerate(ordered)}
-    return JobsReport(rows, groups, differences(groups, rows_of), skipped_lines)
+    medians = [phase_medians_of(members_) for _, members_ in ordered]
+    return JobsReport(rows, groups, differences(groups, medians), skipped_lines)
 
 
 # ``jobs_report_of_tree``: worth starting processes from this many job folders on.

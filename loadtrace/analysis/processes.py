@@ -59,19 +59,7 @@ class Process:
             return self.spans[0].resource
         if self.witness is not None:
             return self.witness.resource
-        state = self.state
-        if state is None:
-            return {}
-        resource: dict[str, Any] = {sc.HOST_NAME: self.host, sc.PROCESS_PID: self.pid, sc.ATTEMPT: state["attempt"]}
-        if state.rank is not None:
-            resource[sc.RANK] = state.rank
-        for key, name in ((sc.WORLD_SIZE, "world_size"), (sc.LOCAL_WORLD_SIZE, "local_world_size")):
-            if state[name] > 0:
-                resource[key] = state[name]
-        for key, name in ((sc.JOB_ID, "job_id"), (sc.LAUNCH_ID, "launch_id")):
-            if state.texts.get(name):
-                resource[key] = state.texts[name]
-        return resource
+        return state_resource(self.state, self.host, self.pid) if self.state is not None else {}
 
     def _resource_value(self, key: str) -> Any:
         for span in self.spans[:1] + ([self.witness] if self.witness is not None else []):
@@ -130,6 +118,20 @@ class Process:
             or (self.state is not None and (self.state["load_start_ns"] > 0 or self.state["loads_open"] > 0))
             or any(span.name in sc.LOAD_SPANS for span in self.spans)
         )
+
+
+def state_resource(state: statefile.State, host: str | None, pid: int | None) -> dict[str, Any]:
+    """The resource a process's state file tells of (its spans' own, where it has any, say more)."""
+    resource: dict[str, Any] = {sc.HOST_NAME: host, sc.PROCESS_PID: pid, sc.ATTEMPT: state["attempt"]}
+    if state.rank is not None:
+        resource[sc.RANK] = state.rank
+    for key, name in ((sc.WORLD_SIZE, "world_size"), (sc.LOCAL_WORLD_SIZE, "local_world_size")):
+        if state[name] > 0:
+            resource[key] = state[name]
+    for key, name in ((sc.JOB_ID, "job_id"), (sc.LAUNCH_ID, "launch_id")):
+        if state.texts.get(name):
+            resource[key] = state.texts[name]
+    return resource
 
 
 def state_trace_id(state: statefile.State, known: Iterable[str] = ()) -> str:

@@ -22,7 +22,23 @@ import json
 import time
 from dataclasses import dataclass
 
-from .jobs import KEYS, NULL, JobRow, JobsReport, check_keys, job_row, jobs_report, report_of_rows
+from ..startup_split import STARTUP_PHASES
+from .jobs import (
+    KEYS,
+    NULL,
+    GroupsReport,
+    JobRow,
+    JobsReport,
+    check_keys,
+    differences,
+    group_from,
+    group_order,
+    job_row,
+    jobs_report,
+    matches,
+    no_jobs,
+    report_of_rows,
+)
 from .ranks import jobs_from_spans
 from .sources.clickhouse import Connection, check_table, parse_target, quote, read, read_since
 from .sources.files import SourceError
@@ -154,7 +170,7 @@ def rows_of_traces(connection: Connection, traces: list[str], limits: Thresholds
     """Each trace's rows (none for a trace without a job), computed from its spans as for files."""
     spans = read(connection, f"TraceId IN ({', '.join(quote(trace) for trace in traces)})")
     rows_of: dict[str, list[JobRow]] = {trace: [] for trace in traces}
-    for job in jobs_from_spans(spans.spans, []):
+    for job in jobs_from_spans(spans.spans, spans.states):
         rows_of.setdefault(job.trace_id, []).append(job_row(job, limits))
     return rows_of
 
@@ -186,12 +202,52 @@ def _dump(row: JobRow) -> str:
 
 
 def _matches(pairs: list[tuple[str, str]]) -> str:
-    """``jobs.matches`` as SQL over the key columns (``--where cluster=null``: no value, or the text "null")."""
+    """``jobs.matches`` as SQL over the key columns (``--where cluster=null``: no value, or the text "null"); never
+    NULL, so that ``NOT`` it counts the rows that do not match."""
     tests = [
-        f"(`{key}` IS NULL OR `{key}` = {quote(NULL)})" if value == NULL else f"`{key}` = {quote(value)}"
+        f"(`{key}` IS NULL OR `{key}` = {quote(NULL)})" if value == NULL else f"ifNull(`{key}` = {quote(value)}, 0)"
         for key, value in pairs
     ]
     return " AND ".join(tests) or "1"
+
+
+@dataclass
+class Current:
+    """The window's traces as the rollup answers them: ``latest``, the SQL of their current stored rows (with
+    ``matched``: whether the row meets ``--where``); ``rest``, the traces to compute from their spans."""
+
+    latest: str
+    rest: list[str]
+    stored: int  # current stored rows of a job (matching --where or not)
+    unmatched: int  # of those, the ones that do not match
+
+
+def current(connection: Connection, since_seconds: float, pairs: list[tuple[str, str]], limits: Thresholds) -> Current:
+    names = tables(connection)
+    window = f"SELECT TraceId, sum(Spans) AS spans FROM {names.traces} GROUP BY TraceId HAVING {_window(since_seconds)}"
+    # Rows of the trace's current span count (rolled twice at that count, by two rollups at once: the newer).
+    latest = (
+        f"SELECT TraceId, Position, {', '.join(f'`{key}`' for key in KEYS)}, Row, {_matches(pairs)} AS matched "
+        f"FROM {names.jobs} WHERE {_ours(limits)} AND (TraceId, Spans) IN ({window}) "
+        "ORDER BY TraceId, Position, RolledNs DESC LIMIT 1 BY TraceId, Position"
+    )
+    [(traces, rest, counts)] = connection.rows(
+        f"SELECT count(), groupArrayIf(TraceId, TraceId NOT IN (SELECT TraceId FROM ({latest}))), "
+        f"(SELECT (countIf(Row != ''), countIf(Row != '' AND NOT matched)) FROM ({latest})) FROM ({window})"
+    )
+    if not int(traces):
+        raise SourceError(f"no traces in {connection.where} ({names.spans}) began in the last {since_seconds:g} s")
+    return Current(latest, sorted(rest), int(counts[0]), int(counts[1]))
+
+
+def _computed(connection: Connection, traces: list[str], limits: Thresholds) -> list[JobRow]:
+    """The rows of traces the rollup has no current rows for, from their spans."""
+    rows: list[JobRow] = []
+    for start in range(0, len(traces), BATCH):
+        rows += [
+            row for found in rows_of_traces(connection, traces[start : start + BATCH], limits).values() for row in found
+        ]
+    return rows
 
 
 def jobs_report_of_rollup(
@@ -203,31 +259,89 @@ def jobs_report_of_rollup(
 ) -> JobsReport:
     """``jobs_report`` of the window's traces: their stored rows where current, filtered in SQL (only the rows that
     match leave the server, as one JSON array), and the other traces' rows from their spans."""
-    names, pairs = tables(connection), check_keys(where, group_by)
-    window = f"SELECT TraceId, sum(Spans) AS spans FROM {names.traces} GROUP BY TraceId HAVING {_window(since_seconds)}"
-    # Rows of the trace's current span count (rolled twice at that count, by two rollups at once: the newer).
-    latest = (
-        f"SELECT TraceId, Position, Row, {_matches(pairs)} AS matched FROM {names.jobs} "
-        f"WHERE {_ours(limits)} AND (TraceId, Spans) IN ({window}) "
-        "ORDER BY TraceId, Position, RolledNs DESC LIMIT 1 BY TraceId, Position"
-    )
-    [(traces, rest, unmatched)] = connection.rows(
-        f"SELECT count(), groupArrayIf(TraceId, TraceId NOT IN (SELECT TraceId FROM ({latest}))), "
-        f"(SELECT countIf(Row != '' AND NOT matched) FROM ({latest})) FROM ({window})"
-    )
-    if not int(traces):
-        raise SourceError(f"no traces in {connection.where} ({names.spans}) began in the last {since_seconds:g} s")
+    now = current(connection, since_seconds, check_keys(where, group_by), limits)
     text = connection.text(
         "SELECT concat('[', arrayStringConcat(arrayMap(row -> row.3, arraySort(row -> (row.1, row.2), "
-        f"groupArrayIf((TraceId, Position, Row), Row != '' AND matched))), ','), ']') FROM ({latest})"
+        f"groupArrayIf((TraceId, Position, Row), Row != '' AND matched))), ','), ']') FROM ({now.latest})"
     )
-    rows = [JobRow(**fields) for fields in json.loads(text)]
-    rest = sorted(rest)
-    for start in range(0, len(rest), BATCH):
-        rows += [
-            row for found in rows_of_traces(connection, rest[start : start + BATCH], limits).values() for row in found
-        ]
-    return report_of_rows(rows, where, group_by, 0, int(unmatched))
+    rows = [JobRow(**fields) for fields in json.loads(text)] + _computed(connection, now.rest, limits)
+    return report_of_rows(rows, where, group_by, 0, now.unmatched)
+
+
+def percentile_sql(values: str, share: float) -> str:
+    """``jobs.percentile`` of a sorted, non-empty array, in SQL: the same float operations in the same order, so the
+    same bits (ClickHouse's ``quantileExactInclusive`` is the same definition, but adds 1 before it takes the
+    fraction: its last bit can differ)."""
+    position = f"({share!r} * (length({values}) - 1))"
+    low = f"(toUInt64(floor({position})) + 1)"
+    high = f"least({low} + 1, length({values}))"
+    return f"({values}[{low}] + ({values}[{high}] - {values}[{low}]) * ({position} - floor({position})))"
+
+
+def median_sql(values: str) -> str:
+    """``statistics.median`` of a sorted, non-empty array, in SQL: the middle value, or the mean of the two."""
+    half = f"intDiv(length({values}), 2)"
+    return f"if(length({values}) % 2 = 1, {values}[{half} + 1], ({values}[{half}] + {values}[{half} + 1]) / 2)"
+
+
+# The fields of a row the groups need, read from its JSON in one pass.
+_FIELDS = (
+    "JSONExtract(Row, 'Tuple(startup_seconds Nullable(Float64), storage_bytes_per_second Nullable(Float64), "
+    "phases Map(String, Float64))')"
+)
+_PHASE_ARRAYS = ", ".join(
+    f"arraySort(groupArrayIf(f.3[{quote(phase)}], notEmpty(f.3))) AS `{phase}`" for phase in STARTUP_PHASES
+)
+# Per group: its jobs, startup p50 / p95 / max, the storage rate's p50, each phase's median over the jobs whose
+# slowest rank's phases are known (each sorted once): what ``jobs.group_of`` and ``jobs.phase_medians_of`` compute.
+GROUPS = (
+    "SELECT {keys}jobs, "
+    f"if(empty(startups), NULL, ({percentile_sql('startups', 0.5)}, {percentile_sql('startups', 0.95)}, "
+    "arrayMax(startups))), "
+    f"if(empty(rates), NULL, {percentile_sql('rates', 0.5)}), "
+    f"if(empty(`{STARTUP_PHASES[0]}`), [], [{', '.join(median_sql(f'`{phase}`') for phase in STARTUP_PHASES)}]) "
+    "FROM (SELECT {keys}count() AS jobs, arraySort(groupArray(f.1)) AS startups, arraySort(groupArray(f.2)) AS rates, "
+    f"{_PHASE_ARRAYS} FROM (SELECT *, {_FIELDS} AS f FROM ({{rows}})) {{group_by}})"
+)
+
+
+def groups_of_rollup(
+    connection: Connection,
+    since_seconds: float,
+    where: list[str],
+    group_by: list[str],
+    limits: Thresholds,
+) -> GroupsReport:
+    """``jobs --groups-only`` of the window's traces: the groups' statistics computed in the server, over the stored
+    rows where current and, sent with the query, the rows of the other traces computed from their spans."""
+    pairs = check_keys(where, group_by)
+    now = current(connection, since_seconds, pairs, limits)
+    computed = _computed(connection, now.rest, limits)
+    matching = [row for row in computed if matches(row, pairs)]
+    columns = ", ".join(f"`{key}`" for key in KEYS)
+    rows = f"SELECT {columns}, Row FROM ({now.latest}) WHERE Row != '' AND matched"
+    if matching:
+        structure = ", ".join(f"`{key}` Nullable(String)" for key in KEYS) + ", Row String"
+        literal = ", ".join(f"({_keys(row)}, {quote(_dump(row))})" for row in matching)
+        rows += f" UNION ALL SELECT * FROM values({quote(structure)}, {literal})"
+    if now.stored - now.unmatched + len(matching) == 0:
+        raise no_jobs(pairs, now.stored + len(computed))
+    keys = "".join(f"`{key}`, " for key in group_by)
+    found = []
+    for *values, jobs, startup, rate, medians in connection.rows(
+        GROUPS.format(keys=keys, rows=rows, group_by=f"GROUP BY {keys.rstrip(', ')}" if group_by else "")
+    ):
+        group = group_from(dict(zip(group_by, values, strict=True)), int(jobs), startup and tuple(startup), rate)
+        found.append(
+            (
+                group_order(tuple(values), int(jobs)),
+                group,
+                dict(zip(STARTUP_PHASES, medians, strict=True)) if medians else {},
+            )
+        )
+    found.sort(key=lambda item: item[0])
+    groups = [group for _, group, _ in found]
+    return GroupsReport(groups, differences(groups, [phases for _, _, phases in found]), 0)
 
 
 def roll_up_url(url: str, table: str, limits: Thresholds, since_seconds: float, quiet_seconds: float) -> Rolled:
@@ -240,15 +354,24 @@ def roll_up_url(url: str, table: str, limits: Thresholds, since_seconds: float, 
 
 
 def jobs_of_clickhouse(
-    url: str, table: str, since_seconds: float, where: list[str], group_by: list[str], limits: Thresholds
-) -> JobsReport:
-    """``loadtrace jobs --clickhouse URL``: from the rollup where one has run, else from every span of the window."""
+    url: str,
+    table: str,
+    since_seconds: float,
+    where: list[str],
+    group_by: list[str],
+    limits: Thresholds,
+    groups_only: bool = False,
+) -> JobsReport | GroupsReport:
+    """``loadtrace jobs --clickhouse URL [--groups-only]``: from the rollup where one has run, else from every span of
+    the window."""
     connection = Connection(parse_target(url, table))
     try:
         check_table(connection)
         if present(connection):
-            return jobs_report_of_rollup(connection, since_seconds, where, group_by, limits)
+            answer = groups_of_rollup if groups_only else jobs_report_of_rollup
+            return answer(connection, since_seconds, where, group_by, limits)
         spans = read_since(connection, since_seconds, check_keys(where, []))
     finally:
         connection.close()
-    return jobs_report(spans, where, group_by, limits)
+    report = jobs_report(spans, where, group_by, limits)
+    return GroupsReport.of(report) if groups_only else report

@@ -1,4 +1,4 @@
-"""The ``loadtrace`` command (report, compare, timeline, view, jobs, rollup, top): a thin argparse shell over
+"""The ``loadtrace`` command (report, compare, timeline, view, jobs, rollup, ingest, top): a thin argparse shell over
 ``loadtrace.analysis``.
 
 Arguments → a source (files or Jaeger) → the analysis' typed report → ``loadtrace.render``'s table or the model's
@@ -22,10 +22,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from loadtrace.analysis import rollup
+from loadtrace.analysis import ingest, rollup
 from loadtrace.analysis.compare import PICK_HELP, compare, pick_job
 from loadtrace.analysis.forecast import DTYPE_BYTES, ForecastError, Target
-from loadtrace.analysis.jobs import KEYS, JobsReport, check_keys, jobs_report, jobs_report_of_tree
+from loadtrace.analysis.jobs import KEYS, GroupsReport, JobsReport, check_keys, jobs_report, jobs_report_of_tree
 from loadtrace.analysis.model import to_json
 from loadtrace.analysis.ranks import Job, jobs_from_spans
 from loadtrace.analysis.report import report
@@ -94,6 +94,14 @@ COMMAND_HELP: dict[str, tuple[str, str | None]] = {
         "keeps); `loadtrace jobs --clickhouse URL` then reads those rows instead of every span. Run it every few "
         "minutes (the fleet profile does); a job that gains spans later is computed again.",
     ),
+    "ingest": (
+        "put a folder's trace and state files into ClickHouse's otel_traces table (as the collector would have)",
+        "Write every span of FOLDER's *.jsonl files (the launcher's witness files included) and every *.state file "
+        "into --clickhouse URL's otel_traces table, by the collector-contrib clickhouseexporter's own mapping; the "
+        "table is created where missing. What the table holds already is not written again: a second run adds "
+        "nothing, a job that gained spans since gains only those. Then jobs, report, compare, timeline and rollup "
+        "--clickhouse answer for those jobs as they do for FOLDER.",
+    ),
     "top": (
         "watch a load while it happens: every rank's phase, bytes, rate, ETA and memory, refreshed each second",
         "A live view of the state files under DIR (one node's ranks, or every node's on a shared filesystem): status, "
@@ -120,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_view_command,
         _add_jobs_command,
         _add_rollup_command,
+        _add_ingest_command,
         _add_top_command,
     ):
         add_command(commands)
@@ -276,6 +285,12 @@ def _add_jobs_command(commands: Any) -> None:
         "--where", action="append", default=[], metavar="KEY=VALUE", help=f"keep jobs whose KEY is VALUE ({keys})"
     )
     jobs_.add_argument("--group-by", metavar="KEY[,KEY]", help=f"group statistics by these keys ({keys})")
+    jobs_.add_argument(
+        "--groups-only",
+        action="store_true",
+        help="print the groups and their differences, not the rows (with --clickhouse and a rollup, computed in the "
+        "server)",
+    )
     _add_threshold_options(jobs_)
 
 
@@ -287,6 +302,29 @@ def _add_rollup_command(commands: Any) -> None:
         "--quiet", default="5m", help="a job whose last span ended this long ago has ended (default 5m)"
     )
     _add_threshold_options(rollup_)
+
+
+def _add_ingest_command(commands: Any) -> None:
+    ingest_ = _command(commands, "ingest", run_ingest)
+    ingest_.add_argument("folder", metavar="FOLDER", help="a folder of trace files: loadtrace-traces/, or one job's")
+    _add_clickhouse_options(ingest_)
+
+
+def run_ingest(args: argparse.Namespace) -> int:
+    if args.clickhouse is None:
+        raise SourceError("ingest needs --clickhouse URL (http(s)://HOST:8123[/DATABASE] or chdb:PATH)")
+    done = ingest.ingest(args.folder, args.clickhouse, args.clickhouse_table)
+    skipped = [
+        f"{count} unreadable {what} skipped"
+        for count, what in ((done.skipped_lines, "lines"), (done.skipped_state_files, "state files"))
+        if count
+    ]
+    print(
+        f"loadtrace ingest: {done.spans} spans and {done.states} state files of {len(done.traces)} traces written "
+        f"into {done.table}{' (created)' if done.created else ''}; {done.present} were there already"
+        + "".join(f"; {text}" for text in skipped)
+    )
+    return EXIT_OK
 
 
 def run_rollup(args: argparse.Namespace) -> int:
@@ -576,13 +614,13 @@ def _fails(verdict: str | None, args: argparse.Namespace) -> bool:
 def run_jobs(args: argparse.Namespace) -> int:
     group_by = [key.strip() for key in args.group_by.split(",")] if args.group_by is not None else []
     check_keys(args.where, group_by)  # a bad key before anything is read
-    result: JobsReport | None
+    result: JobsReport | GroupsReport | None
     if args.clickhouse is not None:
         if args.source is not None or args.jaeger is not None or args.service:
             raise SourceError("with --clickhouse, give no SOURCE, --jaeger or --service")
         since = jaeger.parse_duration(args.since)
         result = rollup.jobs_of_clickhouse(
-            args.clickhouse, args.clickhouse_table, since, args.where, group_by, thresholds(args)
+            args.clickhouse, args.clickhouse_table, since, args.where, group_by, thresholds(args), args.groups_only
         )
     elif args.jaeger is None:
         if args.source is None:
@@ -601,7 +639,10 @@ def run_jobs(args: argparse.Namespace) -> int:
             raise SourceError("with --jaeger, give --service NAME [--since 7d]")
         spans = jaeger.search_all(args.jaeger, args.service, jaeger.parse_duration(args.since))
         result = jobs_report(spans, args.where, group_by, thresholds(args))
-    print(json.dumps(to_json(result), indent=2) if args.format == "json" else render.jobs_table(result))
+    if args.groups_only and isinstance(result, JobsReport):
+        result = GroupsReport.of(result)
+    text = render.groups_table(result) if isinstance(result, GroupsReport) else render.jobs_table(result)
+    print(json.dumps(to_json(result), indent=2) if args.format == "json" else text)
     return EXIT_OK
 
 

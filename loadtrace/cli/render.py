@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from loadtrace.analysis import alike
-from loadtrace.analysis.jobs import JobsReport
+from loadtrace.analysis.jobs import GroupsReport, JobsReport
 from loadtrace.analysis.model import (
     ComparedJob,
     Comparison,
@@ -641,7 +641,11 @@ def jobs_table(report: JobsReport) -> str:
                 found,
             ]
         )
-    blocks = [table(JOB_COLUMNS, rows, left=3)]
+    return "\n\n".join([table(JOB_COLUMNS, rows, left=3), groups_table(report)])
+
+
+def groups_table(report: JobsReport | GroupsReport) -> str:
+    """One row per group; then the differences between groups in words (``jobs --groups-only``: these alone)."""
     group_rows = [
         [
             ", ".join(f"{k}={v if v is not None else 'null'}" for k, v in group.by.items()) or "all jobs",
@@ -653,7 +657,7 @@ def jobs_table(report: JobsReport) -> str:
         ]
         for group in report.groups
     ]
-    blocks.append(table(("group", *GROUP_COLUMNS), group_rows))
+    blocks = [table(("group", *GROUP_COLUMNS), group_rows)]
     if report.differences:
         blocks.append("differences:\n" + "\n".join(f"  {text}" for text in report.differences))
     if report.skipped_lines:

@@ -10,6 +10,9 @@ a failed load, a killed rank and a rank only the launcher's witness saw die."""
 from __future__ import annotations
 
 import json
+import random
+import statistics
+import struct
 from pathlib import Path
 
 import pytest
@@ -175,3 +178,33 @@ def test_spans_that_land_while_a_trace_is_rolled_up_leave_its_rows_stale_not_wro
     _same(capsys, files, url, "--group-by", "cluster")  # attempt 1 included, from the spans
     assert _rollup(capsys, url, "--quiet", "1s").startswith("loadtrace rollup: 2 jobs of 1 traces")
     _same(capsys, files, url, "--group-by", "cluster")
+
+
+def _u64(value: float) -> int:
+    return int.from_bytes(struct.pack("<d", value), "little")
+
+
+def test_the_percentile_and_median_in_sql_are_the_same_bits_as_in_python():
+    """``--groups-only`` from the rollup computes p50/p95 and the phase medians in the server: the same definition,
+    the same arithmetic (``quantileExactInclusive`` is the same definition, not always the same last bit). Values
+    go in as their bits, so no decimal text is parsed on the way."""
+    from loadtrace.analysis.jobs import percentile
+    from loadtrace.analysis.rollup import median_sql, percentile_sql
+
+    draw = random.Random(35)
+    arrays = [[1.5], [2.0, 1.0], [0.1, 0.1, 0.1]]
+    arrays += [[draw.lognormvariate(0, 2) for _ in range(draw.randint(1, 60))] for _ in range(2000)]
+    arrays += [[round(draw.uniform(0, 30), 6) for _ in range(draw.randint(1, 60))] for _ in range(1000)]
+    bits = "[" + ", ".join("[" + ", ".join(str(_u64(v)) for v in values) + "]" for values in arrays) + "]"
+    sql = (
+        f"SELECT {percentile_sql('v', 0.5)}, {percentile_sql('v', 0.95)}, {median_sql('v')} FROM (SELECT "
+        f"arraySort(arrayMap(b -> reinterpretAsFloat64(b), a)) AS v, n FROM (SELECT arrayJoin(arrayZip(CAST({bits}, "
+        "'Array(Array(UInt64))'), range(length(CAST({bits}, 'Array(Array(UInt64))'))))) AS pair, pair.1 AS a, "
+        "pair.2 AS n)) ORDER BY n"
+    ).replace("{bits}", bits)
+    with chdb_session.Session() as session:
+        session.query(f"SET max_query_size = {len(sql) + 1024}")
+        answers = json.loads(session.query(sql, "JSONCompact").bytes())["data"]
+    got = [[_u64(float(x)) for x in answer] for answer in answers]
+    expected = [[_u64(percentile(v, 0.5)), _u64(percentile(v, 0.95)), _u64(statistics.median(v))] for v in arrays]
+    assert got == expected

@@ -3,8 +3,9 @@
 The driver sends ``POST /`` with the SQL in the body (``FORMAT Native`` at its end; ``query_id``, ``session_id``,
 ``database``, settings as URL parameters) and reads ``Native`` bytes back; on connect it asks ``SELECT version(),
 timezone()`` and reads ``system.settings``. An error is HTTP 500 with the message in the body and
-``X-ClickHouse-Exception-Code`` (what a server sends). So ``--clickhouse http://...`` is tested against the real
-engine and the official driver, with no server to install.
+``X-ClickHouse-Exception-Code`` (what a server sends). Of the settings the driver sends as URL parameters, only
+``max_query_size`` is applied (a query that carries rows needs it). So ``--clickhouse http://...`` is tested against
+the real engine and the official driver, with no server to install.
 """
 
 from __future__ import annotations
@@ -32,20 +33,23 @@ class Front:
             def do_POST(self):  # noqa: N802 (http.server's name)
                 length = int(self.headers.get("Content-Length", 0))
                 body = self.rfile.read(length).decode()
-                query = parse_qs(urlparse(self.path).query).get("query", [""])[0]
-                self.answer((query + "\n" + body).strip())
+                params = parse_qs(urlparse(self.path).query)
+                query = params.get("query", [""])[0]
+                self.answer((query + "\n" + body).strip(), params.get("max_query_size", [""])[0])
 
             def do_GET(self):  # noqa: N802
                 query = parse_qs(urlparse(self.path).query).get("query", [""])[0]
                 self.answer(query or "SELECT 1 FORMAT TabSeparated")
 
-            def answer(self, sql: str) -> None:
+            def answer(self, sql: str, max_query_size: str = "") -> None:
                 match = _FORMAT.search(sql)
                 fmt = match.group(1) if match else "TabSeparated"
                 sql = sql[: match.start()] if match else sql
                 front.queries.append(sql)
                 try:
                     with front.lock:
+                        if max_query_size.isdigit():  # a setting the driver sends beside the query
+                            front.session.query(f"SET max_query_size = {max_query_size}")
                         data = front.session.query(sql, fmt).bytes()
                 except Exception as error:  # the engine's message, as a server sends it
                     text = str(error).encode()

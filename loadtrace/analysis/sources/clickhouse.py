@@ -10,16 +10,20 @@ failure (a bad URL, a server that refuses, a table that is missing or has anothe
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import logging
 import os
 import re
 import urllib.parse
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
 from ... import semconv as sc
-from .files import SourceError, Span, SpanSet
+from ... import statefile
+from .files import SourceError, Span, SpanSet, StateFile
 
 DEFAULT_TABLE = "otel_traces"
 DEFAULT_DATABASE = "default"
@@ -121,23 +125,27 @@ def parse_target(url: str, table: str = DEFAULT_TABLE) -> Target:
 
 
 class Connection:
-    """One query at a time, rows back as tuples; each driver error becomes one ``SourceError`` line."""
+    """One query at a time, rows back as tuples; each driver error becomes one ``SourceError`` line. ``create``: a
+    ``chdb:`` directory that is not there yet is made (``loadtrace ingest``)."""
 
-    def __init__(self, target: Target) -> None:
+    def __init__(self, target: Target, create: bool = False) -> None:
         self.target = target
         self._chdb: Any = None
         self._http: Any = None
         if target.path is not None:
-            self._chdb = _open_chdb(target.path)
+            self._chdb = _open_chdb(target.path, create)
         else:
             self._http = _open_http(target)
 
     def rows(self, sql: str) -> list[tuple[Any, ...]]:
         try:
+            settings = _settings_for(sql)
             if self._chdb is not None:
+                for name, value in settings.items():
+                    self._chdb.query(f"SET {name} = {value}")
                 answer = self._chdb.query(sql, "JSONCompact")
                 return [tuple(row) for row in json.loads(answer.bytes() or b'{"data": []}')["data"]]
-            return [tuple(row) for row in self._http.query(sql).result_rows]
+            return [tuple(row) for row in self._http.query(sql, settings=settings).result_rows]
         except Exception as error:  # the drivers raise their own types; the message is what the user needs
             raise SourceError(f"ClickHouse ({self.where}): {_first_line(error)}") from None
 
@@ -160,6 +168,16 @@ class Connection:
         except Exception as error:
             raise SourceError(f"ClickHouse ({self.where}): {_first_line(error)}") from None
 
+    def insert(self, statement: str, data: str) -> None:
+        """An ``INSERT ... FORMAT`` with its data: the request's body over HTTP, the statement's tail in chDB."""
+        try:
+            if self._chdb is not None:
+                self._chdb.query(f"{statement}\n{data}")
+            else:
+                self._http.command(statement, data=data.encode())
+        except Exception as error:
+            raise SourceError(f"ClickHouse ({self.where}): {_first_line(error)}") from None
+
     @property
     def where(self) -> str:
         return f"chdb:{self.target.path}" if self.target.path is not None else str(self.target.url)
@@ -173,12 +191,27 @@ class Connection:
                     pass
 
 
+# ClickHouse parses at most this many bytes of a query unless told more (``max_query_size``, 256 KiB by default).
+MAX_QUERY_SIZE = 262_144
+
+
+def _settings_for(sql: str) -> dict[str, int]:
+    """What a query needs set first: a larger ``max_query_size`` for one that carries rows with it."""
+    size = len(sql.encode())
+    return {"max_query_size": size + 1024} if size > MAX_QUERY_SIZE else {}
+
+
 def _first_line(error: BaseException) -> str:
     text = str(error).strip() or type(error).__name__
     return text.splitlines()[0][:300]
 
 
-def _open_chdb(path: str) -> Any:
+def _open_chdb(path: str, create: bool = False) -> Any:
+    if create and not os.path.exists(path):
+        try:
+            os.makedirs(path, mode=0o700)
+        except OSError as error:
+            raise SourceError(f"chdb:{path}: {error.strerror or error}") from None
     if not os.path.isdir(path):
         raise SourceError(f"chdb:{path}: not a chDB database directory")
     try:
@@ -223,18 +256,25 @@ def quote(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def check_table(connection: Connection) -> None:
-    """The table exists and has the exporter's columns (their types as its DDL gives them)."""
+def table_columns(connection: Connection) -> dict[str, str]:
+    """The table's columns and their types; empty when there is no such table."""
     target = connection.target
-    found = dict(
+    return dict(
         connection.rows(
             f"SELECT name, type FROM system.columns WHERE database = {quote(target.database)} "
             f"AND table = {quote(target.table)}"
         )
     )
+
+
+def check_table(connection: Connection, required: dict[str, str] = REQUIRED) -> None:
+    """The table exists and has the exporter's columns (their types as its DDL gives them): those read, or
+    ``required``."""
+    target = connection.target
+    found = table_columns(connection)
     if not found:
         raise SourceError(f"ClickHouse ({connection.where}): no table {target.name} (--clickhouse-table)")
-    wrong = [f"{name} {kind}" for name, kind in REQUIRED.items() if found.get(name) != kind]
+    wrong = [f"{name} {kind}" for name, kind in required.items() if found.get(name) != kind]
     if wrong:
         raise SourceError(
             f"ClickHouse ({connection.where}): {target.name} is not the clickhouseexporter's otel_traces table "
@@ -242,11 +282,41 @@ def check_table(connection: Connection) -> None:
         )
 
 
-def spans_of_rows(rows: list[tuple[Any, ...]]) -> list[Span]:
-    """Rows of ``COLUMNS`` → spans; the rows of one resource share its dict, as the file reader's do."""
+# A state file's bytes as ``loadtrace ingest`` wrote them, at most this long once decompressed (``statefile.read``'s).
+STATE_FILE_MAX_BYTES = 64 * 1024 * 1024
+
+
+def state_file_data(data: bytes) -> str:
+    """A state file's bytes as its row carries them (``loadtrace.state_file.data``)."""
+    return base64.b64encode(zlib.compress(data, 9)).decode()
+
+
+def state_of_row(attributes: dict[str, str]) -> StateFile | None:
+    """The state file a ``loadtrace.state_file`` row carries; None when it does not carry one that decodes."""
+    try:
+        packed = base64.b64decode(attributes.get(sc.STATE_FILE_DATA, ""), validate=True)
+        unpacker = zlib.decompressobj()
+        data = unpacker.decompress(packed, STATE_FILE_MAX_BYTES + 1)
+    except (binascii.Error, ValueError, zlib.error):
+        return None
+    state = statefile.decode(data) if len(data) <= STATE_FILE_MAX_BYTES and unpacker.eof else None
+    return StateFile(attributes.get(sc.STATE_FILE_PATH, ""), state) if state is not None else None
+
+
+def spans_of_rows(rows: list[tuple[Any, ...]]) -> SpanSet:
+    """Rows of ``COLUMNS`` → spans, and the state files ``loadtrace ingest`` put in rows of their own; the rows of
+    one resource share its dict, as the file reader's do."""
     resources: dict[str, dict[str, Any]] = {}
-    spans = []
+    found = SpanSet()
+    spans = found.spans
     for trace_id, span_id, parent, name, start, duration, attributes, resource, status in rows:
+        if name == sc.SPAN_STATE_FILE:
+            state = state_of_row(attributes)
+            if state is None:
+                found.skipped_state_files += 1
+            else:
+                found.states.append(state)
+            continue
         key = json.dumps(resource, sort_keys=True)
         if key not in resources:
             resources[key] = typed_map(resource)
@@ -264,14 +334,14 @@ def spans_of_rows(rows: list[tuple[Any, ...]]) -> list[Span]:
                 status_code=STATUS_CODES.get(status, 0),
             )
         )
-    return spans
+    return found
 
 
 def read(connection: Connection, where: str = "1") -> SpanSet:
     """The spans of the rows ``where`` selects (a SQL condition), in time order."""
     check_table(connection)
     rows = connection.rows(f"SELECT {COLUMNS} FROM {connection.target.name} WHERE {where} ORDER BY Timestamp, SpanId")
-    return SpanSet(spans=spans_of_rows(rows))
+    return spans_of_rows(rows)
 
 
 def _open(url: str, table: str) -> Connection:
@@ -349,7 +419,7 @@ def read_since(connection: Connection, since_seconds: float, where: list[tuple[s
     traces = f"SELECT TraceId FROM {name} GROUP BY TraceId HAVING min(Timestamp) >= {window}"
     traces += f" AND {where_sql(where or []).format(table=name)}"
     spans = read(connection, f"TraceId IN ({traces})")
-    if not spans.spans:
+    if not spans.spans and not spans.states:
         matching = " ".join(f"{key}={value}" for key, value in where or [])
         also = f" and match --where {matching}" if matching else ""
         raise SourceError(f"no traces in {connection.where} ({name}) began in the last {since_seconds:g} s{also}")

@@ -287,6 +287,26 @@ def _lines(handle: BinaryIO) -> Iterator[bytes | None]:
         yield line
 
 
+def traces_data(handle: BinaryIO) -> Iterator[dict[str, Any] | None]:
+    """Each non-blank line's ``TracesData`` object where ``read_stream`` takes its spans (a saved Jaeger answer's
+    ``result``), None where it skips the line: what ``loadtrace ingest`` writes is what the file reader reads."""
+    cache = ResourceCache()
+    for line in _lines(handle):
+        if line is not None and not line.strip():
+            continue
+        try:
+            if line is None:
+                raise ValueError("a line over MAX_LINE_BYTES")
+            data = _object(parse_line(line, cache))
+            data = _object(data["result"]) if "result" in data else data
+            for _ in spans_from_traces_data(data, cache):
+                pass
+        except _MALFORMED:
+            yield None
+            continue
+        yield data
+
+
 def read_stream(handle: BinaryIO, into: SpanSet) -> bool:
     """The stream's spans into ``into``, its unreadable lines counted; whether its last line ends without a newline."""
     cache = ResourceCache()
