@@ -260,7 +260,7 @@ def _otlp_exporter(settings: Settings) -> SpanExporter:
 
 ONCE_PREFIX = {
     "export": "span export failing",
-    "metrics-export": "progress metrics export failing",
+    "metrics-export": "metrics export failing",
     "opentelemetry": "OpenTelemetry setup",
 }
 
@@ -273,7 +273,7 @@ class _OnceHandler(logging.Handler):
         if record.levelno < logging.WARNING:
             return
         kind = "opentelemetry"
-        if ".export" in record.name:  # the metrics SDK's reader and exporters too: progress metrics (issue 25)
+        if ".export" in record.name:  # the metrics SDK's reader and exporters too: progress and startup metrics
             kind = "metrics-export" if "metric" in record.name else "export"
         try:
             message = record.getMessage().splitlines()[0]

@@ -49,6 +49,7 @@ class Scope:
         "peak",
         "residency",
         "record",
+        "nested",
     )
 
     def __init__(self, kind: ScopeKind, name: str, span: trace.Span, load: Scope | None = None):
@@ -70,6 +71,7 @@ class Scope:
         # Files only: (path, size, bytes in the page cache at open); the cached bytes None where unknown.
         self.residency: tuple[str, int, int | None] | None = None
         self.record: tuple[statefile.Writer, int] | None = None  # non-file scopes: its record in the state file
+        self.nested = False  # loads only: opened inside another load of this thread (its time is the outer one's)
 
 
 active_scopes: ContextVar[tuple[Scope, ...]] = ContextVar("loadtrace_active", default=())
