@@ -49,11 +49,14 @@ def value(attributes) -> dict:
 
 
 def points(arrivals):
-    """pid → [(arrival time, resource, {metric: [(value, attributes)]})]."""
+    """pid → [(arrival time, resource, {metric: [(value, attributes)]})]: the progress metrics, with the traces'
+    Resource (the startup histograms, whose Resource names no process, are tests/test_startup_metrics.py's)."""
     found: dict[int, list] = {}
     for at, request in arrivals:
         for resource_metrics in request.resource_metrics:
             resource = value(resource_metrics.resource.attributes)
+            if semconv.PROCESS_PID not in resource:
+                continue
             metrics: dict[str, list] = {}
             for scope in resource_metrics.scope_metrics:
                 for metric in scope.metrics:
