@@ -141,8 +141,8 @@ def dashboard() -> dict:
     for title, queries in PROMETHEUS_PANELS.items():
         index = len(panels)
         targets = [
-            {"refId": chr(ord("A") + i), "datasource": PROMETHEUS, "expr": expr, "legendFormat": legend, "exemplar": True}
-            for i, (legend, expr) in enumerate(queries)
+            {"refId": ref, "datasource": PROMETHEUS, "expr": expr, "legendFormat": legend, "exemplar": True}
+            for ref, (legend, expr) in zip("ABCDEFGH", queries, strict=False)
         ]
         panels.append(
             {

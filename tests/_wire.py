@@ -286,8 +286,8 @@ def wire_run(venv: Venv, protocol: str, checkpoint: Path, workdir: Path, mode: s
             f"[wire] {venv.id} {mode} {protocol}: rc {run.returncode} in {run.seconds:.1f}s, "
             f"{len(receiver.received.arrivals)} export calls, cwd {cwd}"
         )
-        received = receiver.received
-        _RUNS[key] = WireRun(venv, protocol, mode, run, files_dir, received.arrivals, received.rejected, received.metrics)
+        got = receiver.received
+        _RUNS[key] = WireRun(venv, protocol, mode, run, files_dir, got.arrivals, got.rejected, got.metrics)
     result = _RUNS[key]
     result.run.check()
     return result

@@ -1,8 +1,9 @@
 """The fleet profile (`docker compose --profile fleet up -d`): ClickHouse, a collector exporting to it (and its startup
-histograms to Prometheus), Grafana with the ClickHouse and Prometheus datasources and loadtrace's dashboard. No Docker engine: Debian's docker-compose validates the file with the
-profile on; the collector configs go through tests/test_compose_config.py's checks (COLLECTOR_CONFIGS); the rest is
-checked here, and the dashboard's SQL runs on the real engine (chDB) over the exporter's table, where its slowest jobs
-must be `loadtrace jobs`' own numbers and trace ids, and its phase split by cluster the medians of `jobs`' own."""
+histograms to Prometheus), Grafana with the ClickHouse and Prometheus datasources and loadtrace's dashboard. No Docker
+engine: Debian's docker-compose validates the file with the profile on; the collector configs go through
+tests/test_compose_config.py's checks (COLLECTOR_CONFIGS); the rest is checked here, and the dashboard's SQL runs on
+the real engine (chDB) over the exporter's table, where its slowest jobs must be `loadtrace jobs`' own numbers and
+trace ids, and its phase split by cluster the medians of `jobs`' own."""
 
 from __future__ import annotations
 
@@ -200,8 +201,7 @@ def test_the_startup_histograms_reach_prometheus_and_the_dashboard_links_their_e
     dashboard = json.loads((GRAFANA / "loadtrace-fleet.json").read_text())
     (panel,) = [p for p in dashboard["panels"] if p["datasource"]["uid"] == "loadtrace-prometheus"]
     assert [t["expr"] for t in panel["targets"]] == [
-        f"histogram_quantile({q}, sum by (le, loadtrace_cluster) "
-        "(rate(loadtrace_startup_duration_seconds_bucket[1d])))"
+        f"histogram_quantile({q}, sum by (le, loadtrace_cluster) (rate(loadtrace_startup_duration_seconds_bucket[1d])))"
         for q in (0.5, 0.95)
     ]
     assert all(target["exemplar"] for target in panel["targets"])

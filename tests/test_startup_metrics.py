@@ -106,7 +106,7 @@ def test_a_startup_and_its_load_are_one_measurement_each_with_an_exemplar_of_the
     ):
         ((resource, metric, point),) = found[name]
         assert metric.unit == "s" and metric.histogram.aggregation_temporality == DELTA
-        assert set(resource) == {"service.name", "telemetry.sdk.language", "telemetry.sdk.name", "telemetry.sdk.version"}
+        assert set(resource) == {"service.name", *(f"telemetry.sdk.{key}" for key in ("language", "name", "version"))}
         assert resource["service.name"] == semconv.DEFAULT_SERVICE_NAME
         assert point.count == 1 and point.sum == (span.end_time - span.start_time) / 1e9
         assert list(point.explicit_bounds) == list(buckets)

@@ -108,7 +108,7 @@ class StartupMetrics:
                 from .progress_metrics import exporter
 
             # No periodic thread: each send exports now, and only what was recorded since (delta).
-            delta = {Histogram: AggregationTemporality.DELTA}
+            delta: dict[type, AggregationTemporality] = {Histogram: AggregationTemporality.DELTA}
             reader = PeriodicExportingMetricReader(exporter(self._settings, delta), export_interval_millis=math.inf)
             resource = Resource(
                 {
