@@ -263,6 +263,8 @@ ONCE_PREFIX = {
     "metrics-export": "metrics export failing",
     "opentelemetry": "OpenTelemetry setup",
 }
+# A collector that is down or refuses is one problem: the first of its spans' or metrics' failures says it.
+ONCE_KEY = {"metrics-export": "export"}
 
 
 class _OnceHandler(logging.Handler):
@@ -279,7 +281,7 @@ class _OnceHandler(logging.Handler):
             message = record.getMessage().splitlines()[0]
         except Exception:
             message = str(record.msg)
-        warn_once(kind, f"{ONCE_PREFIX[kind]}: {message}")
+        warn_once(ONCE_KEY.get(kind, kind), f"{ONCE_PREFIX[kind]}: {message}")
 
 
 def route_otel_logs() -> None:

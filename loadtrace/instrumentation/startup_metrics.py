@@ -129,19 +129,24 @@ class StartupMetrics:
             self._built = (provider, histograms)
         return self._built
 
-    def flush(self, timeout_s: float) -> None:
-        """Send what is queued within ``timeout_s`` (a termination signal, the exit: the caller bounds the wait)."""
+    def flush(self, timeout_s: float) -> bool:
+        """Send what is queued within ``timeout_s`` (a termination signal, the exit: the caller bounds the wait):
+        whether no export is still under way."""
         deadline = time.monotonic() + timeout_s
         sender = self._sender
         if sender is not None:
             sender.join(max(0.0, deadline - time.monotonic()))
+            if sender.is_alive():
+                return False  # a collector that does not answer: what is queued waits no longer
         if self._pending:
             self._export(max(0.0, deadline - time.monotonic()))
+        return True
 
     def shutdown(self, timeout_s: float) -> None:
+        """Flush, then close the exporter, unless an export is still waiting on the collector: closing a channel
+        under it can hold the exit (gRPC); the process ends it anyway."""
         deadline = time.monotonic() + timeout_s
-        self.flush(timeout_s)
-        if self._built is not None:
+        if self.flush(timeout_s) and self._built is not None:
             self._built[0].shutdown(timeout_millis=max(1.0, (deadline - time.monotonic()) * 1000))
 
     def _fail(self, error: Exception) -> None:
