@@ -437,11 +437,3 @@ MARK_OOM_AHEAD = "oom_ahead"
 MARKS = (MARK_SLOWEST, MARK_STUCK, MARK_OOM_AHEAD)
 
 STATE_SUFFIX = ".state"  # next to the trace file, in place of TRACE_FILE_SUFFIX: see statefile.py
-
-# The report's JSON (``loadtrace report --format json``: analysis/model.py's Report, its JobSummary and RankLoad
-# records) where the job's summary line reads it back in the job (instrumentation/summary.py). Tested against the model.
-REPORT_TRACES = "traces"
-REPORT_RANKS = "ranks"
-REPORT_FINDINGS = "findings"
-REPORT_WORLD_SIZE = "world_size"  # of each trace
-REPORT_RANK = "rank"  # of each rank

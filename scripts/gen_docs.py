@@ -14,7 +14,7 @@ each rank's OTLP JSON Lines file and rank 0's closing line (``summary.txt``), ex
 (``--record``: ``examples/load.py`` under ``LOADTRACE=1 torchrun --nproc_per_node 2``, on the 1 MB checkpoint of
 ``examples/make_checkpoint.py``). The samples are then the installed ``loadtrace`` CLI's output over those files, so a
 change to the report's output shows up in the documents by rerunning this script, and
-``tests/test_docs_samples.py`` fails until it has been rerun.
+``tests/cli/test_docs_samples.py`` fails until it has been rerun.
 """
 
 from __future__ import annotations
@@ -95,6 +95,18 @@ def compare_pick_error() -> str:
     )
 
 
+def big_job() -> str:
+    """README's big job: the recorded 2-rank FSDP run copied to 1,024 ranks on 128 nodes (tests/support/big_job.py),
+    rank 700 made 20 s slower and rank 300 cut short as a SIGKILL cuts its file; its grouped report."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from support.big_job import write_big_job
+
+    with tempfile.TemporaryDirectory() as work:
+        job = write_big_job(Path(work) / "big-job", ranks=1024, slow=700, killed=300, slow_by=20.0)
+        text = cli("report", str(job))[0].rstrip("\n")
+    return f"$ loadtrace report big-job/     # {len(text.splitlines())} lines; --ranks all: a row per rank\n{text}"
+
+
 def top() -> str:
     """``loadtrace top`` in tmux mid-load, as scripts/top_screenshot.py captured it (a run of its own: minutes)."""
     return (SAMPLES / "top" / "capture.txt").read_text().rstrip()
@@ -105,6 +117,7 @@ SAMPLE: dict[str, Callable[[], str]] = {
     **{f"report-{run}": (lambda run=run: report(run)) for run in RUNS},
     "forecast": forecast,
     "compare-pick-error": compare_pick_error,
+    "report-big": big_job,
     "top": top,
 }
 

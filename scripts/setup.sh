@@ -30,12 +30,12 @@ wait $legacy
 if ! command -v docker-compose >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
   (apt-get update -qq && apt-get install -y -qq docker-compose) >/dev/null 2>&1 || echo "setup: docker-compose not installed; its check will be skipped"
 fi
-# tmux: `loadtrace top` is tested in a real terminal (tests/test_top_live.py) and its README screenshot is a tmux
+# tmux: `loadtrace top` is tested in a real terminal (tests/e2e/test_top_live.py) and its README screenshot is a tmux
 # capture (scripts/top_screenshot.py); the same where we may, else those are skipped.
 if ! command -v tmux >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
   (apt-get update -qq && apt-get install -y -qq tmux) >/dev/null 2>&1 || echo "setup: tmux not installed; the terminal test of loadtrace top will be skipped"
 fi
-# Debian's Chromium opens the timeline page in tests/test_timeline_browser.py; the same where we may, else skipped.
+# Debian's Chromium opens the timeline page in tests/cli/test_timeline_browser.py; the same where we may, else skipped.
 if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
   (apt-get update -qq && apt-get install -y -qq chromium) >/dev/null 2>&1 || echo "setup: chromium not installed; the browser tests will be skipped"
 fi

@@ -3,7 +3,7 @@
     bash examples/demo.sh
     .venv/bin/python scripts/timeline_screenshot.py demo-run/loadtrace-traces/<job id> docs/timeline.png
 
-Needs Debian's Chromium (/usr/bin/chromium) and playwright (the test extra), as tests/test_timeline_browser.py does.
+Needs Debian's Chromium (/usr/bin/chromium) and playwright (the test extra), as tests/cli/test_timeline_browser.py does.
 ``--hover RANK:SPAN`` points at that rank's first span of that name, so the picture shows its attributes.
 """
 

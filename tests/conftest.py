@@ -1,7 +1,9 @@
-"""Shared test configuration: the ``integration`` marker and the session-wide multi-rank fixtures.
+"""Shared test configuration: the markers each folder sets, and the session-wide multi-rank fixtures.
 
-Integration tests start real ``torchrun`` jobs (about 10 s each here); select or skip them with ``-m integration`` /
-``-m "not integration"``.
+The folders say what their tests hold: ``in_job/`` (the instrumentation inside a process), ``analysis/`` (what spans
+mean), ``cli/`` (what a person sees), ``fleet/`` (ClickHouse, Jaeger, the collector and dashboard configs), ``e2e/``
+(real ``torchrun`` jobs, about 10 s each here) and ``lint/`` (layering, ruff, mypy). Every test in ``e2e/`` is marked
+``integration`` here, once; select or skip them with ``-m integration`` / ``-m "not integration"``.
 """
 
 from __future__ import annotations
@@ -18,11 +20,26 @@ from support import venvs as _venvs  # noqa: E402
 from support.multirank import Jobs  # noqa: E402
 from support.torchrun import clean_env  # noqa: E402
 
+NO_VENV = "no venv with torchrun and transformers (see tests/support/venvs.py)"
+# A folder's markers, set on every test collected under it.
+FOLDER_MARKERS = {
+    "e2e": (pytest.mark.integration, pytest.mark.skipif(not _venvs.discover(), reason=NO_VENV)),
+}
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "integration: starts real multi-process jobs (torchrun, transformers, deepspeed); slow"
     )
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    tests = Path(__file__).resolve().parent
+    for item in items:
+        folder = item.path.relative_to(tests).parts[0]
+        for marker in FOLDER_MARKERS.get(folder, ()):
+            item.add_marker(marker)
 
 
 @pytest.fixture(scope="session")

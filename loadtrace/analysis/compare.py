@@ -24,10 +24,13 @@ import re
 from typing import Any
 
 from .. import semconv as sc
+from . import alike
 from .attrs import int_attr, real_bytes
+from .findings import find
 from .model import ComparedJob, Comparison, PhaseRow, RankLoad, ResourceRow
 from .ranks import Job, outermost
 from .sources import SourceError, rfc3339_nanos
+from .startup import Thresholds, job_startup, startup_findings
 
 # Spans of their own for reading: only at tensor detail, or around a state dict (at default detail reads happen inside
 # file spans, and the read phase has no time).
@@ -170,6 +173,20 @@ def compared_job(job: Job, source: str, skipped: int) -> ComparedJob:
     return ComparedJob(source, job.trace_id, job.job_id, job.attempt, job.run, rfc3339_nanos(job.start_ns), skipped)
 
 
+def rank_keys(job: Job) -> dict[int, object]:
+    """Rank number → what alike ranks of the job share (``alike.rank_key``, with the report's findings)."""
+    findings = find([job]) + startup_findings(job, job_startup(job), Thresholds())
+    kinds = alike.kinds_by_rank(findings)
+    return {number: alike.rank_key(rank, kinds.get(number, frozenset())) for number, rank in numbered(job).items()}
+
+
+def rank_rows(a: Job, b: Job) -> list[list[int]]:
+    """The table's rows of ranks: ranks alike in A and alike in B together (``alike.grouped``)."""
+    keys_a, keys_b = rank_keys(a), rank_keys(b)
+    numbers = sorted({*keys_a, *keys_b})
+    return alike.grouped(numbers, lambda number: (keys_a.get(number), keys_b.get(number)))
+
+
 def compare(
     a: Job, b: Job, source_a: str = "A", source_b: str = "B", skipped_a: int = 0, skipped_b: int = 0
 ) -> Comparison:
@@ -178,6 +195,7 @@ def compare(
         b=compared_job(b, source_b, skipped_b),
         phases=phase_rows(a, b),
         resources=resource_rows(a, b),
+        rank_rows=rank_rows(a, b),
     )
 
 

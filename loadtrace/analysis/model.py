@@ -210,6 +210,15 @@ class RankLoad:
     def label(self) -> str:
         return f"rank {self.rank}" if self.rank is not None else (self.instance or "rank ?")
 
+    def marks(self) -> list[str]:
+        """What sets the rank apart from a load that finished, as the table says it after its number: ``incomplete``,
+        ``failed``, how its process ended (``(SIGKILL OOM)``); empty for a rank that finished."""
+        # Alike ranks share their marks (analysis/alike.py): a word added here makes its ranks outliers too.
+        marks = [word for word, on in (("incomplete", self.incomplete), ("failed", self.failed)) if on]
+        if ended := self.exit.describe("cell"):
+            marks.append(f"({ended})")
+        return marks
+
 
 # One job ----------------------------------------------------------------------------------------------------------
 
@@ -485,6 +494,9 @@ class Comparison:
     b: ComparedJob
     phases: list[PhaseRow]
     resources: list[ResourceRow]
+    # The table's rows of ranks, in order: alike ranks (in A and in B) together, every other rank alone
+    # (analysis/alike.py); empty: a row per rank.
+    rank_rows: list[list[int]] = field(default_factory=list, metadata=NOT_IN_JSON)
 
 
 # A job's startup (issue 14; docs/report.md, Startup) ------------------------------------------------------------------

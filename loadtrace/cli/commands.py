@@ -138,7 +138,7 @@ def _add_report_command(commands: Any) -> None:
     report_.add_argument(
         "source", nargs="?", help="a .jsonl or .state file, or a directory of them (not with --jaeger)"
     )
-    _add_jaeger_options(report_)
+    _add_jaeger_options(report_, line=True)
     report_.add_argument("--job", metavar="ID", help=f"report one job of SOURCE: {PICK_HELP}")
     report_.add_argument(
         "--latest",
@@ -153,6 +153,7 @@ def _add_report_command(commands: Any) -> None:
     report_.add_argument(
         "--wide", action="store_true", help="every column (files, tensors, conversions too), wider than 120 columns"
     )
+    _add_ranks_option(report_)
     report_.add_argument("--fail-on-findings", action="store_true", help="exit 1 when a warning-level finding exists")
     _add_threshold_options(report_)
     _add_forecast_options(report_)
@@ -211,6 +212,17 @@ def _add_compare_command(commands: Any) -> None:
     )
     compare_.add_argument(
         "--wide", action="store_true", help="the table in exact bytes, not human sizes (as --format json has them)"
+    )
+    _add_ranks_option(compare_)
+
+
+def _add_ranks_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--ranks",
+        choices=("alike", "all"),
+        default="alike",
+        help="alike: ranks that behaved alike share a row, outliers each have their own (default); all: a row per "
+        "rank. --format json always lists every rank",
     )
 
 
@@ -440,14 +452,15 @@ def _add_clickhouse_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_jaeger_options(parser: argparse.ArgumentParser) -> None:
+def _add_jaeger_options(parser: argparse.ArgumentParser, line: bool = False) -> None:
     _add_clickhouse_options(parser)
     parser.add_argument("--jaeger", metavar="URL", help="read from Jaeger's query API (http://HOST:16686)")
     parser.add_argument(
         "--format",
-        choices=("table", "json"),
+        choices=("table", "json", "line") if line else ("table", "json"),
         default="table",
-        help="table: for people, sizes rounded (default); json: every number exact, for scripts",
+        help="table: for people, sizes rounded (default); json: every number exact, for scripts"
+        + ("; line: ranks, findings and the ranks that stand out, in one line (rank 0's at the end of a job)" * line),
     )
 
 
@@ -536,7 +549,12 @@ def run_report(args: argparse.Namespace) -> int:
     target = forecast_target(args)  # flags first: a contradiction needs no source read
     source = args.source or args.jaeger or args.clickhouse
     result = report(_report_source(args), target, thresholds(args), pick=args.job, latest=args.latest, source=source)
-    print(json.dumps(to_json(result), indent=2) if args.format == "json" else render.report_table(result, args.wide))
+    if args.format == "json":
+        print(json.dumps(to_json(result), indent=2))
+    elif args.format == "line":
+        print(render.report_line(result))
+    else:
+        print(render.report_table(result, args.wide, every_rank=args.ranks == "all"))
     if result.forecast is not None and _fails(result.forecast.verdict, args):
         verdict = result.forecast.verdict or "unknown"
         unknown = "the node's memory is unknown; give --node-memory-bytes"
@@ -593,7 +611,9 @@ def run_compare(args: argparse.Namespace) -> int:
     job_a = pick_job(jobs_a, args.a_job, args.a, "--a-job", both)
     job_b = pick_job(jobs_b, args.b_job, args.b, "--b-job")
     result = compare(job_a, job_b, args.a, args.b, skipped_a, skipped_b)
-    print(json.dumps(to_json(result), indent=2) if args.format == "json" else render.compare_table(result, args.wide))
+    every_rank = args.ranks == "all"
+    text = render.compare_table(result, args.wide, every_rank) if args.format == "table" else None
+    print(json.dumps(to_json(result), indent=2) if text is None else text)
     if args.fail_if_slower is None:
         return EXIT_OK
     return slower_verdict(job_a, job_b, args.fail_if_slower)

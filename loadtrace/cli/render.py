@@ -9,10 +9,23 @@ from __future__ import annotations
 import math
 import re
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
+from loadtrace.analysis import alike
 from loadtrace.analysis.jobs import JobsReport
-from loadtrace.analysis.model import ComparedJob, Comparison, Finding, Forecast, RankLoad, Report, Startup
+from loadtrace.analysis.model import (
+    ComparedJob,
+    Comparison,
+    Finding,
+    Forecast,
+    NodeReads,
+    NodeStartup,
+    PhaseRow,
+    RankLoad,
+    Report,
+    Startup,
+)
 from loadtrace.analysis.units import human_bytes
 
 RANK_COLUMNS = (
@@ -32,15 +45,20 @@ COMPARE_COUNTS = frozenset({"seconds", "count"})  # every other compare metric i
 WIDTH = 120  # a line of prose (compare's "same:" names) wraps here
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -> str:
-    """Columns padded to their widest cell: the first ``left`` left-aligned, the rest (numbers) right-aligned."""
-    grid = [list(headers), *(list(row) for row in rows)]
-    widths = [max(len(row[column]) for row in grid) for column in range(len(headers))]
+def table(headers: Sequence[str], rows: Sequence[Sequence[str] | str], left: int = 1) -> str:
+    """Columns padded to their widest cell: the first ``left`` left-aligned, the rest (numbers) right-aligned. A row
+    that is a string (a shared row's title) is a line as it is, outside the columns."""
+    grid = [list(headers), *(row if isinstance(row, str) else list(row) for row in rows)]
+    cells = [row for row in grid if not isinstance(row, str)]
+    widths = [max(len(row[column]) for row in cells) for column in range(len(headers))]
 
     def pad(column: int, text: str) -> str:
         return text.ljust(widths[column]) if column < left else text.rjust(widths[column])
 
-    return "\n".join("  ".join(pad(column, text) for column, text in enumerate(row)).rstrip() for row in grid)
+    return "\n".join(
+        row if isinstance(row, str) else "  ".join(pad(column, text) for column, text in enumerate(row)).rstrip()
+        for row in grid
+    )
 
 
 def number(value: float | int | None, digits: int = 3) -> str:
@@ -73,15 +91,33 @@ def device_sizes(per_device: dict[str, int]) -> str:
     return " ".join(f"{device}={size(value)}" for device, value in per_device.items()) or "-"
 
 
+def range_parts(numbers: Sequence[int]) -> list[str]:
+    """``["0", "2-5", "9"]``: runs of consecutive numbers."""
+    runs: list[list[int]] = []
+    for number in sorted(numbers):
+        if runs and runs[-1][1] == number - 1:
+            runs[-1][1] = number
+        else:
+            runs.append([number, number])
+    return [str(low) if low == high else f"{low}-{high}" for low, high in runs]
+
+
 def ranges(numbers: Sequence[int]) -> str:
     """``0, 2-5, 9``: a long list of ranks, short."""
-    parts: list[str] = []
-    for number in sorted(numbers):
-        if parts and parts[-1].rpartition("-")[2] == str(number - 1):
-            parts[-1] = f"{parts[-1].partition('-')[0]}-{number}"
-        else:
-            parts.append(str(number))
-    return ", ".join(parts)
+    return ", ".join(range_parts(numbers))
+
+
+MOST_RANGES = 8  # past this many runs, a list of ranks shows its first and last few (the JSON lists them all)
+
+
+def who(numbers: Sequence[int]) -> str:
+    """``rank 3``, ``ranks 1-3, 5``; from ``alike.MIN_GROUP`` ranks on with their count (``ranks 1-299, 301-1023
+    (1,022 ranks)``), and past ``MOST_RANGES`` runs only the first and last few of them."""
+    parts = range_parts(numbers)
+    if len(parts) > MOST_RANGES:
+        parts = [*parts[: MOST_RANGES - 3], "...", *parts[-2:]]
+    text = ("ranks " if len(numbers) > 1 else "rank ") + ", ".join(parts)
+    return text + (f" ({len(numbers):,} ranks)" if len(numbers) >= alike.MIN_GROUP else "")
 
 
 _SIZE = re.compile(r"(\d) (?=[kMGTP]?B\b)")
@@ -105,9 +141,10 @@ def wrapped(text: str, indent: str, hanging: str | None = None) -> str:
 # loadtrace report -------------------------------------------------------------------------------------------------
 
 
-def report_table(report: Report, wide: bool = False) -> str:
-    """Per job (one attempt of a trace): its header, one row per rank (the columns that fit WIDTH, or all with
-    ``wide``), which ranks are missing, one ``I/O:`` note per node, its findings; then the forecast."""
+def report_table(report: Report, wide: bool = False, every_rank: bool = False) -> str:
+    """Per job (one attempt of a trace): its header, a row per rank (the columns that fit WIDTH, or all with
+    ``wide``), which ranks are missing, an ``I/O:`` note per node, its findings; then the forecast. Alike ranks and
+    nodes share a row (``loadtrace.analysis.alike``) unless ``every_rank``."""
     columns = RANK_COLUMNS if wide else NARROW_COLUMNS
     keep = [RANK_COLUMNS.index(name) for name in columns]
     blocks = []
@@ -130,14 +167,21 @@ def report_table(report: Report, wide: bool = False) -> str:
         missing = ""
         if trace.missing_ranks:
             present = (trace.world_size or 0) - len(trace.missing_ranks)
-            missing = f"\n{present} of {trace.world_size} ranks present (missing: {ranges(trace.missing_ranks)})"
+            listed = who(trace.missing_ranks).partition(" ")[2]
+            missing = f"\n{number(present)} of {number(trace.world_size)} ranks present (missing: {listed})"
+        rank_rows = [[rank] for rank in ranks] if every_rank else alike.rank_groups(ranks, findings)
+        node_rows = [[node] for node in trace.nodes] if every_rank else alike.node_groups(trace.nodes, findings)
         io = "".join(
-            "\n" + wrapped(sizes(f"I/O: {node.note}.", wide), "").replace("\n", "\n  ")
-            for node in trace.nodes
-            if node.note
+            "\n" + wrapped(sizes(f"I/O: {note}.", wide), "").replace("\n", "\n  ")
+            for nodes in node_rows
+            if (note := nodes[0].note if len(nodes) == 1 else nodes_note(nodes))
         )
-        rows = [[cells[i] for i in keep] for cells in (rank_row(rank) for rank in ranks)]
-        startup = "\n" + sizes(startup_text(trace.startup), wide) if trace.startup is not None else ""
+        rows = [line for members in rank_rows for line in rank_lines(members, keep)]
+        startup = ""
+        if trace.startup is not None:
+            storage = stored(trace.startup.nodes)
+            storage_rows = [[node] for node in storage] if every_rank else alike.storage_groups(storage, findings)
+            startup = "\n" + sizes(startup_text(trace.startup, rank_rows, storage_rows), wide)
         body = table(columns, rows, left=3) + missing + io + startup
         blocks.append(header + "\n" + body + "\n\n" + findings_text(findings, wide))
     if report.skipped_lines:
@@ -149,38 +193,169 @@ def report_table(report: Report, wide: bool = False) -> str:
     return "\n\n".join(blocks)
 
 
-def startup_text(startup: Startup) -> str:
-    """``Startup:`` the slowest rank and the median, one row per rank split by phase, one ``Storage:`` line per node
-    whose checkpoint residency or storage bytes are known."""
+def stored(nodes: list[NodeStartup]) -> list[NodeStartup]:
+    """The nodes with a ``Storage:`` line: those whose checkpoint residency or storage bytes are known."""
+    return [node for node in nodes if node.checkpoint is not None or node.storage_bytes is not None]
+
+
+def report_line(report: Report) -> str:
+    """``2 ranks, 3 findings`` (``1 of 2 ranks here, ...`` when ranks of the job left nothing in the source), then the
+    ranks that stand out whatever their numbers (``alike.standouts``; alike ones together, the first few): ``; rank
+    300 incomplete, rank 700 slow``. What rank 0 says of its job when it ends (instrumentation/summary.py)."""
+    present = len({rank.rank for rank in report.ranks})
+    world = max((trace.world_size or 0 for trace in report.traces), default=0)
+    plural = "s" * (present != 1)
+    text = f"{number(present)} of {number(world)} ranks here" if world > present else f"{number(present)} rank{plural}"
+    text += f", {number(len(report.findings))} finding{'s' * (len(report.findings) != 1)}"
+    standing = alike.standouts(report.ranks, report.findings)
+    entries = []
+    for members in alike.grouped(standing, lambda pair: (pair[0].rank is not None, *pair[1])):
+        numbers = [rank.rank for rank, _ in members if rank.rank is not None]
+        entries.append(" ".join([who(numbers) if numbers else members[0][0].label, *members[0][1]]))
+    if entries:
+        more = len(entries) - MOST_STANDOUTS
+        text += "; " + ", ".join(entries[:MOST_STANDOUTS]) + (f" and {more:,} more" if more > 0 else "")
+    return text
+
+
+MOST_STANDOUTS = 3  # the line names this many ranks (or sets of alike ranks) that stand out; the report names all
+
+
+def startup_text(
+    startup: Startup, rank_rows: list[list[RankLoad]] | None = None, storage: list[list[NodeStartup]] | None = None
+) -> str:
+    """``Startup:`` the slowest rank and the median, a row per rank split by phase (alike ranks together as in
+    ``rank_rows``), a ``Storage:`` line per node whose checkpoint residency or storage bytes are known (alike nodes
+    together as in ``storage``)."""
     slowest = f"rank {startup.slowest_rank}" if startup.slowest_rank is not None else "a rank without a number"
     phase = f", {startup.slowest_phase} phase" if startup.slowest_phase else ""
     median = number(startup.median_rank_seconds)
     lines = [f"Startup: {number(startup.seconds)} s (slowest: {slowest}{phase}), median rank {median} s; in seconds:"]
     phases = list(startup.ranks[0].phases) if startup.ranks else []
-    rows = [
-        [str(r.rank) if r.rank is not None else "?", number(r.seconds), *(number(r.phases[p]) for p in phases)]
-        for r in startup.ranks
-    ]
+    shared = {rank.rank: row for row, members in enumerate(rank_rows or []) if len(members) > 1 for rank in members}
+    rows: list[list[str] | str] = []
+    for members in alike.grouped(startup.ranks, lambda r: shared.get(r.rank)):
+        cells = [
+            [str(r.rank) if r.rank is not None else "?", number(r.seconds), *(number(r.phases[p]) for p in phases)]
+            for r in members
+        ]
+        values = [[None, r.seconds, *(r.phases[p] for p in phases)] for r in members]
+        numbers = [r.rank for r in members if r.rank is not None]
+        rows += cells if len(members) == 1 else [f"{who(numbers)}:", *shared_rows(cells, values)]
     lines.append(table(("rank", "startup", *phases), rows))  # one unit, said above: a unit per header is past 120
-    for node in startup.nodes:
-        if node.checkpoint is None and node.storage_bytes is None:
-            continue
-        text = f"Storage: {node.host or 'an unnamed host'}: checkpoint {node.checkpoint or 'residency unknown'}"
-        if node.storage_bytes is not None:
-            text += f", {human_bytes(node.storage_bytes)} from storage in {number(node.reading_seconds)} s reading"
-        if node.storage_bytes_per_second is not None:
-            text += f" = {human_bytes(round(node.storage_bytes_per_second))}/s"
-        lines.append(text)
+    for nodes in storage if storage is not None else [[node] for node in stored(startup.nodes)]:
+        lines.append(storage_line(nodes))
     return "\n".join(lines)
+
+
+def storage_line(nodes: list[NodeStartup]) -> str:
+    """``Storage: vm: checkpoint cold, ...`` for one node; ``Storage: 128 nodes (...), each: ...`` for alike ones,
+    a figure that differs between them as its min, median and max."""
+    node = nodes[0]
+    where = (node.host or "an unnamed host") if len(nodes) == 1 else f"{hosts_text(nodes)}, each"
+    text = f"Storage: {where}: checkpoint {node.checkpoint or 'residency unknown'}"
+    if node.storage_bytes is not None:
+        stored_bytes = spread_text([n.storage_bytes for n in nodes], human_bytes)
+        seconds = spread_text([n.reading_seconds for n in nodes], number)
+        text += f", {stored_bytes} from storage in {seconds} s reading"
+    if node.storage_bytes_per_second is not None:
+        rates = [round(n.storage_bytes_per_second) for n in nodes if n.storage_bytes_per_second is not None]
+        text += f" = {spread_text(rates, human_bytes)}/s"
+    return text
+
+
+def hosts_text(nodes: Sequence[NodeReads | NodeStartup]) -> str:
+    """``128 nodes (node000 ... node127)``: how many, the first and the last."""
+    names = [node.host or "an unnamed host" for node in nodes]
+    return f"{len(names):,} nodes ({names[0]} ... {names[-1]})"
+
+
+def spread_text(values: Sequence[float | int | None], text: Callable[[Any], str]) -> str:
+    """One figure of alike nodes: as it is when all say the same, else ``min A, median M, max B``."""
+    present = [value for value in values if value is not None]
+    if not present:
+        return "-"
+    low, middle, high = alike.spread(present, float)
+    if len({text(value) for value in present}) == 1:
+        return text(middle)
+    return f"min {text(low)}, median {text(middle)}, max {text(high)}"
+
+
+def nodes_note(nodes: list[NodeReads]) -> str | None:
+    """The ``I/O:`` note of alike nodes (as ``nodes.node_reads`` says it of one node), a figure that differs
+    between them as its min, median and max; None when none of their ranks read anything."""
+    node = nodes[0]
+    if not node.readers:
+        return None
+    asked = spread_text([n.read_bytes for n in nodes], human_bytes)
+    times = spread_text([n.times_asked for n in nodes], lambda value: f"{value:g}x")
+    asked = f"{times} the checkpoint, {asked}" if node.times_asked is not None else asked
+    who = f"{hosts_text(nodes)}, each: {node.readers} rank{'s' if node.readers > 1 else ''} asked for {asked}"
+    if node.outcome is None:
+        return f"{who}; whether the page cache held the checkpoint was not measured"
+    total = spread_text([n.checkpoint_file_bytes for n in nodes], human_bytes)
+    cold = spread_text([n.checkpoint_cold_bytes for n in nodes], human_bytes)
+    if node.outcome == "warm":
+        return f"{who}; the checkpoint was warm: the page cache held all of its checkpoint files, {total}"
+    if node.outcome == "cold":
+        return f"{who}; the checkpoint was cold: {cold} came from storage (none of it in the page cache)"
+    return f"{who}; the checkpoint was partly cold: {cold} of its checkpoint files, {total}, came from storage"
+
+
+def rank_lines(members: list[RankLoad], keep: list[int]) -> list[list[str] | str]:
+    """A rank's row; or alike ranks' title line and their shared rows."""
+    cells = [[row[i] for i in keep] for row in (rank_row(rank) for rank in members)]
+    if len(members) == 1:
+        return list(cells)
+    values = [[row[i] for i in keep] for row in (rank_values(rank) for rank in members)]
+    numbers = [rank.rank for rank in members if rank.rank is not None]
+    hosts = {rank.host for rank in members}
+    where = f"{len(hosts):,} nodes" if len(hosts) > 1 else (next(iter(hosts)) or "an unnamed host")
+    title = " ".join([who(numbers), *members[0].marks()]) + f" on {where}:"
+    return [wrapped(title, "", "  "), *shared_rows(cells, values)]
+
+
+def shared_rows(cells: list[list[str]], values: list[list[float | int | None]]) -> list[list[str]]:
+    """Under alike ranks' title: ``each``, when every number column holds the same for all of them; else ``min``,
+    ``median`` and ``max``, each column's own (a column they agree on shows on the median row only). A column of text
+    they differ in (the host) stays empty: the title says it."""
+    columns = range(1, len(cells[0]))
+    differ = [column for column in columns if len({row[column] for row in cells}) > 1]
+    common = [("" if column in differ else text) for column, text in enumerate(cells[0])]
+    numbered = [column for column in differ if any(value[column] is not None for value in values)]
+    if not numbered:
+        return [["  each", *common[1:]]]
+    lines = {name: [f"  {name}", *[""] * len(columns)] for name in ("min", "median", "max")}
+    lines["median"][1:] = common[1:]
+    for column in numbered:
+        known = [(value[column], row) for value, row in zip(values, cells, strict=True) if value[column] is not None]
+        for name, (_, row) in zip(lines, alike.spread(known, lambda pair: pair[0] or 0), strict=True):
+            lines[name][column] = row[column]
+    return list(lines.values())
+
+
+def rank_values(rank: RankLoad) -> list[float | int | None]:
+    """The numbers behind ``rank_row``'s cells (None for a cell of text), to find a shared row's min and max."""
+    return [
+        None,
+        None,
+        None,
+        rank.load_seconds,
+        rank.files_opened,
+        rank.tensors_read,
+        rank.read_bytes,
+        rank.storage_read_bytes,
+        rank.conversions,
+        sum(rank.materialized_bytes.values()),
+        sum(rank.held_bytes.values()),
+        rank.peak_rss_bytes,
+    ]
 
 
 def rank_row(rank: RankLoad) -> list[str]:
     name = str(rank.rank) if rank.rank is not None else (rank.instance or "?")
-    marks = [word for word, on in (("incomplete", rank.incomplete), ("failed", rank.failed)) if on]
-    if ended := rank.exit.describe("cell"):
-        marks.append(f"({ended})")
     return [
-        " ".join([name, *marks]),
+        " ".join([name, *rank.marks()]),
         rank.host or "-",
         rank.strategy or "-",
         number(rank.load_seconds),
@@ -222,7 +397,7 @@ _PROJECTION = re.compile(r"Projected host memory: (.+?) x (\d+) ranks? per node 
 
 
 def finding_lines(finding: Finding, wide: bool) -> list[str]:
-    ranks = ("ranks " if len(finding.ranks) > 1 else "rank ") + ranges(finding.ranks)
+    ranks = who(finding.ranks)
     amount = human_bytes(finding.bytes) if wide else size(finding.bytes)
     lines = [f"  {finding.severity.upper()} {finding.kind}  {ranks}  {amount}"]
     detail = finding.detail if wide else _PROJECTION.sub(r"Per node: \1 x \2 = \3", sizes(finding.detail, wide))
@@ -247,13 +422,10 @@ def cause_lines(symptoms: list[Finding], wide: bool) -> list[str]:
     did = ("each " if len(ranks) > 1 else "") + ("loaded the whole model" if whole else "repeated rank 0's loading")
     worst = max(symptoms, key=lambda finding: finding.projected_node_bytes)
     host = worst.projection.partition(" = ")[2].rstrip(".")
-    who = ("ranks " if len(ranks) > 1 else "rank ") + ranges(ranks)
-    headline = f"{symptoms[0].severity.upper()} {who} {did} under {'/'.join(strategies)}"
+    headline = f"{symptoms[0].severity.upper()} {who(ranks)} {did} under {'/'.join(strategies)}"
     lines = [wrapped(sizes(headline + (f"; host memory {host}" if host else ""), wide), "  ", "    ")]
     for finding in symptoms:
-        own = (
-            "" if finding.ranks == ranks else ("ranks " if len(finding.ranks) > 1 else "rank ") + ranges(finding.ranks)
-        )
+        own = "" if finding.ranks == ranks else who(finding.ranks)
         text = f"{finding.kind}: {own + ' ' if own else ''}{finding.symptom or finding.detail}"
         lines.append(wrapped(sizes(text, wide), "    ", "      "))
     return lines + next_lines(symptoms[0])
@@ -340,29 +512,45 @@ def compared_job_text(side: ComparedJob) -> str:
     return text + (f"  run {side.run + 1}" if side.run else "")
 
 
-def compare_table(comparison: Comparison, wide: bool = False) -> str:
-    """The phase rows (bytes in human sizes; exact with ``wide``, and in the JSON), then each parameter that differs
-    with both values, then one line naming those that agree."""
+def compare_table(comparison: Comparison, wide: bool = False, every_rank: bool = False) -> str:
+    """The phase rows (bytes in human sizes; exact with ``wide``, and in the JSON), alike ranks sharing theirs unless
+    ``every_rank``; then each parameter that differs with both values, then one line naming those that agree."""
 
     def cell(metric: str, value: float | int | None, sign: bool = False) -> str:
         if wide or metric in COMPARE_COUNTS or value is None or isinstance(value, float):
             return signed(value) if sign else number(value)
         return ("+" if sign and value > 0 else "") + size(value)
 
-    lines = [f"A: {compared_job_text(comparison.a)}", f"B: {compared_job_text(comparison.b)}", ""]
-    rows = [
-        [
+    def cells(row: PhaseRow, rank: str) -> list[str]:
+        return [
             row.phase,
-            str(row.rank),
+            rank,
             row.metric,
             cell(row.metric, row.a),
             cell(row.metric, row.b),
             cell(row.metric, row.difference, sign=True),
             "-" if row.ratio is None else f"{row.ratio:.2f}x",
         ]
-        for row in comparison.phases
-        if row.a is not None or row.b is not None
-    ]
+
+    lines = [f"A: {compared_job_text(comparison.a)}", f"B: {compared_job_text(comparison.b)}", ""]
+    shared = [] if every_rank else [ranks for ranks in comparison.rank_rows if len(ranks) > 1]
+    if shared:
+        lines.append("alike ranks share rows (min, median and max where they differ):")
+        lines += [f"  {compact(ranks)} = {who(ranks)}" for ranks in shared]
+    rows: list[list[str]] = []
+    for phase, ranks, members in compare_rows(comparison, every_rank):
+        if len(ranks) == 1:
+            rows += [cells(row, str(ranks[0])) for row in members]
+            continue
+        for metric in dict.fromkeys(row.metric for row in members):
+            alike_rows = [cells(row, compact(ranks)) for row in members if row.metric == metric]
+            values = [
+                [None, None, None, row.a, row.b, row.difference, row.ratio] for row in members if row.metric == metric
+            ]
+            for stat in shared_rows(alike_rows, values):
+                name = stat[0].strip()
+                label = metric if name == "each" else f"{metric} {name}"
+                rows.append([phase, compact(ranks), label, *stat[3:]])
     lines.append(table(COMPARE_COLUMNS, rows, left=3))
     differing = [[row.name, row.a or "-", row.b or "-"] for row in comparison.resources if row.differs]
     same = [row.name for row in comparison.resources if not row.differs]
@@ -377,6 +565,29 @@ def compare_table(comparison: Comparison, wide: bool = False) -> str:
             textwrap.fill("same: " + ", ".join(same), width=WIDTH, subsequent_indent="  ", break_on_hyphens=False)
         )
     return "\n".join(lines)
+
+
+def compact(ranks: list[int]) -> str:
+    """A shared row's rank cell: ``1-1023 (1,021)``, its first and last rank and how many (the line above the table
+    lists them)."""
+    return f"{ranks[0]}-{ranks[-1]} ({len(ranks):,})"
+
+
+def compare_rows(comparison: Comparison, every_rank: bool) -> list[tuple[str, list[int], list[PhaseRow]]]:
+    """Per phase, per row of ranks (``Comparison.rank_rows``, or each rank): its phase rows with a value."""
+    by_rank: dict[tuple[str, int], list[PhaseRow]] = {}
+    for row in comparison.phases:
+        if row.a is not None or row.b is not None:
+            by_rank.setdefault((row.phase, row.rank), []).append(row)
+    numbers = sorted({row.rank for row in comparison.phases})
+    rank_rows = [[number] for number in numbers] if every_rank or not comparison.rank_rows else comparison.rank_rows
+    result = []
+    for phase in dict.fromkeys(row.phase for row in comparison.phases):
+        for ranks in rank_rows:
+            members = [row for number in ranks for row in by_rank.get((phase, number), [])]
+            if members:
+                result.append((phase, ranks, members))
+    return result
 
 
 # loadtrace jobs ---------------------------------------------------------------------------------------------------

@@ -165,7 +165,7 @@ class _Watcher:
     Why not wrapt's ``register_post_import_hook``, which the hook registry uses once instrumented: registering one
     imports wrapt (+15 MB peak RSS measured here) and leaves wrapt's finder on ``sys.meta_path`` for the process's
     life, in every process ``LOADTRACE=1`` reaches, most of which never load (the promise: at most 5 ms and 2 MB,
-    tests/test_processes_that_never_load.py). This watcher is standard library only; after the first hooked import it
+    test_processes_that_never_load.py). This watcher is standard library only; after the first hooked import it
     only times the hooked libraries' imports (issue 26: the startup's ``imports`` phase), a name check per new import,
     and leaves when the startup ends (``stop_import_clock``)."""
 

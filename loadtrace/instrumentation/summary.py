@@ -1,19 +1,20 @@
 """The one line rank 0 says at exit: which job it traced, what the report found, and the command that shows it.
 
     loadtrace: job 1f0c..., 2 ranks, 2 findings → loadtrace report loadtrace-traces/1f0c...
+    loadtrace: job 1f0c..., 1,024 ranks, 5 findings; rank 300 incomplete, rank 700 slow → loadtrace report ...
 
-Rank 0 knows its own node's files only: it waits (briefly) for the other ranks' state files beside its own to stop
-saying ``loading``, then runs ``loadtrace report`` on them in a child process, so the analysis half stays out of the
-job's interpreter (and its memory) and a fault there cannot reach the job. Everything is bounded by ``TIMEOUT_S``;
-when the report does not answer in time the line goes without counts. With spans only over OTLP there are no files
-to count: the line names the trace id to look up in Jaeger. Other ranks, forked children and processes that never
-loaded say nothing; ``LOADTRACE_QUIET=1`` silences it.
+Rank 0 knows the files it can see only (its node's, or every node's on a shared filesystem): it waits (briefly) for
+the other ranks' state files beside its own to stop saying ``loading``, then runs ``loadtrace report --format line``
+on them in a child process, so the analysis half stays out of the job's interpreter (and its memory) and a fault
+there cannot reach the job; the report names the ranks that stand out, as its table does. Everything is bounded by
+``TIMEOUT_S``; when the report does not answer in time the line goes without counts. With spans only over OTLP
+there are no files to count: the line names the trace id to look up in Jaeger. Other ranks, forked children and
+processes that never loaded say nothing; ``LOADTRACE_QUIET=1`` silences it.
 """
 
 from __future__ import annotations
 
 import glob
-import json
 import os
 import shlex
 import socket
@@ -98,24 +99,18 @@ def wait_for_peers(node_files: str, trace_id: str, local_world_size: int, until:
 
 
 def report_counts(folder: str, job_id: str, deadline: float) -> str:
-    """``, 2 ranks, 2 findings`` from ``loadtrace report --format json`` in a child process; empty when it fails or
-    does not finish by ``deadline``."""
+    """``, 2 ranks, 2 findings`` (and the ranks that stand out) from ``loadtrace report --format line`` in a child
+    process; empty when it fails, does not finish by ``deadline`` or answers anything but one line of counts."""
     left = deadline - time.monotonic()
     if left <= 0 or not sys.executable:
         return ""
     env = {**os.environ, "LOADTRACE": "0"}  # the child loads nothing; keep even the .pth line idle
-    command = [sys.executable, "-m", "loadtrace", "report", "--format", "json", f"--job={job_id}", folder]
+    command = [sys.executable, "-m", "loadtrace", "report", "--format", "line", f"--job={job_id}", folder]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=left, env=env, stdin=subprocess.DEVNULL)
-        report = json.loads(done.stdout) if done.returncode in (0, 1) else None
     except (OSError, subprocess.SubprocessError, ValueError):
         return ""
-    if not isinstance(report, dict):
+    said = done.stdout.strip()
+    if done.returncode not in (0, 1) or "\n" in said or not said[:1].isdigit():
         return ""
-    ranks = report.get(semconv.REPORT_RANKS) or []
-    findings = report.get(semconv.REPORT_FINDINGS) or []
-    traces = report.get(semconv.REPORT_TRACES) or [{}]
-    world = max((trace.get(semconv.REPORT_WORLD_SIZE) or 0 for trace in traces), default=0)
-    present = len({rank.get(semconv.REPORT_RANK) for rank in ranks})
-    text = f", {present} of {world} ranks here" if world > present else f", {present} rank{'s' * (present != 1)}"
-    return text + f", {len(findings)} finding{'s' * (len(findings) != 1)}"
+    return f", {said}"

@@ -1,8 +1,9 @@
 """A large job made from a real one: the 2-rank FSDP run in ``fixtures/spans/fsdp524`` copied to N ranks on N/8 nodes.
 
 Rank 0 is the recorded rank 0; every other rank is a copy of the recorded rank 1 with its own resource (rank, host,
-pid), its own span ids and times shifted by a few milliseconds. One rank is slowed down (its times stretched 3x) and
-one is cut short the way a SIGKILL cuts a file: its outermost load span, written last, is missing.
+pid), its own span ids and times shifted by a few milliseconds. One rank is slowed down (its times stretched 3x, or,
+with ``slow_by``, its whole timeline stretched to end that many seconds later) and one is cut short the way a SIGKILL
+cuts a file: its outermost load span, written last, is missing.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import hashlib
 import json
 from pathlib import Path
 
-FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "spans" / "fsdp524"
+from .paths import SPANS
+
+FIXTURE = SPANS / "fsdp524"
 RANKS_PER_NODE = 8
 
 
@@ -27,10 +30,16 @@ def _new_id(rank: int, old: str) -> str:
     return hashlib.sha256(f"{rank}:{old}".encode()).hexdigest()[:16]
 
 
-def write_big_job(folder: Path, ranks: int = 512, slow: int = 7, killed: int = 300) -> Path:
-    """Write the job's files under ``folder``; the folder."""
+def write_big_job(folder: Path, ranks: int = 512, slow: int = 7, killed: int = 300, slow_by: float = 0.0) -> Path:
+    """Write the job's files under ``folder``; the folder. ``slow_by`` > 0: the slow rank's every time moves away
+    from its first span's start in proportion, so that its last span ends ``slow_by`` seconds later (its spans
+    still nest)."""
     recorded = {0: sorted(FIXTURE.glob("rank00000-*.jsonl"))[0], 1: sorted(FIXTURE.glob("rank00001-*.jsonl"))[0]}
     lines = {rank: path.read_text().splitlines() for rank, path in recorded.items()}
+    slow_spans = [span for line in lines[0 if slow == 0 else 1] for span in _spans(json.loads(line))]
+    origin = min(int(span["startTimeUnixNano"]) for span in slow_spans)
+    extent = max(int(span["endTimeUnixNano"]) for span in slow_spans) - origin
+    dilation = 1 + slow_by * 1e9 / extent if slow_by > 0 else 1.0
     folder.mkdir(parents=True, exist_ok=True)
     for rank in range(ranks):
         source = lines[0 if rank == 0 else 1]
@@ -53,7 +62,10 @@ def write_big_job(folder: Path, ranks: int = 512, slow: int = 7, killed: int = 3
                 base = int(span["startTimeUnixNano"])
                 shift = (rank % 97) * 1_000_000
                 start, end = base + shift, int(span["endTimeUnixNano"]) + shift
-                if rank == slow:
+                if rank == slow and slow_by > 0:
+                    start = origin + shift + round((base - origin) * dilation)
+                    end = origin + shift + round((int(span["endTimeUnixNano"]) - origin) * dilation)
+                elif rank == slow:
                     end = start + 3 * (end - start)
                 span["startTimeUnixNano"], span["endTimeUnixNano"] = str(start), str(end)
                 if rank != 0:

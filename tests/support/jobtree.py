@@ -7,7 +7,7 @@ fresh span ids, ``ranks`` ranks (rank 0 from the real rank 0's file, the others 
 job before, and its spans' times stretched by ``stretch(j)`` from the job's first span: beta's jobs start 2.5x slower.
 Timestamps that attributes carry (a load's first file open, the startup's imports) move with the spans, and a startup
 span's carried split (``loadtrace.startup.phases``) is the one its moved spans have (``loadtrace.startup_split``).
-Used by ``benchmarks/bench_jobs.py`` (speed) and ``tests/test_jobs_tree.py`` (what ``loadtrace jobs`` makes of it).
+Used by ``benchmarks/bench_jobs.py`` (speed) and the ``jobs`` tests (what ``loadtrace jobs`` makes of it).
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from typing import Any
 from loadtrace import semconv
 from loadtrace.startup_split import STARTUP_PHASES, PhaseSpan, split
 
-REPO = Path(__file__).resolve().parents[2]
-SOURCE = REPO / "tests" / "fixtures" / "spans" / "plain524"
+from .paths import SPANS
+
+SOURCE = SPANS / "plain524"
 CLUSTERS = ("alpha", "beta", None)
 RANKS_PER_NODE = 4
 SPACING_S = 600

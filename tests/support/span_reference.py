@@ -8,9 +8,9 @@ and the reverse).
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from .paths import REPO
+
 README = REPO / "README.md"
 REPORT_MD = REPO / "docs" / "report.md"
 

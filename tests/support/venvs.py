@@ -12,7 +12,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from .paths import REPO
+
 DEFAULT_VENVS = (".venv", ".venv512")
 INSTALL_HINT = "{python} -m pip install --no-deps --force-reinstall {repo}"
 

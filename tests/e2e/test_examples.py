@@ -1,0 +1,132 @@
+"""Promise (examples/README.md): each example reproduces its reported problem under ``torchrun --nproc_per_node 2`` on
+CPU, and ``loadtrace report`` shows it, with the findings each transformers release really produces.
+
+Every example runs as the README says: ``LOADTRACE=1 torchrun --nproc_per_node 2 examples/<script>.py CKPT`` in a
+fresh working directory, then the installed ``loadtrace report loadtrace-traces/``. Each (venv, example) runs once.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from support import field_facts
+from support.torchrun import TorchrunResult, torchrun
+from support.venvs import REPO, Venv, discover, installed_problems
+
+VENVS = discover()
+EXAMPLES = {
+    "fsdp2": REPO / "examples" / "fsdp2_cpu_ram_efficient_loading.py",
+    "zero3": REPO / "examples" / "zero3_duplicate_reads.py",
+}
+CASES = [(venv, example) for venv in VENVS for example in EXAMPLES]
+FSDP = {"duplicate_checkpoint_read", "nonzero_rank_materialization", "duplicate_conversion"}
+# (transformers major.minor, example) → finding kinds, all on rank 1 (docs/report.md, shared field facts).
+EXPECTED = {
+    ("5.12", "fsdp2"): FSDP,  # reads, converts, and zeros_like fills a whole second model on CPU
+    ("5.24", "fsdp2"): FSDP,  # zeros_like only for buffers now, but it still reads everything and keeps it
+    ("5.12", "zero3"): {"duplicate_checkpoint_read"},  # reads everything, keeps only its partition
+    ("5.24", "zero3"): set(),  # opens the files, reads 0 B
+}
+
+
+@dataclass
+class ExampleRun:
+    venv: Venv
+    example: str
+    run: TorchrunResult
+    report: dict
+    report_exit: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.venv.id} {EXAMPLES[self.example].name}"
+
+    def printed(self, pattern: str) -> dict[int, re.Match]:
+        """The script's own ``rank R/2 ...`` lines matching ``pattern``, by rank."""
+        return printed(self.run, pattern)
+
+    def rank(self, number: int) -> dict:
+        (found,) = [r for r in self.report["ranks"] if r["rank"] == number]
+        return found
+
+
+LAST_LINE = {"fsdp2": "forward ok", "zero3": "gathered"}
+
+
+def aborted_after_finishing(run: TorchrunResult, example: str) -> bool:
+    """Every rank printed its last line, then one died in C++ at exit ("terminate called without an active
+    exception", SIGABRT). Seen about once in 20 ZeRO-3 runs of transformers 5.12 on CPU here, with and without
+    LOADTRACE: not what the example shows, so the run is repeated once."""
+    log = run.log.read_text(errors="replace")
+    finished = printed(run, LAST_LINE[example])
+    return run.returncode != 0 and "terminate called without an active exception" in log and len(finished) == 2
+
+
+def printed(run: TorchrunResult, pattern: str) -> dict[int, re.Match]:
+    """``rank R/2 <pattern>`` as the ranks printed it, by rank; two ranks' prints can share a line of the log."""
+    log = run.log.read_text(errors="replace")
+    return {int(m.group(1)): m for m in re.finditer(rf"rank (\d+)/2 {pattern}", log)}
+
+
+@pytest.fixture(scope="module", params=CASES, ids=[f"{venv.id}-{example}" for venv, example in CASES])
+def example(request, checkpoint: Path, tmp_path_factory) -> ExampleRun:
+    venv, name = request.param
+    problems = installed_problems(venv)
+    assert not problems, f"loadtrace is not installed (non-editable) in {venv.root}: {problems}"
+    for _attempt in (1, 2):
+        cwd = tmp_path_factory.mktemp(f"example-{venv.name}-{name}")
+        run = torchrun(venv, EXAMPLES[name], [str(checkpoint)], cwd=cwd, env={"LOADTRACE": "1"})
+        print(f"[examples] {venv.id} {name}: rc {run.returncode} in {run.seconds:.1f}s, cwd {cwd}")
+        if not aborted_after_finishing(run, name):
+            break
+    run.check()
+    proc = subprocess.run(
+        [str(venv.bin / "loadtrace"), "report", "loadtrace-traces/", "--format", "json", "--fail-on-findings"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode in (0, 1) and proc.stderr == "", f"loadtrace report: {proc.returncode}\n{proc.stderr}"
+    return ExampleRun(venv, name, run, json.loads(proc.stdout), proc.returncode)
+
+
+def test_the_example_runs_and_reports_one_job_of_two_ranks(example: ExampleRun):
+    assert example.report["skipped_lines"] == 0 and len(example.report["traces"]) == 1, example.report["traces"]
+    assert sorted(r["rank"] for r in example.report["ranks"]) == [0, 1]
+    strategy = {"fsdp2": "fsdp_cpu_ram_efficient", "zero3": "zero3"}[example.example]
+    assert {r["strategy"] for r in example.report["ranks"]} == {strategy}
+    assert example.rank(0)["read_bytes"] == field_facts.BYTES  # the loading rank reads the checkpoint
+    if example.example == "fsdp2":
+        sharded = example.printed(r"after FSDP2 sharding holds: ([\d,]+) B on cpu")
+        assert sorted(sharded) == [0, 1] and len({m.group(2) for m in sharded.values()}) == 1, example.run.tail()
+        assert int(sharded[1].group(2).replace(",", "")) < field_facts.MODEL_BYTES  # each rank keeps its shard
+        assert sorted(example.printed(r"forward ok")) == [0, 1], example.run.tail()
+    else:
+        digests = example.printed(r"gathered \d+ tensors, [\d,]+ B, sha256 ([0-9a-f]{16})")
+        assert sorted(digests) == [0, 1] and len({m.group(2) for m in digests.values()}) == 1, example.run.tail()
+
+
+def test_the_report_shows_what_this_release_does(example: ExampleRun):
+    expected = EXPECTED.get((example.venv.release, example.example))
+    if expected is None:
+        pytest.skip(f"no field facts for transformers {example.venv.transformers}")
+    findings = example.report["findings"]
+    assert {f["kind"] for f in findings} == expected, [f["detail"] for f in findings]
+    assert all(f["ranks"] == [1] and f["severity"] == "warning" for f in findings), findings
+    assert example.report_exit == (1 if expected else 0)
+    rank1 = example.rank(1)
+    if example.example == "fsdp2":
+        # 5.12: the second model comes from zeros_like; later: from the read path, kept as parameters.
+        created = field_facts.MODEL_BYTES if example.venv.release == "5.12" else field_facts.BUFFER_BYTES
+        assert rank1["materialized_bytes"].get("cpu") == created
+        assert rank1["held_bytes"].get("cpu") == field_facts.MODEL_BYTES
+        assert rank1["read_bytes"] == field_facts.BYTES
+    else:
+        assert rank1["read_bytes"] == (field_facts.BYTES if example.venv.release == "5.12" else 0)
+        assert rank1["files_opened"] == field_facts.FILES

@@ -1,0 +1,160 @@
+"""Promise (issue 26): in every trace loadtrace writes, every span's parent is in the trace, even where a rank died.
+
+A span leaves a process only when it ends: a rank SIGKILLed mid-load never writes its startup or its load, and the
+spans that finished under them (``torch.init_process_group``, phases) would point at parents Jaeger cannot find. The
+state file keeps the open non-file scopes and the launcher's witness ends them at the death (witness_scopes.py).
+
+Here: a real two-node job, two ``torchrun`` launchers each in its own UTS namespace (``unshare -u``: its own host
+name), static rendezvous, 2 ranks each, where rank 3 SIGKILLs itself mid-load (its launcher then stops rank 2): over
+files and over OTLP. The teardown and OOM cases are walked the same way in test_dying_jobs.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import parents
+from support.multirank import MODE_ENV, TRACE_ROOT
+from support.torchrun import clean_env, free_port
+from support.venvs import REPO, discover
+from test_dying_jobs import file_spans, report_json, require_installed
+
+from loadtrace import semconv as sc
+
+VENVS = discover()
+WORKER = REPO / "tests" / "workers" / "dying_load.py"
+KILLED = 3
+TIMEOUT_S = 300
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("unshare") is None, reason="no unshare(1)"),
+]
+
+
+@dataclass
+class TwoNodes:
+    cwd: Path
+    outputs: list[str]
+    returncodes: list[int]
+    spans: list[tuple[str, str, str | None, str]]  # trace, span, parent, name
+    ended_by_launcher: set[str]  # names of the killed rank's spans its witness ended
+    report: dict[str, Any] | None
+
+
+def run_two_nodes(cwd: Path, env_extra: dict[str, str]) -> tuple[list[str], list[int]]:
+    venv = VENVS[0]
+    require_installed(venv)
+    cwd.mkdir(parents=True, exist_ok=True)
+    # Plain data parallel: no collective inside the load, so the other node's ranks finish while rank 3 lies dead.
+    env = clean_env(venv, {**MODE_ENV["plain"], "LOADTRACE": "1", **env_extra})
+    port = free_port()
+    launchers = []
+    for node in (0, 1):
+        torchrun = [
+            str(venv.torchrun),
+            *("--nnodes", "2", "--nproc_per_node", "2", "--node_rank", str(node)),
+            *("--master_addr", "127.0.0.1", "--master_port", str(port)),
+            str(WORKER),
+            *(str(cwd / "ckpt"), "--out", str(cwd / "out"), "--scenario", "multinode"),
+            *("--kill-rank", str(KILLED), "--kill-after", "5"),
+        ]
+        script = f'hostname node{node} && exec "$@"'
+        launchers.append(
+            subprocess.Popen(
+                ["unshare", "-u", "sh", "-c", script, "sh", *torchrun],
+                cwd=cwd,
+                env=env,
+                stdout=(cwd / f"node{node}.log").open("w"),  # a file: a full pipe would stall a node nobody reads
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # a hung job is killed whole: the launcher and its workers
+            )
+        )
+    codes = [0, 0]
+    try:
+        codes[1] = launchers[1].wait(timeout=TIMEOUT_S)  # rank 3's node: fails once rank 3 is dead
+        # Node 0's ranks finish; its launcher then waits at torchelastic's exit barrier for a node that is gone (300 s
+        # by default): once its workers are done, it has nothing more to write.
+        deadline = time.monotonic() + TIMEOUT_S
+        while launchers[0].poll() is None and time.monotonic() < deadline:
+            if all((cwd / "out" / f"finished-rank{rank}.json").exists() for rank in (0, 1)):
+                time.sleep(5)  # their exit: the spans' flush
+                break
+            time.sleep(0.5)
+    finally:
+        for launcher in launchers:
+            if launcher.poll() is None:
+                try:
+                    os.killpg(launcher.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+    codes[0] = launchers[0].wait()
+    outputs = [(cwd / f"node{node}.log").read_text(errors="replace") for node in (0, 1)]
+    return outputs, codes
+
+
+def _place_checkpoint(checkpoint: Path, cwd: Path) -> None:
+    cwd.mkdir(parents=True, exist_ok=True)
+    (cwd / "ckpt").symlink_to(checkpoint)
+
+
+@pytest.fixture(scope="module")
+def over_files(checkpoint: Path, tmp_path_factory) -> TwoNodes:
+    cwd = tmp_path_factory.mktemp("two-nodes-files")
+    _place_checkpoint(checkpoint, cwd)
+    outputs, codes = run_two_nodes(cwd, {})
+    assert (cwd / "out" / f"count-rank{KILLED}.json").exists(), "\n".join(o[-3000:] for o in outputs)
+    (folder,) = [p for p in (cwd / TRACE_ROOT).iterdir() if p.is_dir()]
+    pairs = file_spans(folder)
+    ended = {s["name"] for r, s in pairs if r.get(sc.RANK) == KILLED and s["attributes"].get(sc.EXIT_SOURCE)}
+    return TwoNodes(cwd, outputs, codes, parents.from_files(pairs), ended, report_json(VENVS[0], folder))
+
+
+@pytest.fixture(scope="module")
+def over_otlp(checkpoint: Path, tmp_path_factory) -> TwoNodes:
+    from support.wire import HttpReceiver, wire_spans
+
+    cwd = tmp_path_factory.mktemp("two-nodes-otlp")
+    _place_checkpoint(checkpoint, cwd)
+    with HttpReceiver() as receiver:
+        env = {
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver.port}",
+            "LOADTRACE_EXIT_TIMEOUT": "10",
+        }
+        outputs, codes = run_two_nodes(cwd, env)
+    assert (cwd / "out" / f"count-rank{KILLED}.json").exists(), "\n".join(o[-3000:] for o in outputs)
+    spans = wire_spans(receiver.received.arrivals)
+    ended = {s.name for s in spans if s.resource.get(sc.RANK) == KILLED and s.attributes.get(sc.EXIT_SOURCE)}
+    return TwoNodes(cwd, outputs, codes, parents.from_wire(spans), ended, None)
+
+
+@pytest.mark.parametrize("run", ["over_files", "over_otlp"])
+def test_two_node_kill_every_span_has_its_parent_in_the_trace(run, request):
+    found: TwoNodes = request.getfixturevalue(run)
+    assert found.returncodes[1] != 0, "rank 3's node failed"
+    names = {name for *_, name in found.spans}
+    assert sc.SPAN_INIT_PROCESS_GROUP in names and sc.SPAN_JOB in names, names
+    assert not parents.orphans(found.spans), parents.orphans(found.spans)
+    # The killed rank's startup (its bar in Jaeger's timeline) and load were ended by its launcher.
+    assert {sc.SPAN_RANK_EXIT, sc.SPAN_STARTUP, sc.SPAN_FROM_PRETRAINED} <= found.ended_by_launcher, (
+        found.ended_by_launcher
+    )
+
+
+def test_two_node_kill_report_counts_no_span_the_witness_ended(over_files: TwoNodes):
+    """The witness's stand-ins carry no numbers: rank 3 shows its state file's exact count, one load."""
+    count = json.loads((over_files.cwd / "out" / f"count-rank{KILLED}.json").read_text())
+    assert over_files.report is not None
+    (rank3,) = [r for r in over_files.report["ranks"] if r["rank"] == KILLED]
+    assert rank3["incomplete"] and rank3["exit"]["signal"] == "SIGKILL", rank3
+    assert (rank3["read_bytes"], rank3["tensors_read"]) == (count["read_bytes"], count["read_tensors"]), rank3
+    assert rank3["loads"] <= 1, rank3

@@ -1,0 +1,180 @@
+"""Promise: ``loadtrace report --jaeger`` tells the same story as ``loadtrace report`` over the files, for spans that
+went over OTLP to a collector and were stored by Jaeger.
+
+The "Jaeger" here is this test's own server on 127.0.0.1: it stores what its OTLP receiver got from a real two-rank
+run (``support/wire.py``) and answers Jaeger v2's query API from it, in Jaeger's shapes: ``GET /api/v3/traces/{id}`` and
+``GET /api/v3/traces?query.service_name=...&query.start_time_min=...&query.start_time_max=...`` answer
+``{"result": TracesData}`` (hex ids, nanoseconds as decimal strings, enums as numbers, several traces merged), nothing
+found is 404 ``{"error": {"httpCode": 404, "message": "No traces found"}}``, a malformed parameter 400 in the same
+envelope.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import threading
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+from support.venvs import discover, installed_problems
+from support.wire import WireRun, traces_data_json, wire_run
+
+VENVS = discover()
+RFC3339_NANOS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\.(\d{9})Z$")
+
+
+def parse_rfc3339_nanos(text: str) -> int:
+    """What Go's ``time.RFC3339Nano`` accepts, reduced to what loadtrace sends: UTC, nine fraction digits."""
+    match = RFC3339_NANOS.match(text)
+    if not match:
+        raise ValueError(text)
+    seconds = datetime.strptime(match.group(1), "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
+    return int(seconds) * 1_000_000_000 + int(match.group(2))
+
+
+class JaegerStore:
+    """Jaeger v2's ``/api/v3`` over the spans one OTLP receiver stored."""
+
+    def __init__(self, wire: WireRun):
+        self.wire = wire
+        self.requests: list[str] = []
+        store = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (http.server's name)
+                store.requests.append(self.path)
+                status, body = store.answer(urlparse(self.path))
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def answer(self, url) -> tuple[int, bytes]:
+        if url.path.startswith("/api/v3/traces/"):
+            trace_id = url.path.rsplit("/", 1)[1].lower()
+            return self.traces({trace_id})
+        if url.path == "/api/v3/traces":
+            query = {key: values[0] for key, values in parse_qs(url.query).items()}
+            for key in ("query.start_time_min", "query.start_time_max"):
+                try:
+                    query[key] = parse_rfc3339_nanos(query[key])
+                except (KeyError, ValueError):
+                    return 400, self.error(400, f"malformed parameter {key}")
+            if not query.get("query.service_name"):
+                return 400, self.error(400, "malformed parameter query.service_name")
+            # Jaeger finds the traces with a span of that service starting in the window, and returns them whole.
+            found = {
+                s.trace_id
+                for s in self.wire.spans
+                if s.resource.get("service.name") == query["query.service_name"]
+                and query["query.start_time_min"] <= s.start_ns <= query["query.start_time_max"]
+            }
+            return self.traces(found)
+        return 404, b"404 page not found\n"
+
+    def traces(self, trace_ids: set[str]) -> tuple[int, bytes]:
+        data = traces_data_json(self.wire.arrivals, keep=lambda span: span.trace_id.hex() in trace_ids)
+        if not data.get("resourceSpans"):
+            return 404, self.error(404, "No traces found")
+        for resource_spans in data["resourceSpans"]:
+            for scope_spans in resource_spans["scopeSpans"]:
+                for span in scope_spans["spans"]:
+                    span.setdefault("parentSpanId", "")  # Jaeger writes the empty id of a root span
+        return 200, json.dumps({"result": data}).encode()
+
+    @staticmethod
+    def error(code: int, message: str) -> bytes:
+        return json.dumps({"error": {"httpCode": code, "message": message}}).encode()
+
+    def __enter__(self) -> JaegerStore:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@pytest.fixture(scope="module")
+def wire(checkpoint: Path, tmp_path_factory) -> WireRun:
+    venv = VENVS[0]
+    problems = installed_problems(venv)
+    assert not problems, f"loadtrace is not installed (non-editable) in {venv.root}: {problems}"
+    return wire_run(venv, "http/protobuf", checkpoint, tmp_path_factory.getbasetemp() / "wire", "fsdp")
+
+
+@pytest.fixture(scope="module")
+def jaeger(wire: WireRun):
+    with JaegerStore(wire) as store:
+        yield store
+
+
+def loadtrace(wire: WireRun, *argv: str) -> subprocess.CompletedProcess:
+    """The installed command, as a user runs it."""
+    return subprocess.run([str(wire.venv.bin / "loadtrace"), *argv], capture_output=True, text=True, timeout=120)
+
+
+def report_json(wire: WireRun, *argv: str) -> dict:
+    proc = loadtrace(wire, "report", *argv, "--format", "json")
+    assert proc.returncode == 0 and proc.stderr == "", (
+        f"loadtrace report {' '.join(argv)}: {proc.returncode}\n{proc.stderr}"
+    )
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def from_files(wire: WireRun) -> dict:
+    return report_json(wire, str(wire.files_dir))
+
+
+def assert_same_report(got: dict, files: dict, where: str) -> None:
+    assert got["skipped_lines"] == files["skipped_lines"] == 0, where
+    assert len(files["traces"]) == 1 and len(files["ranks"]) == 2, files["traces"]
+    assert got["traces"] == files["traces"], where
+    for rank_got, rank_files in zip(got["ranks"], files["ranks"], strict=True):
+        assert rank_got == rank_files, f"{where}: rank {rank_files['rank']}"
+    assert got["findings"] == files["findings"], where
+
+
+def test_report_by_trace_id_equals_report_over_files(wire: WireRun, jaeger: JaegerStore, from_files: dict):
+    (trace_id,) = {s.trace_id for s in wire.spans}
+    jaeger.requests.clear()
+    got = report_json(wire, "--jaeger", jaeger.url, "--trace-id", trace_id)
+    assert jaeger.requests == [f"/api/v3/traces/{trace_id}"]
+    assert_same_report(got, from_files, f"--trace-id {trace_id}")
+    ranks = {r["rank"]: r for r in got["ranks"]}
+    assert ranks[1]["read_bytes"] == ranks[0]["read_bytes"] > 0  # FSDP cpu_ram_efficient: rank 1 reads it all too
+    assert "duplicate_checkpoint_read" in {f["kind"] for f in got["findings"]}
+
+
+def test_report_by_service_search_equals_report_over_files(wire: WireRun, jaeger: JaegerStore, from_files: dict):
+    jaeger.requests.clear()
+    got = report_json(wire, "--jaeger", jaeger.url, "--service", "loadtrace", "--since", "1h")
+    (request,) = jaeger.requests
+    query = parse_qs(urlparse(request).query)
+    assert urlparse(request).path == "/api/v3/traces" and query["query.service_name"] == ["loadtrace"]
+    window = parse_rfc3339_nanos(query["query.start_time_max"][0]) - parse_rfc3339_nanos(
+        query["query.start_time_min"][0]
+    )
+    assert window == 3600 * 10**9
+    assert_same_report(got, from_files, "--service loadtrace --since 1h")
+
+
+def test_nothing_found_is_exit_2_with_one_line(wire: WireRun, jaeger: JaegerStore):
+    for argv in (["--trace-id", "0" * 32], ["--service", "someone-else"]):
+        proc = loadtrace(wire, "report", "--jaeger", jaeger.url, *argv)
+        assert (proc.returncode, proc.stdout) == (2, ""), argv
+        assert proc.stderr.startswith("loadtrace: error: no traces found") and proc.stderr.count("\n") == 1, proc.stderr

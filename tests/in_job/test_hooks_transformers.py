@@ -1,0 +1,182 @@
+"""from_pretrained: one load span with exact totals, one span per file, phases aggregated, bounded span count."""
+
+import pytest
+import torch
+from support.examples import make_checkpoint
+from support.inmemory import traced
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    path = tmp_path_factory.mktemp("ckpt")
+    return path, make_checkpoint(path)
+
+
+def test_from_pretrained_totals_equal_the_checkpoint(checkpoint):
+    from transformers import AutoModelForCausalLM
+
+    path, summary = checkpoint
+    with traced() as t:
+        model = AutoModelForCausalLM.from_pretrained(path)
+    load = t.one("transformers.from_pretrained")
+    files = t.spans("safetensors.open")
+    assert len(summary["files"]) >= 3
+    assert len(files) == load.attributes["loadtrace.files.opened"] == len(summary["files"])
+    assert load.attributes["loadtrace.read.tensors"] == summary["tensors"]
+    assert (
+        load.attributes["loadtrace.read.bytes"]
+        == summary["bytes"]
+        == sum(f.attributes["loadtrace.read.bytes"] for f in files)
+    )
+    assert load.attributes["loadtrace.strategy"] == "plain"
+    assert load.attributes["loadtrace.model.class"] == "Qwen3MoeForCausalLM"
+    assert load.attributes["loadtrace.checkpoint"] == str(path)
+    assert load.attributes["loadtrace.checkpoint.bytes"] == sum(f.stat().st_size for f in path.glob("*.safetensors"))
+    held = sum(t.nbytes for t in (*model.parameters(), *model.buffers()))
+    assert load.attributes["loadtrace.model.held_bytes.cpu"] == held
+    assert load.attributes["loadtrace.rss.peak"] >= load.attributes["loadtrace.rss.after"] > 0
+    assert load.attributes["loadtrace.hook_errors"] == 0
+    assert all(f.parent.span_id == load.context.span_id for f in files)
+
+
+def test_conversion_counts_only_parameters_that_were_converted(checkpoint):
+    """A parameter loaded under its checkpoint name was not converted (transformers still makes a ``WeightRenaming``
+    for it); one that no checkpoint key names (merged experts) was, once, with its bytes."""
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    path, summary = checkpoint
+    with traced() as t:
+        model = AutoModelForCausalLM.from_pretrained(path)
+    convert = t.one("transformers.convert")
+    assert convert.attributes["loadtrace.calls"] == 1
+    keys = set()
+    for file in path.glob("*.safetensors"):
+        with safe_open(str(file), "pt") as handle:
+            keys |= set(handle.keys())
+    converted = {name: p for name, p in model.named_parameters() if name not in keys}
+    assert converted, "the tiny MoE merges its experts on load"
+    assert convert.attributes["loadtrace.convert.count"] == len(converted)
+    assert convert.attributes["loadtrace.convert.bytes"] == sum(p.nbytes for p in converted.values())
+    ops = {k.split(".")[3] for k in convert.attributes if k.startswith("loadtrace.convert.op.")}
+    assert "MergeModulelist" in ops and "Rename" not in ops  # experts are merged on load in transformers 5
+
+
+def test_span_count_is_bounded_by_files_not_tensors(checkpoint):
+    from transformers import AutoModelForCausalLM
+
+    path, summary = checkpoint
+    with traced() as t:
+        AutoModelForCausalLM.from_pretrained(path)
+    assert len(t.spans()) <= len(summary["files"]) + 20
+    assert summary["tensors"] > len(summary["files"]) + 20
+
+
+def test_weights_are_identical_with_and_without_tracing(checkpoint):
+    from transformers import AutoModelForCausalLM
+
+    path, _ = checkpoint
+    plain = AutoModelForCausalLM.from_pretrained(path).state_dict()
+    with traced(detail="tensor"):
+        traced_state = AutoModelForCausalLM.from_pretrained(path).state_dict()
+    assert plain.keys() == traced_state.keys()
+    assert all(torch.equal(plain[k], traced_state[k]) for k in plain)
+
+
+def test_the_load_span_carries_the_checkpoints_exact_tensor_bytes(checkpoint):
+    from transformers import AutoModelForCausalLM
+
+    path, summary = checkpoint
+    with traced() as t:
+        AutoModelForCausalLM.from_pretrained(path, device_map="cpu")
+    load = t.one("transformers.from_pretrained")
+    assert load.attributes["loadtrace.checkpoint.tensor_bytes"] == summary["bytes"]
+    assert load.attributes["loadtrace.device_map"] == "cpu" and "loadtrace.tp_plan" not in load.attributes
+
+
+@pytest.mark.parametrize(
+    ("environment", "kwargs", "expected"),
+    [
+        ({}, {}, "plain"),
+        ({}, {"tp_plan": "auto"}, "tp"),
+        ({"ACCELERATE_USE_FSDP": "true"}, {}, "fsdp"),
+        ({"ACCELERATE_USE_FSDP": "true"}, {"tp_plan": "auto"}, "fsdp+tp"),
+        ({"ACCELERATE_USE_FSDP": "true", "FSDP_CPU_RAM_EFFICIENT_LOADING": "true"}, {}, "fsdp_cpu_ram_efficient"),
+        (
+            {"ACCELERATE_USE_FSDP": "true", "FSDP_CPU_RAM_EFFICIENT_LOADING": "true"},
+            {"tp_plan": "auto"},
+            "fsdp_cpu_ram_efficient+tp",
+        ),
+    ],
+)
+def test_strategy_names_tensor_parallelism_and_its_combinations(monkeypatch, environment, kwargs, expected):
+    from loadtrace.instrumentation.hooks.transformers import strategy
+
+    for name in ("ACCELERATE_USE_FSDP", "FSDP_CPU_RAM_EFFICIENT_LOADING"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    assert strategy(kwargs) == expected
+
+
+def test_a_rename_counts_only_when_the_key_changes():
+    from transformers.core_model_loading import WeightRenaming
+
+    from loadtrace.instrumentation.hooks.transformers import renames
+
+    assert not renames(WeightRenaming("model.norm.weight", "model.norm.weight"))
+    assert renames(WeightRenaming("transformer.norm.weight", "model.norm.weight"))
+
+
+def test_the_index_total_is_read_from_its_head_and_equals_a_full_parse(checkpoint, tmp_path):
+    """Before the load only the index's ``metadata.total_size`` is wanted: read from the file's first bytes when it
+    opens with it (transformers writes it so), else from the whole JSON; the same number either way."""
+    import json
+
+    from loadtrace.instrumentation.hooks.transformers import _total_size_ahead, checkpoint_tensor_bytes
+
+    path, summary = checkpoint
+    index = path / "model.safetensors.index.json"
+    content = json.loads(index.read_text())
+    assert _total_size_ahead(str(index)) == content["metadata"]["total_size"] == summary["bytes"]
+    assert checkpoint_tensor_bytes(path, {}, headers=False) == summary["bytes"]
+    # Written the other way round (weight map first): nothing ahead, the whole file is parsed.
+    turned = tmp_path / "turned"
+    turned.mkdir()
+    (turned / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": content["weight_map"], "metadata": content["metadata"]}, indent=2)
+    )
+    assert _total_size_ahead(str(turned / "model.safetensors.index.json")) is None
+    assert checkpoint_tensor_bytes(turned, {}, headers=False) == summary["bytes"]
+
+
+def test_held_bytes_count_each_tensor_once_by_device():
+    """Tied weights are one tensor; parameters and buffers by device type, against ``parameters()``/``buffers()``."""
+    from loadtrace.instrumentation.hooks.transformers import held_bytes
+
+    model = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10), torch.nn.BatchNorm1d(10))
+    model[1].weight = model[0].weight  # tied, as an LM head and its embeddings
+    model[2].to("meta")
+    expected: dict[str, int] = {}
+    for tensor in (*model.parameters(), *model.buffers()):
+        expected[tensor.device.type] = expected.get(tensor.device.type, 0) + tensor.nbytes
+    assert held_bytes(model, partitioned=False) == expected
+    assert expected["cpu"] == (10 * 4 + 10) * 4 and expected["meta"] > 0
+
+
+def test_a_renaming_hook_counts_a_changed_key_and_passes_a_kept_one():
+    """``WeightRenaming.convert`` runs once per checkpoint key no converter takes: a kept key passes at once, a changed
+    one is a ``Rename`` conversion, and outside a load nothing is looked at."""
+    from transformers.core_model_loading import WeightRenaming
+
+    import loadtrace
+    from loadtrace import semconv
+    from loadtrace.instrumentation.hooks.transformers import weight_renaming
+
+    kept = WeightRenaming("model.norm.weight", "model.norm.weight")
+    changed = WeightRenaming("transformer.norm.weight", "model.norm.weight")
+    with traced():
+        assert weight_renaming(changed, (), {}) is None  # no load open
+        with loadtrace.traced_load("renames"):
+            assert weight_renaming(kept, (), {}) is None
+            assert weight_renaming(changed, (), {}).operations == (semconv.RENAME_OP,)

@@ -1,0 +1,141 @@
+"""instrument() / uninstrument() are exact inverses, idempotent, and reach names bound with `from x import y`."""
+
+import accelerate.utils as accelerate_utils
+import pytest
+import safetensors
+import torch
+import transformers.core_model_loading as core_model_loading
+import transformers.modeling_utils as modeling_utils
+import wrapt
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+
+import loadtrace
+from loadtrace.instrumentation.hooks import all_hooks
+from loadtrace.instrumentor import LoadtraceInstrumentor
+
+
+@pytest.fixture(autouse=True)
+def traces_in_tmp(monkeypatch, tmp_path):
+    monkeypatch.setenv("LOADTRACE_DIR", str(tmp_path))  # instrument() with loadtrace's own export writes files
+
+
+def targets():
+    """Every hooked object, found where each module keeps it (class __dict__ entries included)."""
+    found = {}
+    for hook in all_hooks():
+        module = __import__(hook.module, fromlist=["_"])
+        parent, attribute, original = wrapt.resolve_path(module, hook.target)
+        found[hook.name] = original
+    found["modeling_utils.safe_open"] = modeling_utils.safe_open
+    found["modeling_utils.convert_and_load_state_dict_in_model"] = modeling_utils.convert_and_load_state_dict_in_model
+    # Bound with ``from x import y`` before loadtrace came: torch.distributed's own broadcast (what accelerate calls as
+    # ``dist.broadcast``) and accelerate.utils' fsdp2_load_full_state_dict.
+    found["torch.distributed.broadcast"] = torch.distributed.broadcast
+    found["accelerate.utils.fsdp2_load_full_state_dict"] = accelerate_utils.fsdp2_load_full_state_dict
+    return found
+
+
+WHILE_LOADING = {hook.name for hook in all_hooks() if hook.while_loading}
+
+
+def test_instrument_then_uninstrument_restores_every_object():
+    before = targets()
+    loadtrace.instrument()
+    loadtrace.instrument()  # idempotent
+    during = targets()
+    wrapped = {name for name in before if isinstance(during[name], wrapt.FunctionWrapper)}
+    assert wrapped == set(before) - WHILE_LOADING
+    assert WHILE_LOADING == {"torch.zeros_like", "torch.empty_like"}
+    with loadtrace.traced_load("x"):
+        inside = targets()
+        assert all(isinstance(inside[name], wrapt.FunctionWrapper) for name in before)
+    assert all(targets()[name] is before[name] for name in WHILE_LOADING)  # out again after the load
+    loadtrace.uninstrument()
+    loadtrace.uninstrument()  # idempotent
+    after = targets()
+    assert all(after[name] is before[name] for name in before)
+
+
+def test_late_activation_rebinds_names_imported_with_from():
+    assert modeling_utils.safe_open is safetensors.safe_open
+    loadtrace.instrument()
+    try:
+        assert modeling_utils.safe_open is safetensors.safe_open
+        assert isinstance(modeling_utils.safe_open, wrapt.FunctionWrapper)
+        assert (
+            modeling_utils.convert_and_load_state_dict_in_model
+            is core_model_loading.convert_and_load_state_dict_in_model
+        )
+    finally:
+        loadtrace.uninstrument()
+    assert not isinstance(modeling_utils.safe_open, wrapt.FunctionWrapper)
+
+
+def test_it_is_an_opentelemetry_instrumentor_with_an_entry_point():
+    from importlib.metadata import entry_points
+
+    (entry,) = [e for e in entry_points(group="opentelemetry_instrumentor") if e.name == "loadtrace"]
+    assert entry.load() is LoadtraceInstrumentor
+    assert issubclass(LoadtraceInstrumentor, BaseInstrumentor)
+
+
+def test_zeros_like_is_the_original_object_when_not_instrumented():
+    assert torch.zeros_like is torch._C._VariableFunctions.zeros_like
+
+
+def test_while_loading_hooks_wrap_whatever_is_there_and_give_it_back():
+    """Someone else's wrapper on torch.zeros_like keeps working inside ours, and is what remains after the load."""
+    theirs_calls = []
+    original = torch.zeros_like
+
+    def theirs(*args, **kwargs):
+        theirs_calls.append(1)
+        return original(*args, **kwargs)
+
+    torch.zeros_like = theirs
+    try:
+        loadtrace.instrument()
+        with loadtrace.traced_load("x"):
+            torch.zeros_like(torch.ones(2))
+        assert torch.zeros_like is theirs and theirs_calls == [1]
+        loadtrace.uninstrument()
+        assert torch.zeros_like is theirs
+    finally:
+        torch.zeros_like = original
+
+
+def test_a_missing_target_is_skipped_with_a_note_and_the_others_still_run(monkeypatch, capsys, tmp_path):
+    import transformers.integrations.deepspeed as deepspeed_integration
+    from support.examples import make_checkpoint
+    from support.inmemory import traced
+    from transformers import AutoModelForCausalLM
+
+    monkeypatch.delattr(deepspeed_integration, "_load_state_dict_into_zero3_model")  # as if a release renamed it
+    make_checkpoint(tmp_path)
+    with traced() as t:
+        AutoModelForCausalLM.from_pretrained(tmp_path)
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("loadtrace:")]
+    assert len(notes) == 1 and "_load_state_dict_into_zero3_model not found" in notes[0]
+    assert t.one("transformers.from_pretrained").attributes["loadtrace.read.bytes"] > 0
+
+
+def test_its_dependencies_are_the_tested_releases_of_the_libraries_installed_here():
+    """OTel's check (``BaseInstrumentor.instrument``) refuses a release outside a library's tested range, and passes
+    the ones CI installs; a library not installed is left out, so it is no conflict (hooked only where present)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
+
+    from loadtrace.instrumentation import INSTRUMENTS
+
+    def present(name: str) -> bool:
+        try:
+            return bool(version(name))
+        except PackageNotFoundError:
+            return False
+
+    dependencies = LoadtraceInstrumentor().instrumentation_dependencies()
+    assert [line.split()[0] for line in dependencies] == [name for name in INSTRUMENTS if present(name)]
+    assert get_dependency_conflicts(dependencies) is None
+    assert get_dependency_conflicts(["torch >= 99"]) is not None  # a release outside the range: refused
+    assert get_dependency_conflicts(["loadtrace-no-such-library >= 1"]) is not None  # why the absent are left out
