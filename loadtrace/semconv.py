@@ -463,6 +463,11 @@ METRIC_PHASE = "loadtrace.progress.phase"  # gauge, 1 for the phase open now (ME
 METRIC_PHASE_ATTRIBUTE = "loadtrace.phase"  # the phase's span name: a few dozen values at most
 METRIC_MEMORY_USAGE = "process.memory.usage"  # OTel semconv: up-down counter, By (VmRSS)
 METRIC_MEMORY_LIMIT = MEMORY_LIMIT  # gauge, By: the limit load spans carry (the cgroup's, else the node's memory)
+# Startup metrics (issue 35): one measurement per rank's startup and per load, in seconds, for the fleet's p50/p95 in
+# Prometheus. Attributes of a few values each (CLUSTER, STRATEGY, STARTUP_END, ERROR_TYPE), never the job, trace, rank
+# or process; their Resource names the service alone, so a fleet makes one series per attribute combination.
+METRIC_STARTUP_DURATION = "loadtrace.startup.duration"  # histogram, s: the rank's startup span, when it ends
+METRIC_LOAD_DURATION = "loadtrace.load.duration"  # histogram, s: each outermost load span, when it ends
 METRICS = (
     METRIC_READ_BYTES,
     METRIC_EXPECTED_BYTES,
@@ -470,6 +475,8 @@ METRICS = (
     METRIC_PHASE,
     METRIC_MEMORY_USAGE,
     METRIC_MEMORY_LIMIT,
+    METRIC_STARTUP_DURATION,
+    METRIC_LOAD_DURATION,
 )
 
 # ``loadtrace top`` marks (analysis/top.py).

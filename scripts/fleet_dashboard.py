@@ -6,6 +6,9 @@ shows, from the same SQL run by chDB over an otel_traces table and its rollup.
     .venv/bin/python scripts/fleet_dashboard.py --sample chdb:PATH   # each panel's rows, as text
     .venv/bin/python scripts/fleet_dashboard.py --readme             # README's sample: the recorded runs + 18 jobs
 
+A fifth panel reads Prometheus: the ranks' startup histograms (``loadtrace.startup.duration``, README's Metrics), whose
+buckets' exemplars link to the trace of a startup in them, through the same trace view as the slowest jobs' ids.
+
 Three panels read the rows `loadtrace rollup` keeps beside the spans (docs/report.md, ClickHouse rollup): each job's
 `jobs` row, computed by `jobs`' own code, so the dashboard's startup, slowest rank and phase and phase split are
 `jobs`' to the digit, and a panel reads one row per job, not every span. p50/p95 and medians are
@@ -28,6 +31,7 @@ from loadtrace.startup_split import STARTUP_PHASES
 
 OUT = Path(__file__).resolve().parents[1] / "exporters" / "grafana" / "loadtrace-fleet.json"
 DATASOURCE = {"type": "grafana-clickhouse-datasource", "uid": "loadtrace-clickhouse"}
+PROMETHEUS = {"type": "prometheus", "uid": "loadtrace-prometheus"}
 
 
 def _names(names) -> str:
@@ -83,6 +87,20 @@ GROUP BY model, strategy ORDER BY duplicated_bytes DESC LIMIT 20""",
 }
 
 
+# The startup histogram as the collector's Prometheus exporter names it (dots to underscores, the unit as a suffix).
+STARTUP_BUCKETS = sc.METRIC_STARTUP_DURATION.replace(".", "_") + "_seconds_bucket"
+CLUSTER_LABEL = sc.CLUSTER.replace(".", "_")
+PROMETHEUS_PANELS = {
+    "Startup p50 / p95 by cluster, from the ranks' histograms (Prometheus; an exemplar opens its trace)": [
+        (
+            f"p{int(q * 100)} {{{{{CLUSTER_LABEL}}}}}",
+            f"histogram_quantile({q}, sum by (le, {CLUSTER_LABEL}) (rate({STARTUP_BUCKETS}[1d])))",
+        )
+        for q in (0.5, 0.95)
+    ],
+}
+
+
 def trace_link() -> str:
     """Grafana Explore, the ClickHouse datasource in trace-id mode over otel_traces: the trace view of one trace."""
     query = {
@@ -120,6 +138,23 @@ def dashboard() -> dict:
             override["properties"].append({"id": "links", "value": [link]})
             panel["fieldConfig"] = {"defaults": {}, "overrides": [override]}
         panels.append(panel)
+    for title, queries in PROMETHEUS_PANELS.items():
+        index = len(panels)
+        targets = [
+            {"refId": ref, "datasource": PROMETHEUS, "expr": expr, "legendFormat": legend, "exemplar": True}
+            for ref, (legend, expr) in zip("ABCDEFGH", queries, strict=False)
+        ]
+        panels.append(
+            {
+                "id": index + 1,
+                "title": title,
+                "type": "timeseries",
+                "datasource": PROMETHEUS,
+                "gridPos": {"x": 12 * (index % 2), "y": 9 * (index // 2), "w": 12, "h": 9},
+                "fieldConfig": {"defaults": {"unit": "s"}, "overrides": []},
+                "targets": targets,
+            }
+        )
     return {
         "uid": "loadtrace-fleet",
         "title": "loadtrace: startups across the fleet",

@@ -64,3 +64,12 @@ class Ends:
                 span.set_attribute(semconv.EXIT_SIGNAL, signal_name)
                 self.provider().set_error(span, signal_name)
         span.end(end_time=end_time)
+        if scope.kind is ScopeKind.LOAD and not scope.nested:
+            failed = type(error).__name__ if error is not None else signal_name
+            measured = {semconv.STRATEGY: strategy_of(span), semconv.ERROR_TYPE: failed}
+            self.provider().measure(semconv.METRIC_LOAD_DURATION, span, measured)
+
+
+def strategy_of(span: trace.Span) -> Any:
+    """The load's strategy, as its span says it (set at its start, or learnt later: loads.py)."""
+    return (getattr(span, "attributes", None) or {}).get(semconv.STRATEGY)

@@ -260,9 +260,11 @@ def _otlp_exporter(settings: Settings) -> SpanExporter:
 
 ONCE_PREFIX = {
     "export": "span export failing",
-    "metrics-export": "progress metrics export failing",
+    "metrics-export": "metrics export failing",
     "opentelemetry": "OpenTelemetry setup",
 }
+# A collector that is down or refuses is one problem: the first of its spans' or metrics' failures says it.
+ONCE_KEY = {"metrics-export": "export"}
 
 
 class _OnceHandler(logging.Handler):
@@ -273,13 +275,13 @@ class _OnceHandler(logging.Handler):
         if record.levelno < logging.WARNING:
             return
         kind = "opentelemetry"
-        if ".export" in record.name:  # the metrics SDK's reader and exporters too: progress metrics (issue 25)
+        if ".export" in record.name:  # the metrics SDK's reader and exporters too: progress and startup metrics
             kind = "metrics-export" if "metric" in record.name else "export"
         try:
             message = record.getMessage().splitlines()[0]
         except Exception:
             message = str(record.msg)
-        warn_once(kind, f"{ONCE_PREFIX[kind]}: {message}")
+        warn_once(ONCE_KEY.get(kind, kind), f"{ONCE_PREFIX[kind]}: {message}")
 
 
 def route_otel_logs() -> None:

@@ -25,6 +25,7 @@ class Loads:
     def opened(self, scope: Scope, start: dict[str, Any]) -> None:
         if start.get(semconv.STRATEGY) in semconv.PREPARED_STRATEGIES:
             self.startup.awaits_preparation = True
+        self.startup.strategy = self.startup.strategy or start.get(semconv.STRATEGY)
         open = self.open
         with open.lock:
             open.loads_open += 1
@@ -58,6 +59,7 @@ class Loads:
         tensor bytes, from its metadata): on its span, and in the state file."""
         if scope.ended:
             return
+        self.startup.strategy = self.startup.strategy or learned.get(semconv.STRATEGY)
         if scope.recording:
             scope.span.set_attributes(learned)
         self.state_file.load_learned(scope, learned)

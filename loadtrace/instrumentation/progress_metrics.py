@@ -17,7 +17,7 @@ from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import AggregationTemporality, MetricExporter, PeriodicExportingMetricReader
 
 from .. import semconv, statefile
 from ..version import __version__
@@ -26,9 +26,10 @@ from .settings import Settings
 TRACES_PATH, METRICS_PATH = "/v1/traces", "/v1/metrics"
 
 
-def exporter(settings: Settings) -> MetricExporter:
+def exporter(settings: Settings, temporality: dict[type, AggregationTemporality] | None = None) -> MetricExporter:
     """OTel's OTLP metric exporter for the traces' protocol. It reads ``OTEL_EXPORTER_OTLP_*`` itself; where only the
-    traces' endpoint is set, the metrics go to the same collector."""
+    traces' endpoint is set, the metrics go to the same collector. ``temporality``: by instrument class, where it must
+    not be the exporter's default (the startup histograms' delta: startup_metrics.py)."""
     endpoint = None
     if not (os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")):
         endpoint = settings.otlp_endpoint
@@ -37,10 +38,10 @@ def exporter(settings: Settings) -> MetricExporter:
     if settings.otlp_protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as Grpc
 
-        return Grpc(endpoint=endpoint) if endpoint else Grpc()
+        return Grpc(endpoint=endpoint, preferred_temporality=temporality)
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as Http
 
-    return Http(endpoint=endpoint) if endpoint else Http()
+    return Http(endpoint=endpoint, preferred_temporality=temporality)
 
 
 class ProgressMetrics:

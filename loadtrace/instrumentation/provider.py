@@ -33,6 +33,7 @@ from .monitor import Monitor
 from .phases import PhaseRecorder
 from .progress import Progress
 from .settings import Settings, say_traces_not_written, trace_dir_problem
+from .startup_metrics import StartupMetrics
 from .termination import bounded
 
 # The state files of this process, by path: a second ``instrument()`` reuses its predecessor's rather than truncating
@@ -62,6 +63,7 @@ class Provider:
         self.monitor: Monitor | None = None
         self.state: statefile.Writer | None = None
         self.progress: Progress | None = None
+        self.startup_metrics: StartupMetrics | None = None  # with an OTLP endpoint: startup_metrics.py
         self._resource_made: Resource | None = None
         self.exporting = False  # our own SDK exports this process's spans (to trace_file, OTLP, or both)
         self.trace_file: str | None = None
@@ -119,6 +121,8 @@ class Provider:
     def _watch(self) -> None:
         """The monitor thread (its samples keep the state's live fields: progress.py) and the excepthooks."""
         self.progress = Progress(self.settings, self.resource)
+        if self.settings.otlp_endpoint:
+            self.startup_metrics = StartupMetrics(self.settings, self.service_name)
         self.monitor = Monitor(self._sample)
         excepthooks.install(self._uncaught)
 
@@ -126,6 +130,16 @@ class Provider:
         if self._resource_made is None:
             self._resource_made = self._resource()
         return self._resource_made
+
+    def service_name(self) -> str:
+        return str(self.resource().attributes.get(semconv.SERVICE_NAME, semconv.DEFAULT_SERVICE_NAME))
+
+    def measure(self, name: str, span: trace.Span, attributes: dict[str, Any]) -> None:
+        """A startup metric (startup_metrics.py): the span's duration, queued for sending; nothing without an OTLP
+        endpoint."""
+        metrics = self.startup_metrics
+        if metrics is not None:
+            metrics.record(name, span, attributes)
 
     def _sample(self, reading: Memory) -> None:
         """A monitor sample: the load's peak (spans.Tracing), then the live fields and metrics."""
@@ -243,13 +257,16 @@ class Provider:
         """Flush within ``LOADTRACE_EXIT_TIMEOUT``; a dead or slow collector must not hold the job's exit."""
         sdk, self._sdk = self._sdk, None
         progress, self.progress = self.progress, None
-        if sdk is None and progress is None:
+        metrics, self.startup_metrics = self.startup_metrics, None
+        if sdk is None and progress is None and metrics is None:
             return
         timeout_s = self.settings.exit_timeout_s
 
         def flush() -> None:
             if progress is not None:
                 progress.shutdown(timeout_s * 0.3)
+            if metrics is not None:
+                metrics.shutdown(timeout_s * 0.3)
             if sdk is not None:
                 sdk.force_flush(int(timeout_s * 900))
                 sdk.shutdown()
@@ -259,9 +276,12 @@ class Provider:
 
     def force_flush(self, timeout_s: float) -> None:
         """Send what has ended now (the caller bounds the wait: see ``bounded``); the SDK stays up."""
-        sdk = self._sdk
+        deadline = time.monotonic() + timeout_s
+        sdk, metrics = self._sdk, self.startup_metrics
         if sdk is not None:
             sdk.force_flush(max(1, int(timeout_s * 1000)))
+        if metrics is not None:
+            metrics.flush(max(0.0, deadline - time.monotonic()))
 
     def after_fork(self) -> None:
         """In a forked child: the parent's SDK, exporter threads, monitor and state file are not ours; build our own
@@ -271,6 +291,7 @@ class Provider:
         self.monitor = None
         self.state = None
         self.progress = None
+        self.startup_metrics = None
         self.exporting, self.trace_file = False, None
         self.budget = None
         self._lock = threading.Lock()

@@ -50,6 +50,7 @@ class Scope:
         "residency",
         "record",
         "left_out",
+        "nested",
     )
 
     def __init__(self, kind: ScopeKind, name: str, span: trace.Span, load: Scope | None = None):
@@ -72,6 +73,7 @@ class Scope:
         self.residency: tuple[str, int, int | None] | None = None
         self.record: tuple[statefile.Writer, int] | None = None  # non-file scopes: its record in the state file
         self.left_out = False  # files only: its span is not exported (the span budget: budget.py)
+        self.nested = False  # loads only: opened inside another load of this thread (its time is the outer one's)
 
 
 active_scopes: ContextVar[tuple[Scope, ...]] = ContextVar("loadtrace_active", default=())

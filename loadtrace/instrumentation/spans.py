@@ -127,6 +127,7 @@ class Tracing:
     def start_load(self, name: str, start: dict[str, Any]) -> tuple[Scope, ActiveToken]:
         stack = _active.get()
         scope = Scope(ScopeKind.LOAD, name, self._start(name, start, stack[-1] if stack else None))
+        scope.nested = any(open.kind is ScopeKind.LOAD for open in stack)
         self.state_file.keep(scope)
         reading = self.readings.from_now(scope)
         if self.open.loads_open == 0:

@@ -42,6 +42,7 @@ class Startup:
         self.lock = threading.Lock()
         self.last_activity: int | None = None  # when the last load or startup stage ended
         self.awaits_preparation = False  # a load's strategy (FSDP, ZeRO-3) has a preparation follow it
+        self.strategy: str | None = None  # its first load's, for the startup metric (startup_metrics.py)
         self.instrumented = time.time_ns()
 
     def is_open(self) -> bool:
@@ -103,6 +104,9 @@ class Startup:
         if phases is not None and how != semconv.STARTUP_END_JOB:
             phases.stop()
         startup.span.end(end_time=end_time)
+        if how != semconv.STARTUP_END_JOB:  # the real end, in the job's trace: measured once
+            measured = {semconv.STRATEGY: self.strategy, semconv.STARTUP_END: how}
+            self.provider().measure(semconv.METRIC_STARTUP_DURATION, startup.span, measured)
         self.settle_handlers()
 
     def settle_handlers(self) -> None:

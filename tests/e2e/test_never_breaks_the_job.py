@@ -72,7 +72,7 @@ UNWRITABLE = "/proc/loadtrace-x"  # issue 34: said nothing of the traces, and ra
             True,
         ),
         ({"OTEL_RESOURCE_ATTRIBUTES": "team=ml,,=oops,%zz"}, "OpenTelemetry setup", False),
-        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://not a url:43"}, "span export failing", False),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://not a url:43"}, "export failing", False),
     ],
     ids=[
         "unknown-LOADTRACE",
@@ -144,7 +144,7 @@ def test_collector_trouble(checkpoint, tmp_path, baseline, behaviour, protocol):
         result, log, digests, said = run_job(checkpoint, tmp_path, env)
     finally:
         collector.close()
-    assert_unharmed(result, log, digests, said, baseline, "span")
+    assert_unharmed(result, log, digests, said, baseline, "export failing")
 
 
 @pytest.mark.parametrize("fault", ["file_open", "tensor_read", "materialize", "phase", "conversion"])

@@ -1,7 +1,8 @@
 """Promise: with ``OTEL_EXPORTER_OTLP_ENDPOINT`` set, a real two-rank job's spans leave over OTLP (http/protobuf, or
 grpc with ``OTEL_EXPORTER_OTLP_PROTOCOL=grpc``) as one trace, each rank with the resource and span attributes of
 README.md's span reference, and with ``LOADTRACE_DIR`` set as well the files hold exactly the same spans, numbers and
-ids.
+ids. Each rank's startup and load also leave as one measurement of the startup histograms, with no job, trace, rank
+or process in them, and an exemplar naming the job's trace and the span measured.
 
 The receivers are this test's own (``support/wire.py``) on 127.0.0.1; what arrived is decoded with opentelemetry-proto,
 independently of loadtrace's encoding.
@@ -20,7 +21,7 @@ from support import field_facts
 from support.multirank import STRATEGY, WORLD_SIZE, read_spans
 from support.span_reference import documented
 from support.venvs import discover, installed_problems, stale_files
-from support.wire import GRPC_METHOD, PROTOCOLS, TRACES_PATH, WireRun, wire_run
+from support.wire import GRPC_METHOD, PROTOCOLS, TRACES_PATH, WIRE_CLUSTER, WireRun, attributes, wire_run
 
 from loadtrace import semconv, statefile
 
@@ -234,3 +235,60 @@ def test_files_hold_the_same_spans_as_the_wire(wire: WireRun):
         assert [on_file[s.span_id].attributes.get("loadtrace.convert.bytes") for s in converts] == [
             s.attributes.get("loadtrace.convert.bytes") for s in converts
         ], rank
+
+
+# Startup metrics (issue 35) ----------------------------------------------------------------------------------------
+
+SDK_ONLY = {"service.name", *SDK_RESOURCE}
+MEASURED = {
+    semconv.METRIC_STARTUP_DURATION: semconv.SPAN_STARTUP,
+    semconv.METRIC_LOAD_DURATION: semconv.SPAN_FROM_PRETRAINED,
+}
+
+
+def histogram_points(wire: WireRun) -> dict[str, list]:
+    """metric name → [(resource, temporality, data point)] of every histogram that arrived."""
+    found: dict[str, list] = {}
+    for request in wire.metrics:
+        for resource_metrics in request.resource_metrics:
+            resource = attributes(resource_metrics.resource.attributes)
+            for scope in resource_metrics.scope_metrics:
+                for metric in scope.metrics:
+                    if metric.WhichOneof("data") == "histogram":
+                        for point in metric.histogram.data_points:
+                            entry = (resource, metric.histogram.aggregation_temporality, point)
+                            found.setdefault(metric.name, []).append(entry)
+    return found
+
+
+def test_each_ranks_startup_and_load_arrive_as_histograms_without_identity_and_with_the_jobs_trace(wire: WireRun):
+    spans = wire.spans
+    job_id = spans[0].resource["loadtrace.job.id"]
+    (trace_id,) = {s.trace_id for s in spans}
+    identity = {job_id, trace_id, *(str(s.resource["process.pid"]) for s in spans)}
+    identity |= {s.resource["service.instance.id"] for s in spans}
+    found = histogram_points(wire)
+    assert set(found) == set(MEASURED), f"{wire.label}: histograms that arrived: {sorted(found)}"
+    for metric, span_name in MEASURED.items():
+        measured = {s.span_id: s for s in spans if s.name == span_name}
+        assert len(measured) == WORLD_SIZE, f"{wire.label}: {span_name} spans {len(measured)}"
+        exemplars = {}
+        for resource, temporality, point in found[metric]:
+            where = f"{wire.label} {metric}"
+            assert set(resource) == SDK_ONLY and resource["service.name"] == "loadtrace", f"{where}: {resource}"
+            assert temporality == 1, f"{where}: delta, so that a collector adds every rank's up"
+            labels = attributes(point.attributes)
+            assert labels[semconv.CLUSTER] == WIRE_CLUSTER and labels[semconv.STRATEGY] == STRATEGY[MODE], where
+            assert set(labels) <= {semconv.CLUSTER, semconv.STRATEGY, semconv.STARTUP_END, semconv.ERROR_TYPE}, labels
+            assert not identity & {str(v) for v in [*labels.values(), *resource.values()]}, f"{where}: {labels}"
+            for exemplar in point.exemplars:
+                exemplars[exemplar.span_id.hex()] = (exemplar.trace_id.hex(), exemplar.as_double)
+        assert sum(point.count for _, _, point in found[metric]) == WORLD_SIZE, f"{wire.label} {metric}"
+        assert set(exemplars) == set(measured), f"{wire.label} {metric}: one exemplar per rank, of the span measured"
+        for span_id, (exemplar_trace, seconds) in exemplars.items():
+            span = measured[span_id]
+            assert exemplar_trace == trace_id, f"{wire.label} {metric}: exemplar not in the job's trace"
+            assert seconds == (span.end_ns - span.start_ns) / 1e9, f"{wire.label} {metric}: the span's own duration"
+    ends = {s.attributes[semconv.STARTUP_END] for s in spans if s.name == semconv.SPAN_STARTUP}
+    labelled = {attributes(p.attributes)[semconv.STARTUP_END] for _, _, p in found[semconv.METRIC_STARTUP_DURATION]}
+    assert labelled == ends, f"{wire.label}: how the startups ended"

@@ -15,7 +15,8 @@ so that they are checked again rather than trusted:
   github.com/open-telemetry/opentelemetry-collector-releases distributions/otelcol-contrib/manifest.yaml (0.135.0),
   component keys from each component's config.go / config.schema.yaml / README in opentelemetry-collector(-contrib)
   (receiver/otlpjsonfilereceiver, pkg/stanza/fileconsumer, processor/memorylimiterprocessor, processor/batchprocessor,
-  processor/groupbytraceprocessor, extension/healthcheckextension) and the release's _build/schemas.
+  processor/groupbytraceprocessor, processor/filterprocessor, processor/deltatocumulativeprocessor,
+  exporter/prometheusexporter, extension/healthcheckextension) and the release's _build/schemas.
 - jaegertracing/jaeger v2: cmd/jaeger/internal/components.go (the factories the binary registers),
   cmd/jaeger/internal/all-in-one.yaml, cmd/jaeger/config-*.yaml, and the jaegerquery / storageexporter config structs.
 """
@@ -64,6 +65,7 @@ CONTRIB_COMPONENTS: dict[str, set[str]] = {
         "redaction",
         "k8sattributes",
         "groupbyattrs",
+        "deltatocumulative",
     },
     "exporters": {
         "otlp",
@@ -76,6 +78,7 @@ CONTRIB_COMPONENTS: dict[str, set[str]] = {
         "zipkin",
         "elasticsearch",
         "clickhouse",
+        "prometheus",
     },
     "connectors": {"forward", "spanmetrics", "servicegraph", "routing", "count", "failover", "roundrobin"},
     "extensions": {
@@ -241,6 +244,22 @@ CONTRIB_KEYS: dict[tuple[str, str], set[str]] = {
         "retry_on_failure",
     },
     ("exporters", "nop"): set(),  # exporter/nopexporter: no settings
+    # processor/filterprocessor config.go: OTTL conditions per signal (and the legacy include/exclude, not used here).
+    ("processors", "filter"): {"error_mode", "metrics", "traces", "logs", "spans"},
+    # processor/deltatocumulativeprocessor config.go.
+    ("processors", "deltatocumulative"): {"max_stale", "max_streams"},
+    # exporter/prometheusexporter config.go: confighttp.ServerConfig squashed (endpoint, tls) and its own keys.
+    ("exporters", "prometheus"): {
+        "endpoint",
+        "tls",
+        "namespace",
+        "const_labels",
+        "send_timestamps",
+        "metric_expiration",
+        "resource_to_telemetry_conversion",
+        "enable_open_metrics",
+        "add_metric_suffixes",
+    },
     ("extensions", "health_check"): {"endpoint", "path", "response_body", "check_collector_pipeline", "tls"},
 }
 
@@ -334,10 +353,11 @@ def mounts(service: dict[str, Any]) -> dict[str, str]:
 
 
 def config_arg(service: dict[str, Any]) -> str:
-    """The path the service is told to load with --config (as `--config=PATH` or `--config PATH`)."""
+    """The path the service is told to load with --config (as `--config=PATH` or `--config PATH`; Prometheus's
+    `--config.file=PATH`)."""
     command = list(service["command"])
     for i, arg in enumerate(command):
-        if arg.startswith("--config="):
+        if arg.startswith(("--config=", "--config.file=")):
             return arg.split("=", 1)[1]
         if arg == "--config":
             return command[i + 1]
@@ -443,7 +463,7 @@ def test_config_parses_and_has_a_traces_pipeline(name):
     assert set(cfg) <= {*SECTIONS, "service"}, f"unknown top-level sections: {set(cfg) - {*SECTIONS, 'service'}}"
     assert "traces" in cfg["service"]["pipelines"]
     for pipeline_id in cfg["service"]["pipelines"]:
-        assert kind(pipeline_id) in {"traces", "metrics"}, "loadtrace emits traces and its progress metrics only"
+        assert kind(pipeline_id) in {"traces", "metrics"}, "loadtrace emits traces and its metrics only"
 
 
 @pytest.mark.parametrize("name", COLLECTOR_CONFIGS)

@@ -1,8 +1,9 @@
-"""The fleet profile (`docker compose --profile fleet up -d`): ClickHouse, a collector exporting to it, Grafana with the
-ClickHouse datasource and loadtrace's dashboard. No Docker engine: Debian's docker-compose validates the file with the
-profile on; the collector configs go through test_compose_config.py's checks (COLLECTOR_CONFIGS); the rest is
-checked here, and the dashboard's SQL runs on the real engine (chDB) over the exporter's table, where its slowest jobs
-must be `loadtrace jobs`' own numbers and trace ids, and its phase split by cluster the medians of `jobs`' own."""
+"""The fleet profile (`docker compose --profile fleet up -d`): ClickHouse, a collector exporting to it (and its startup
+histograms to Prometheus), Grafana with the ClickHouse and Prometheus datasources and loadtrace's dashboard. No Docker
+engine: Debian's docker-compose validates the file with the profile on; the collector configs go through
+test_compose_config.py's checks (COLLECTOR_CONFIGS); the rest is checked here, and the dashboard's SQL runs on the real
+engine (chDB) over the exporter's table, where its slowest jobs must be `loadtrace jobs`' own numbers and trace ids,
+and its phase split by cluster the medians of `jobs`' own."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ FLEET = {
     "fleet-collector": "otel/opentelemetry-collector-contrib:0.135.0",
     "grafana": "grafana/grafana:12.1.1",
     "loadtrace-rollup": "python:3.11-slim",
+    "prometheus": "prom/prometheus:v3.5.0",
 }
 
 
@@ -86,13 +88,14 @@ def test_grafana_mounts_a_datasource_and_dashboard_that_line_up():
     grafana = _services()["grafana"]
     mounts = {v.split(":")[1]: REPO / v.split(":")[0] for v in grafana["volumes"]}
     assert all(path.is_file() for path in mounts.values())
-    (source,) = _load(GRAFANA / "datasource.yaml")["datasources"]
+    source, prometheus = _load(GRAFANA / "datasource.yaml")["datasources"]
     assert source["type"] == "grafana-clickhouse-datasource"
     assert grafana["environment"]["GF_PLUGINS_PREINSTALL"].startswith(source["type"] + "@")
     assert (source["jsonData"]["host"], source["jsonData"]["port"]) == ("clickhouse", 8123)
     assert source["jsonData"]["traces"]["defaultTable"] == "otel_traces"
     dashboard = json.loads((GRAFANA / "loadtrace-fleet.json").read_text())
-    assert {panel["datasource"]["uid"] for panel in dashboard["panels"]} == {source["uid"]}
+    assert {panel["datasource"]["uid"] for panel in dashboard["panels"]} == {source["uid"], prometheus["uid"]}
+    assert prometheus["url"] == "http://prometheus:9090" and "prometheus" in _services()
     provider = _load(GRAFANA / "dashboards.yaml")["providers"][0]
     assert mounts[provider["options"]["path"] + "/loadtrace-fleet.json"].name == "loadtrace-fleet.json"
 
@@ -158,3 +161,41 @@ def test_the_dashboards_sql_runs_on_the_engine_and_agrees_with_jobs(tmp_path, ca
     for r in split:  # the medians of jobs' own slowest-rank phases (what `jobs` compares groups by)
         assert r["seconds"] == pytest.approx(medians[(r["cluster"], r["phase"])], abs=1.5e-6), r
     assert [(row.slowest_rank, row.slowest_phase) for row in report.jobs if row.slowest_phase] == [(1, "other")]
+
+
+def test_the_startup_histograms_reach_prometheus_and_the_dashboard_links_their_exemplars_to_traces():
+    """The fleet collector passes the ranks' startup histograms alone (semconv's names) through deltatocumulative to
+    its Prometheus exporter, with OpenMetrics (the format with exemplars); Prometheus scrapes that port with exemplar
+    storage on; the dashboard's Prometheus panel asks p50 and p95 by cluster of the exporter's name for the histogram,
+    with exemplars, and the datasource opens an exemplar's trace id in the ClickHouse trace view."""
+    from loadtrace import semconv
+
+    script = _dashboard_script()
+    for name in ("collector-fleet.yaml", "collector-central-clickhouse.yaml"):
+        collector = _load(REPO / "exporters" / name)
+        pipeline = collector["service"]["pipelines"]["metrics/prometheus"]
+        assert pipeline["processors"][-1] == "deltatocumulative" and pipeline["exporters"] == ["prometheus"], name
+        (condition,) = collector["processors"]["filter/startup"]["metrics"]["metric"]
+        kept = {semconv.METRIC_STARTUP_DURATION, semconv.METRIC_LOAD_DURATION}
+        assert condition == " and ".join(f'name != "{metric}"' for metric in sorted(kept, reverse=True)), condition
+        exporter = collector["exporters"]["prometheus"]
+        assert exporter["enable_open_metrics"] is True and exporter["endpoint"] == "0.0.0.0:8889"
+    services = _services()
+    prometheus = services["prometheus"]
+    assert "--enable-feature=exemplar-storage" in prometheus["command"]
+    mounted = {v.split(":")[1]: REPO / v.split(":")[0] for v in prometheus["volumes"] if v.startswith("./")}
+    config = _load(mounted["/etc/prometheus/prometheus.yml"])
+    (job,) = config["scrape_configs"]
+    assert job["scrape_protocols"][0] == "OpenMetricsText1.0.0", "the format that carries exemplars"
+    assert job["static_configs"] == [{"targets": ["fleet-collector:8889"]}]
+    dashboard = json.loads((GRAFANA / "loadtrace-fleet.json").read_text())
+    (panel,) = [p for p in dashboard["panels"] if p["datasource"]["uid"] == "loadtrace-prometheus"]
+    assert [t["expr"] for t in panel["targets"]] == [
+        f"histogram_quantile({q}, sum by (le, loadtrace_cluster) (rate(loadtrace_startup_duration_seconds_bucket[1d])))"
+        for q in (0.5, 0.95)
+    ]
+    assert all(target["exemplar"] for target in panel["targets"])
+    (_, source) = _load(GRAFANA / "datasource.yaml")["datasources"]
+    (destination,) = source["jsonData"]["exemplarTraceIdDestinations"]
+    assert destination["name"] == "trace_id", "the label the collector's Prometheus exporter gives an exemplar's trace"
+    assert destination["url"] == script.trace_link().replace("$", "$$"), "Grafana reads $$ as a literal $"

@@ -19,6 +19,7 @@ from typing import Any
 
 import grpc
 from google.protobuf.json_format import MessageToDict
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1 import trace_pb2
@@ -29,7 +30,7 @@ from support.torchrun import TorchrunResult, torchrun
 from support.venvs import Venv
 
 PROTOCOLS = ("http/protobuf", "grpc")
-TRACES_PATH = "/v1/traces"
+TRACES_PATH, METRICS_PATH = "/v1/traces", "/v1/metrics"
 GRPC_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
 
@@ -44,12 +45,17 @@ class Arrival:
 
 
 class Received:
-    """Thread-safe list of arrivals (a receiver's worker threads append)."""
+    """Thread-safe list of arrivals (a receiver's worker threads append), and of the metrics export requests."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._arrivals: list[Arrival] = []
         self.rejected: list[str] = []
+        self.metrics: list[metrics_service_pb2.ExportMetricsServiceRequest] = []
+
+    def add_metrics(self, request: metrics_service_pb2.ExportMetricsServiceRequest) -> None:
+        with self._lock:
+            self.metrics.append(request)
 
     def add(self, arrival: Arrival) -> None:
         with self._lock:
@@ -66,8 +72,8 @@ class Received:
 
 
 class HttpReceiver:
-    """``POST /v1/traces`` with an ``application/x-protobuf`` body (gzip allowed), answered as an OTLP/HTTP collector
-    answers: 200 and a protobuf ``ExportTraceServiceResponse``."""
+    """``POST /v1/traces`` (and ``/v1/metrics``) with an ``application/x-protobuf`` body (gzip allowed), answered as an
+    OTLP/HTTP collector answers: 200 and a protobuf ``Export...ServiceResponse``."""
 
     def __init__(self) -> None:
         self.received = Received()
@@ -81,6 +87,10 @@ class HttpReceiver:
                 if self.headers.get("Content-Encoding") == "gzip":
                     body = gzip.decompress(body)
                 content_type = self.headers.get("Content-Type")
+                if self.path == METRICS_PATH and content_type == "application/x-protobuf":
+                    received.add_metrics(metrics_service_pb2.ExportMetricsServiceRequest.FromString(body))
+                    reply = metrics_service_pb2.ExportMetricsServiceResponse().SerializeToString()
+                    return self._answer(200, reply, "application/x-protobuf")
                 if self.path != TRACES_PATH or content_type != "application/x-protobuf":
                     received.reject(f"POST {self.path} Content-Type {content_type}")
                     return self._answer(404 if self.path != TRACES_PATH else 415, b"", "text/plain")
@@ -115,7 +125,8 @@ class HttpReceiver:
 
 
 class GrpcReceiver:
-    """A ``grpc.server`` implementing ``opentelemetry.proto.collector.trace.v1.TraceService/Export``."""
+    """A ``grpc.server`` implementing ``opentelemetry.proto.collector.trace.v1.TraceService/Export`` (and the metrics
+    service's)."""
 
     def __init__(self) -> None:
         self.received = Received()
@@ -127,8 +138,14 @@ class GrpcReceiver:
                 received.add(Arrival(request, GRPC_METHOD, metadata.get("content-type"), metadata.get("user-agent")))
                 return trace_service_pb2.ExportTraceServiceResponse()
 
+        class Metrics(metrics_service_pb2_grpc.MetricsServiceServicer):
+            def Export(self, request, context):  # noqa: N802 (the generated name)
+                received.add_metrics(request)
+                return metrics_service_pb2.ExportMetricsServiceResponse()
+
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Service(), self._server)
+        metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(Metrics(), self._server)
         self.port = self._server.add_insecure_port("127.0.0.1:0")
 
     def __enter__(self) -> GrpcReceiver:
@@ -227,6 +244,7 @@ class WireRun:
     files_dir: Path  # LOADTRACE_DIR
     arrivals: list[Arrival]
     rejected: list[str]
+    metrics: list[metrics_service_pb2.ExportMetricsServiceRequest]
     _spans: list[WireSpan] | None = field(default=None, repr=False)
 
     @property
@@ -241,6 +259,7 @@ class WireRun:
 
 
 _RUNS: dict[tuple[str, str, str], WireRun] = {}
+WIRE_CLUSTER = "wire-cluster"  # LOADTRACE_CLUSTER of these runs: on their Resource and their startup metrics
 
 
 def wire_run(venv: Venv, protocol: str, checkpoint: Path, workdir: Path, mode: str = "fsdp") -> WireRun:
@@ -255,6 +274,7 @@ def wire_run(venv: Venv, protocol: str, checkpoint: Path, workdir: Path, mode: s
             **MODE_ENV[mode],
             "LOADTRACE": "1",
             "LOADTRACE_DIR": str(files_dir),
+            "LOADTRACE_CLUSTER": WIRE_CLUSTER,
             "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver.port}",
             "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
             # What arrives is tested here, not the exit's bound (test_never_breaks_the_job has dead collectors): on 2
@@ -267,9 +287,8 @@ def wire_run(venv: Venv, protocol: str, checkpoint: Path, workdir: Path, mode: s
             f"[wire] {venv.id} {mode} {protocol}: rc {run.returncode} in {run.seconds:.1f}s, "
             f"{len(receiver.received.arrivals)} export calls, cwd {cwd}"
         )
-        _RUNS[key] = WireRun(
-            venv, protocol, mode, run, files_dir, receiver.received.arrivals, receiver.received.rejected
-        )
+        got = receiver.received
+        _RUNS[key] = WireRun(venv, protocol, mode, run, files_dir, got.arrivals, got.rejected, got.metrics)
     result = _RUNS[key]
     result.run.check()
     return result
