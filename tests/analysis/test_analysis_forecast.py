@@ -23,7 +23,6 @@ from loadtrace.analysis.model import to_json
 from loadtrace.analysis.ranks import jobs_from_spans
 from loadtrace.analysis.sources import decode_line
 
-
 NOT_MODEL = 10 * M  # the most growth the calibration runs showed beyond their load bytes
 
 

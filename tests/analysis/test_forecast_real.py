@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
+from support.paths import FIXTURES
 from support.venvs import REPO
 
 from loadtrace.analysis import forecast as forecasting
@@ -31,7 +31,13 @@ from loadtrace.cli import main
 sys.path.insert(0, str(REPO / "scripts"))
 
 import forecast_calibration  # noqa: E402  (the script that made the calibration and the table)
-from support.forecast_truth import RUNS, check, truth
+from support.forecast_truth import (
+    RUNS,
+    assert_each_rank_measured_peak_in_its_range,
+    check,
+    own_size_forecast,
+    truth,
+)
 
 
 def job(name: str):
@@ -86,23 +92,6 @@ def test_the_same_job_under_zero3_on_the_latest_release_says_ok(capsys):
 # A model family the calibration never saw (issue 34, point 6) ----------------------------------------------------
 
 LLAMA = FIXTURES / "llama524"
-LLAMA_BYTES = 27_993_088  # its tensors: tests/support/llama.py
-
-
-def own_size_forecast(folder: Path, capsys) -> tuple[dict, dict]:
-    """``report --forecast-model-bytes <its own size>`` of a Llama job: (forecast, report) as JSON."""
-    assert main(["report", str(folder), "--forecast-model-bytes", str(LLAMA_BYTES), "--format", "json"]) == 0
-    report = json.loads(capsys.readouterr().out)
-    assert report["traces"][0]["model_bytes"] == LLAMA_BYTES
-    return report["forecast"], report
-
-
-def assert_each_rank_measured_peak_in_its_range(forecast: dict, report: dict) -> None:
-    measured = {str(rank["rank"]): rank["peak_rss_bytes"] for rank in report["ranks"]}
-    assert set(measured) == set(forecast["per_rank_peak_range_bytes"]) == {"0", "1"}
-    for rank, (low, high) in forecast["per_rank_peak_range_bytes"].items():
-        assert low <= measured[rank] <= high, (rank, low, measured[rank], high)
-    assert forecast["confidence"]["reason"].startswith("RSS per load byte measured on this job (rank 0 0.")
 
 
 def test_the_users_llama_forecast_at_its_own_size_holds_each_ranks_measured_peak(capsys):
@@ -122,25 +111,6 @@ def test_a_run_too_small_to_measure_its_rate_says_it_is_calibrated():
     result = forecasting.forecast(job("524-plain-tiny"), Target(54 * 10**9, ranks_per_node=1))
     assert result.confidence.reason.startswith("calibrated (5.24.0 plain/loading); the measured run is too small")
     assert result.basis.ranks[0].calibration == "5.24.0 plain/loading"
-
-
-@pytest.mark.integration
-@pytest.mark.skipif(not VENVS, reason="no venv with torchrun and transformers (see tests/support/venvs.py)")
-def test_a_real_llama_run_forecast_at_its_own_size_holds_each_ranks_measured_peak(tmp_path, capsys):
-    """The same, from a fresh 2-rank plain load of the Llama in the first test venv."""
-    venv = VENVS[0]
-    made = subprocess.run(
-        [str(venv.python), str(REPO / "tests" / "support" / "llama.py"), str(tmp_path / "llama")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert made.returncode == 0 and f"wrote 5 shards, 39 tensors, {LLAMA_BYTES:,} bytes" in made.stdout, made.stderr
-    args = [str(tmp_path / "llama"), "--mode", "plain"]
-    run = torchrun(venv, REPO / "examples" / "load.py", args, cwd=tmp_path / "job", env={"LOADTRACE": "1"})
-    run.check()
-    forecast, report = own_size_forecast(tmp_path / "job" / "loadtrace-traces", capsys)
-    assert_each_rank_measured_peak_in_its_range(forecast, report)
 
 
 def test_the_packaged_calibration_is_what_the_script_makes_of_the_stored_runs():

@@ -35,6 +35,8 @@ def test_traces_hold_no_environment_no_headers_no_tensor_values(checkpoint, tmp_
     text = trace_file.read_text()
     assert SECRET not in text and "API_TOKEN" not in text
     assert "7.0" not in text  # the tensor's values never leave the process
+
+
 # No secret in any line we print (issue 34) ---------------------------------------------------------------------------
 
 PASSWORD = "s3cret"
@@ -89,5 +91,3 @@ def test_in_the_job_no_line_shows_the_endpoints_user_info_or_a_header_value(chec
     assert any("sent to http://***@127.0.0.1:9" in line for line in said), said  # rank 0's line, still useful
     assert any("Header format invalid" in line for line in said), said  # OpenTelemetry's warning, still said
     assert not [line for line in said if PASSWORD in line or SECRET in line or "alice" in line], said
-
-

@@ -4,9 +4,11 @@ meet."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from loadtrace.analysis import forecast as forecasting
 from loadtrace.analysis.forecast import Target
+from loadtrace.cli import main
 from support.paths import FIXTURES
 
 RUNS = FIXTURES / "forecast"
@@ -30,3 +32,24 @@ def check(measured, full: dict, label: str) -> str:
     )
     assert meets_the_bar(point, span, low, high), text
     return text
+
+
+# A model family the calibration never saw (issue 34, point 6): the user's Llama, forecast at its own size.
+
+LLAMA_BYTES = 27_993_088  # its tensors: tests/support/llama.py
+
+
+def own_size_forecast(folder: Path, capsys) -> tuple[dict, dict]:
+    """``report --forecast-model-bytes <its own size>`` of a Llama job: (forecast, report) as JSON."""
+    assert main(["report", str(folder), "--forecast-model-bytes", str(LLAMA_BYTES), "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["traces"][0]["model_bytes"] == LLAMA_BYTES
+    return report["forecast"], report
+
+
+def assert_each_rank_measured_peak_in_its_range(forecast: dict, report: dict) -> None:
+    measured = {str(rank["rank"]): rank["peak_rss_bytes"] for rank in report["ranks"]}
+    assert set(measured) == set(forecast["per_rank_peak_range_bytes"]) == {"0", "1"}
+    for rank, (low, high) in forecast["per_rank_peak_range_bytes"].items():
+        assert low <= measured[rank] <= high, (rank, low, measured[rank], high)
+    assert forecast["confidence"]["reason"].startswith("RSS per load byte measured on this job (rank 0 0.")
