@@ -98,7 +98,7 @@ class Lifecycle:
                 provider.force_flush(max(0.0, deadline - time.monotonic()))
 
         if not termination.bounded(work, timeout_s, "loadtrace-signal-flush"):
-            warn_once("export", f"gave up flushing spans after {timeout_s:g} s on {name}")
+            warn_once("export", f"span export failing: gave up flushing after {timeout_s:g} s on {name}")
 
     def end_open_scopes(self, signal_name: str) -> None:
         """Files, then phases, then loads (innermost first): each with its attributes so far."""

@@ -272,7 +272,7 @@ class Provider:
                 sdk.shutdown()
 
         if not bounded(flush, timeout_s, "loadtrace-exit-flush"):
-            warn_once("export", f"gave up flushing spans after {timeout_s:g} s at exit")
+            warn_once("export", f"span export failing: gave up flushing after {timeout_s:g} s at exit")
 
     def force_flush(self, timeout_s: float) -> None:
         """Send what has ended now (the caller bounds the wait: see ``bounded``); the SDK stays up."""
