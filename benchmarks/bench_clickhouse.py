@@ -1,11 +1,17 @@
 #!/usr/bin/env python
 """Startups across a fleet from ClickHouse (issue 23): JOBS x RANKS of the real span shape in chDB's ``otel_traces``
 (``loadtrace rollup``'s index view on it, as in a fleet), replicated in SQL from a recorded job as
-``tests/support/jobtree.py`` does (new ids, hosts of 4 ranks, clusters alpha / beta / none, beta 2.5x slower). Jobs
-0-2 are rolled up for real, the others' rows replicated likewise. Timed in fresh processes: ``jobs --clickhouse`` over
-the rollup (every row, and ``--groups-only``: the groups computed in the server, from ``chdb:`` and over HTTP from a
-server that has the database open), the dashboard's p50/p95 panel, and the span-reading paths (no rollup; ``jobs
-DIR``) at FILE_JOBS jobs.
+``tests/support/jobtree.py`` does (new ids, hosts of 4 ranks, clusters alpha / beta / none, beta 2.5x slower, and each
+job's times stretched by a further 0-30 % by ``job % 7``). Jobs 0-20 (every cluster and stretch) are rolled up for
+real, the others' rows replicated likewise. Timed in fresh processes: ``jobs --clickhouse`` over the rollup (every row,
+and ``--groups-only``: the groups computed in the server, from ``chdb:`` and over HTTP from a server that has the
+database open), the dashboard's p50/p95 panel, and the span-reading paths (no rollup; ``jobs DIR``) at FILE_JOBS jobs.
+
+``--rollup-only``: only jobs 0-20 have spans; the others are in the rollup alone (their trace index rows and job rows
+replicated from those of the same ``job % 21``, as a full run makes them). ``jobs --groups-only`` reads no spans, but
+``chdb:`` reads the metadata of every table's parts when it opens the database, so only a full run times its start.
+``--scratch`` naming a folder an earlier run left: its databases are timed as they are (so a build can run at a low
+priority, ``nice -n 15 ... --build-only``, and the timings at the user's).
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from loadtrace.analysis.sources.files import rfc3339_nanos  # noqa: E402
 REPLICATE = """
 INSERT INTO default.otel_traces
 WITH j.number AS job, r.number AS rank, concat('bench-', leftPad(toString(job), 5, '0')) AS job_id,
-  ['alpha', 'beta', ''][job % 3 + 1] AS cluster, if(cluster = 'beta', 2.5, 1.0) AS stretch,
+  ['alpha', 'beta', ''][job % 3 + 1] AS cluster, if(cluster = 'beta', 2.5, 1.0) * (1 + job % 7 / 20) AS stretch,
   {base} + job * {spacing} + toInt64((toUnixTimestamp64Nano(Timestamp) - {origin}) * stretch) AS start_ns
 SELECT fromUnixTimestamp64Nano(start_ns), lower(hex(MD5(job_id))), {span_id}, {parent_id}, TraceState, SpanName,
   SpanKind, ServiceName,
@@ -57,6 +63,18 @@ NEW_ID = (
     "toString(if({x} = '{root}', 0, rank + 1)), '/', {x})))), 1, 16))"
 )
 
+
+# The rollup's index rows of jobs VARIANTS.. (--rollup-only), each its template's (job % VARIANTS) moved to its time.
+REPLICATE_INDEX = """
+INSERT INTO {traces}
+WITH j.number AS job, toUInt64((job - job % {variants}) * {spacing}) AS shift_ns
+SELECT lower(hex(MD5(concat('bench-', leftPad(toString(job), 5, '0'))))),
+  fromUnixTimestamp64Nano(toUnixTimestamp64Nano(t.first) + shift_ns), t.last_end + shift_ns, t.spans
+FROM (SELECT TraceId, min(First) AS first, max(LastEnd) AS last_end, sum(Spans) AS spans FROM {traces} GROUP BY TraceId)
+  AS t, numbers({variants}, {copies}) AS j
+WHERE t.TraceId = lower(hex(MD5(concat('bench-', leftPad(toString(job % {variants}), 5, '0')))))
+"""
+VARIANTS = 21  # jobs of distinct rows: job % 3 their cluster, job % 7 their stretch
 
 ID_COLUMNS = (("span_id", "SpanId"), ("parent_id", "ParentSpanId"))
 BASE, RANK = 1_780_000_000 * 10**9, "toUInt8OrZero(ResourceAttributes['loadtrace.rank'])"
@@ -84,20 +102,33 @@ def fill(db: Path, jobs: int, ranks: int, template: Path = SOURCE, index: bool =
         return int(s.query("SELECT count() FROM default.otel_traces", "TSV").bytes()), seconds
 
 
+def replicate_index(db: Path, jobs: int) -> None:
+    """The trace index rows of jobs VARIANTS..JOBS as the view would have made them from their spans."""
+    connection = Connection(parse_target(f"chdb:{db}"))
+    traces = rollup.tables(connection).traces
+    connection.execute(
+        REPLICATE_INDEX.format(traces=traces, variants=VARIANTS, copies=jobs - VARIANTS, spacing=SPACING_S * 10**9)
+    )
+    connection.close()
+
+
 def roll_up(db: Path, jobs: int) -> float:
-    """Jobs 0-2 rolled up (seconds per job); the others' rows are their cluster's (job % 3) with their own ids."""
+    """Jobs 0..VARIANTS-1 rolled up (seconds per job); the others' rows are those of their ``job % VARIANTS`` with
+    their own ids and times."""
     connection = Connection(parse_target(f"chdb:{db}"))
     names, ids = rollup.tables(connection), [f"bench-{job:05d}" for job in range(jobs)]
     traces = [connection.rows(f"SELECT lower(hex(MD5('{job_id}')))")[0][0] for job_id in ids]
     counts = {t: int(n) for t, n in connection.rows(f"SELECT TraceId, sum(Spans) FROM {names.traces} GROUP BY 1")}
+    real = traces[:VARIANTS]
     start = time.monotonic()
-    rollup.roll_traces(connection, names, {trace: counts[trace] for trace in traces[:3]}, Thresholds())
-    seconds = (time.monotonic() - start) / 3
+    for at in range(0, len(real), rollup.BATCH):
+        rollup.roll_traces(connection, names, {trace: counts[trace] for trace in real[at : at + rollup.BATCH]}, Thresholds())
+    seconds = (time.monotonic() - start) / len(real)
     rows = [JobRow(**json.loads(row)) for (row,) in connection.rows(f"SELECT Row FROM {names.jobs}")]
     first, copies = {row.trace_id: row for row in rows}, {}
-    for job in range(3, jobs):
-        row = first[traces[job % 3]]
-        start_ns = row.start_ns + (job - job % 3) * SPACING_S * 10**9
+    for job in range(len(real), jobs):
+        row = first[traces[job % VARIANTS]]
+        start_ns = row.start_ns + (job - job % VARIANTS) * SPACING_S * 10**9
         copy = json.loads(json.dumps(dataclasses.asdict(row)).replace(row.job_id or "", ids[job]))
         copy.update(trace_id=traces[job], start_ns=start_ns, start_time=rfc3339_nanos(start_ns))
         copies[traces[job]] = [JobRow(**copy)]
@@ -106,12 +137,33 @@ def roll_up(db: Path, jobs: int) -> float:
     return seconds
 
 
+def settle(db: Path, quiet_s: float = 20, most_s: float = 1800) -> str:
+    """Until chDB starts no merge for ``quiet_s`` (as a server's table between inserts, so that the timed processes
+    do not merge the fresh parts under them); each table's active parts."""
+    from chdb import session
+
+    with session.Session(str(db)) as s:
+        start = quiet = time.monotonic()
+        while time.monotonic() - quiet < quiet_s and time.monotonic() - start < most_s:
+            time.sleep(2)
+            if int(s.query("SELECT count() FROM system.merges", "TSV").bytes()):
+                quiet = time.monotonic()
+        parts = s.query(
+            "SELECT table, count() FROM system.parts WHERE active AND database = 'default' GROUP BY table ORDER BY table",
+            "TSV",
+        ).data()
+    waited = time.monotonic() - start
+    return f"merges settled after {waited:.0f} s; active parts: " + ", ".join(parts.strip().replace("\t", " ").splitlines())
+
+
 def report(name: str, command: list[str], jobs: int, args: argparse.Namespace) -> None:
+    load = os.getloadavg()[0]
     walls, out = timed(command, args.runs)
     median, each = statistics.median(walls), ", ".join(f"{wall:.2f}" for wall in walls)
     whole = "dash" in name or "groups-only" in name
     shown = " ".join(out.split()) if whole else f"{len(out.encode()) / 1e6:.1f} MB out"
-    print(f"{name}, {jobs} jobs: median {median:.2f} s (runs {each}) {shown}")
+    loads = f"load average {load:.1f} -> {os.getloadavg()[0]:.1f}"
+    print(f"{name}, {jobs} jobs: median {median:.2f} s (runs {each}; {loads}) {shown}", flush=True)
     if jobs != args.jobs:
         print(f"  fresh processes; {median * args.jobs / jobs:.0f} s extrapolated to {args.jobs} jobs")
 
@@ -153,6 +205,20 @@ def http_server(db: Path) -> tuple[subprocess.Popen[str], str]:
     return server, server.stdout.readline().strip()
 
 
+def build(big: Path, small: Path, tree: Path, args: argparse.Namespace) -> None:
+    """The rollup's database (``big``) and the span-reading paths' (``small``, ``tree``)."""
+    spanned = min(args.jobs, VARIANTS) if args.rollup_only else args.jobs
+    rows, insert = fill(big, spanned, args.ranks, args.template, index=True)
+    if spanned < args.jobs:
+        replicate_index(big, args.jobs)
+    size = sum(f.stat().st_size for f in big.rglob("*") if f.is_file()) / 1e9
+    print(f"chdb: {spanned} x {args.ranks} ranks = {rows:,} spans, inserted in {insert:.1f} s, {size:.2f} GB", flush=True)
+    per_job = roll_up(big, args.jobs)
+    print(f"rollup: {per_job:.2f} s per {args.ranks}-rank job; {args.jobs} jobs in the rollup", flush=True)
+    fill(small, args.file_jobs, args.ranks)
+    write_tree(tree, args.file_jobs, args.ranks)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=10_000)
@@ -160,17 +226,18 @@ def main() -> int:
     parser.add_argument("--file-jobs", type=int, default=20, help="jobs for the span-reading paths (files, chdb:)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--template", type=Path, default=REPO / "docs" / "samples" / "fsdp524")  # today's spans
-    parser.add_argument("--scratch", help="keep the databases in this new folder (default: a temporary one)")
+    parser.add_argument("--scratch", help="keep the databases in this folder (default: a temporary one)")
+    parser.add_argument("--rollup-only", action="store_true", help="spans for jobs 0-20 only, the rest in the rollup")
+    parser.add_argument("--build-only", action="store_true", help="make the databases (--scratch), time nothing")
     args = parser.parse_args()
     loadtrace = [str(Path(sys.executable).with_name("loadtrace")), "jobs", "--group-by", "cluster", "--format", "json"]
     with tempfile.TemporaryDirectory(prefix="bench-ch-") as temporary:
         big, small, tree = (Path(args.scratch or temporary) / name for name in ("big", "small", "tree"))
-        rows, insert = fill(big, args.jobs, args.ranks, args.template, index=True)
-        size = sum(f.stat().st_size for f in big.rglob("*") if f.is_file()) / 1e9
-        print(f"chdb: {args.jobs} x {args.ranks} ranks = {rows:,} spans, inserted in {insert:.1f} s, {size:.2f} GB")
-        per_job = roll_up(big, args.jobs)
-        fill(small, args.file_jobs, args.ranks)
-        write_tree(tree, args.file_jobs, args.ranks)
+        if not big.exists():
+            build(big, small, tree, args)
+        print(settle(big), flush=True)
+        if args.build_only:
+            return 0
         since = ["--since", "36500d"]
         groups = [*since, "--groups-only"]
         for name, command, jobs in (
@@ -191,7 +258,7 @@ def main() -> int:
         finally:
             server.terminate()
             server.wait()
-        print(f"rollup: {per_job:.2f} s per {args.ranks}-rank job; load average {os.getloadavg()[0]:.2f}")
+        print(f"load average at the end {os.getloadavg()[0]:.2f}")
     return 0
 
 

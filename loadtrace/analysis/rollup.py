@@ -225,19 +225,25 @@ class Current:
 def current(connection: Connection, since_seconds: float, pairs: list[tuple[str, str]], limits: Thresholds) -> Current:
     names = tables(connection)
     window = f"SELECT TraceId, sum(Spans) AS spans FROM {names.traces} GROUP BY TraceId HAVING {_window(since_seconds)}"
-    # Rows of the trace's current span count (rolled twice at that count, by two rollups at once: the newer).
-    latest = (
-        f"SELECT TraceId, Position, {', '.join(f'`{key}`' for key in KEYS)}, Row, {_matches(pairs)} AS matched "
-        f"FROM {names.jobs} WHERE {_ours(limits)} AND (TraceId, Spans) IN ({window}) "
-        "ORDER BY TraceId, Position, RolledNs DESC LIMIT 1 BY TraceId, Position"
-    )
+
+    def latest(columns: str) -> str:
+        # Rows of the trace's current span count (rolled twice at that count, by two rollups at once: the newer).
+        return (
+            f"SELECT TraceId, Position, {columns}, {_matches(pairs)} AS matched "
+            f"FROM {names.jobs} WHERE {_ours(limits)} AND (TraceId, Spans) IN ({window}) "
+            "ORDER BY TraceId, Position, RolledNs DESC LIMIT 1 BY TraceId, Position"
+        )
+
+    # The counts need only whether a row holds a job: its length, not its JSON (a 512-rank job's is ~3.5 kB).
+    flags = latest("notEmpty(Row) AS job")
     [(traces, rest, counts)] = connection.rows(
-        f"SELECT count(), groupArrayIf(TraceId, TraceId NOT IN (SELECT TraceId FROM ({latest}))), "
-        f"(SELECT (countIf(Row != ''), countIf(Row != '' AND NOT matched)) FROM ({latest})) FROM ({window})"
+        f"SELECT count(), groupArrayIf(TraceId, TraceId NOT IN (SELECT TraceId FROM ({flags}))), "
+        f"(SELECT (countIf(job), countIf(job AND NOT matched)) FROM ({flags})) FROM ({window})"
     )
     if not int(traces):
         raise SourceError(f"no traces in {connection.where} ({names.spans}) began in the last {since_seconds:g} s")
-    return Current(latest, sorted(rest), int(counts[0]), int(counts[1]))
+    keys = ", ".join(f"`{key}`" for key in KEYS)
+    return Current(latest(f"{keys}, Row"), sorted(rest), int(counts[0]), int(counts[1]))
 
 
 def _computed(connection: Connection, traces: list[str], limits: Thresholds) -> list[JobRow]:
