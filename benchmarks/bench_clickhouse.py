@@ -20,6 +20,7 @@ import argparse
 import dataclasses
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -122,7 +123,9 @@ def roll_up(db: Path, jobs: int) -> float:
     real = traces[:VARIANTS]
     start = time.monotonic()
     for at in range(0, len(real), rollup.BATCH):
-        rollup.roll_traces(connection, names, {trace: counts[trace] for trace in real[at : at + rollup.BATCH]}, Thresholds())
+        rollup.roll_traces(
+            connection, names, {trace: counts[trace] for trace in real[at : at + rollup.BATCH]}, Thresholds()
+        )
     seconds = (time.monotonic() - start) / len(real)
     rows = [JobRow(**json.loads(row)) for (row,) in connection.rows(f"SELECT Row FROM {names.jobs}")]
     first, copies = {row.trace_id: row for row in rows}, {}
@@ -149,32 +152,49 @@ def settle(db: Path, quiet_s: float = 20, most_s: float = 1800) -> str:
             if int(s.query("SELECT count() FROM system.merges", "TSV").bytes()):
                 quiet = time.monotonic()
         parts = s.query(
-            "SELECT table, count() FROM system.parts WHERE active AND database = 'default' GROUP BY table ORDER BY table",
+            "SELECT table, count() FROM system.parts WHERE active AND database = 'default' GROUP BY 1 ORDER BY 1",
             "TSV",
         ).data()
     waited = time.monotonic() - start
-    return f"merges settled after {waited:.0f} s; active parts: " + ", ".join(parts.strip().replace("\t", " ").splitlines())
+    return f"merges settled after {waited:.0f} s; active parts: " + ", ".join(
+        parts.strip().replace("\t", " ").splitlines()
+    )
 
 
-def report(name: str, command: list[str], jobs: int, args: argparse.Namespace) -> None:
+def report(name: str, command: list[str], jobs: int, args: argparse.Namespace, server: int = 0) -> None:
     load = os.getloadavg()[0]
-    walls, out = timed(command, args.runs)
+    walls, cpus, out = timed(command, args.runs, server)
     median, each = statistics.median(walls), ", ".join(f"{wall:.2f}" for wall in walls)
     whole = "dash" in name or "groups-only" in name
     shown = " ".join(out.split()) if whole else f"{len(out.encode()) / 1e6:.1f} MB out"
+    cpu = f"CPU median {statistics.median(cpus):.2f} s" + (" with the server's" if server else "")
     loads = f"load average {load:.1f} -> {os.getloadavg()[0]:.1f}"
-    print(f"{name}, {jobs} jobs: median {median:.2f} s (runs {each}; {loads}) {shown}", flush=True)
+    print(f"{name}, {jobs} jobs: median {median:.2f} s (runs {each}; {cpu}; {loads}) {shown}", flush=True)
     if jobs != args.jobs:
         print(f"  fresh processes; {median * args.jobs / jobs:.0f} s extrapolated to {args.jobs} jobs")
 
 
-def timed(command: list[str], runs: int) -> tuple[list[float], str]:
-    walls, out = [], ""
+def timed(command: list[str], runs: int, server: int = 0) -> tuple[list[float], list[float], str]:
+    """Each run's wall and CPU seconds (the command's, and the server's while it ran: on a shared machine the CPU
+    is what the load does not stretch)."""
+    walls, cpus, out = [], [], ""
     for _ in range(runs):
-        start = time.monotonic()
+        start, cpu = time.monotonic(), cpu_seconds(server)
         out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
         walls.append(time.monotonic() - start)
-    return walls, out
+        cpus.append(cpu_seconds(server) - cpu)
+    return walls, cpus, out
+
+
+def cpu_seconds(server: int) -> float:
+    """User and system seconds of this process's children that ended, and of the server process (a pid; 0: none)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    ticks = (
+        [int(field) for field in Path(f"/proc/{server}/stat").read_text().rsplit(")", 1)[1].split()[11:13]]
+        if server
+        else []
+    )
+    return children.ru_utime + children.ru_stime + sum(ticks) / os.sysconf("SC_CLK_TCK")
 
 
 def dashboard(db: Path) -> list[str]:
@@ -212,7 +232,9 @@ def build(big: Path, small: Path, tree: Path, args: argparse.Namespace) -> None:
     if spanned < args.jobs:
         replicate_index(big, args.jobs)
     size = sum(f.stat().st_size for f in big.rglob("*") if f.is_file()) / 1e9
-    print(f"chdb: {spanned} x {args.ranks} ranks = {rows:,} spans, inserted in {insert:.1f} s, {size:.2f} GB", flush=True)
+    print(
+        f"chdb: {spanned} x {args.ranks} ranks = {rows:,} spans, inserted in {insert:.1f} s, {size:.2f} GB", flush=True
+    )
     per_job = roll_up(big, args.jobs)
     print(f"rollup: {per_job:.2f} s per {args.ranks}-rank job; {args.jobs} jobs in the rollup", flush=True)
     fill(small, args.file_jobs, args.ranks)
@@ -254,7 +276,7 @@ def main() -> int:
                 ("jobs --clickhouse http:// --groups-only (rollup)", [*loadtrace, "--clickhouse", url, *groups]),
                 ("jobs --clickhouse http:// (rollup)", [*loadtrace, "--clickhouse", url, *since]),
             ):
-                report(name, command, args.jobs, args)
+                report(name, command, args.jobs, args, server.pid)
         finally:
             server.terminate()
             server.wait()

@@ -17,12 +17,12 @@ the spans give. docs/report.md, ClickHouse rollup, has the tables and the method
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import json
 import time
 from dataclasses import dataclass
 
 from ..startup_split import STARTUP_PHASES
+from ..version import __version__
 from .jobs import (
     KEYS,
     NULL,
@@ -117,10 +117,7 @@ def limits_text(limits: Thresholds) -> str:
 def made_by() -> str:
     """This loadtrace's version: rows another one stored may differ from what this one computes, so they are not used
     (``jobs`` reads those traces' spans, and the next rollup computes them again)."""
-    try:
-        return importlib.metadata.version("loadtrace")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
+    return __version__
 
 
 def _ours(limits: Thresholds) -> str:

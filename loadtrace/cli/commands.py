@@ -11,7 +11,6 @@ nothing of loadtrace's instrumentation, so it runs where torch and OTel are not 
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import math
 import os
@@ -34,6 +33,7 @@ from loadtrace.analysis.startup import Thresholds, job_startup
 from loadtrace.analysis.timeline import timeline
 from loadtrace.cli import render, render_timeline
 from loadtrace.semconv import redact_secrets
+from loadtrace.version import __version__
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
 RECORD_HELP = """\
@@ -45,11 +45,8 @@ then report it (rank 0 prints this command when the job ends):
 
 
 def version() -> str:
-    """The installed distribution's version (the analysis half does not import the instrumentation's package)."""
-    try:
-        return importlib.metadata.version("loadtrace")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown (not installed)"
+    """The version the package's build took (``version.py``: no distribution metadata to read on every command)."""
+    return __version__
 
 
 class _Parser(argparse.ArgumentParser):
