@@ -8,11 +8,12 @@ import subprocess
 import sys
 from importlib.metadata import version
 
-from support.paths import REPO, SPANS
+from support.paths import SPANS
 
 
 def loadtrace(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "loadtrace", *args], cwd=REPO, capture_output=True, text=True)
+    """The installed command (cwd: away from the source tree, which ``-m`` would import instead of the wheel)."""
+    return subprocess.run([sys.executable, "-m", "loadtrace", *args], cwd="/", capture_output=True, text=True)
 
 
 def test_version_and_python_dash_m_are_the_same_command():
