@@ -57,9 +57,10 @@ def test_the_example_job_is_traced_unchanged(jobs, venv):
         a = span.attributes
         assert a.get("loadtrace.read.bytes") == reference.counts[rank]["read_bytes"]
         assert example.digests[rank]["sha256"] == reference.digests[rank]["sha256"]
-        # With no test wrapper in between, the call site is transformers' own line (the first frame outside torch).
+        # With no test wrapper in between, each call site is transformers' own line (the first frame outside torch):
+        # one per rank, and on 5.12 rank 1's second model (zeros_like of the parameters, then of the buffers).
         cpu = reference.counts[rank]["materialized"]["cpu"]["bytes"]
         assert a.get("loadtrace.materialized.bytes.cpu") == cpu
         sites = a.get("loadtrace.materialized.sites") or []
-        assert sites and sites[0].startswith("modeling_utils.py:") and sites[0].endswith(" cpu"), sites
-        assert a.get("loadtrace.materialized.site_bytes") == [cpu]
+        assert sites and all(s.startswith("modeling_utils.py:") and s.endswith(" cpu") for s in sites), sites
+        assert sum(a.get("loadtrace.materialized.site_bytes")) == cpu
