@@ -12,32 +12,20 @@ envelope.
 from __future__ import annotations
 
 import json
-import re
 import subprocess
-import threading
-from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import pytest
+from support import loopback
+from support.jaeger_query import NO_TRACES, error, parse_rfc3339_nanos
 from support.venvs import discover, installed_problems
 from support.wire import WireRun, traces_data_json, wire_run
 
 VENVS = discover()
-RFC3339_NANOS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\.(\d{9})Z$")
 
 
-def parse_rfc3339_nanos(text: str) -> int:
-    """What Go's ``time.RFC3339Nano`` accepts, reduced to what loadtrace sends: UTC, nine fraction digits."""
-    match = RFC3339_NANOS.match(text)
-    if not match:
-        raise ValueError(text)
-    seconds = datetime.strptime(match.group(1), "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
-    return int(seconds) * 1_000_000_000 + int(match.group(2))
-
-
-class JaegerStore:
+class JaegerStore(loopback.Loopback):
     """Jaeger v2's ``/api/v3`` over the spans one OTLP receiver stored."""
 
     def __init__(self, wire: WireRun):
@@ -45,22 +33,12 @@ class JaegerStore:
         self.requests: list[str] = []
         store = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(loopback.Handler):
             def do_GET(self):  # noqa: N802 (http.server's name)
                 store.requests.append(self.path)
-                status, body = store.answer(urlparse(self.path))
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self.reply(*store.answer(urlparse(self.path)))
 
-            def log_message(self, *args):
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        super().__init__(Handler)
 
     def answer(self, url) -> tuple[int, bytes]:
         if url.path.startswith("/api/v3/traces/"):
@@ -72,9 +50,9 @@ class JaegerStore:
                 try:
                     query[key] = parse_rfc3339_nanos(query[key])
                 except (KeyError, ValueError):
-                    return 400, self.error(400, f"malformed parameter {key}")
+                    return 400, error(400, f"malformed parameter {key}")
             if not query.get("query.service_name"):
-                return 400, self.error(400, "malformed parameter query.service_name")
+                return 400, error(400, "malformed parameter query.service_name")
             # Jaeger finds the traces with a span of that service starting in the window, and returns them whole.
             found = {
                 s.trace_id
@@ -88,24 +66,12 @@ class JaegerStore:
     def traces(self, trace_ids: set[str]) -> tuple[int, bytes]:
         data = traces_data_json(self.wire.arrivals, keep=lambda span: span.trace_id.hex() in trace_ids)
         if not data.get("resourceSpans"):
-            return 404, self.error(404, "No traces found")
+            return 404, NO_TRACES
         for resource_spans in data["resourceSpans"]:
             for scope_spans in resource_spans["scopeSpans"]:
                 for span in scope_spans["spans"]:
                     span.setdefault("parentSpanId", "")  # Jaeger writes the empty id of a root span
         return 200, json.dumps({"result": data}).encode()
-
-    @staticmethod
-    def error(code: int, message: str) -> bytes:
-        return json.dumps({"error": {"httpCode": code, "message": message}}).encode()
-
-    def __enter__(self) -> JaegerStore:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._server.shutdown()
-        self._server.server_close()
 
 
 @pytest.fixture(scope="module")
