@@ -5,9 +5,9 @@ findings and advice, once what legitimately varies between runs is normalised (e
 from __future__ import annotations
 
 import re
-import subprocess
 
 import pytest
+from support.cli import run
 from support.multirank import EXAMPLE_WORKER
 from support.venvs import REPO, discover
 
@@ -30,17 +30,11 @@ def shape(text: str, host: str) -> list[str]:
 
 
 @pytest.mark.skipif(not VENVS or VENVS[0].name != ".venv", reason="the recorded fsdp524 run is .venv's")
-def test_a_fresh_run_has_the_recorded_samples_shape(jobs):
+def test_a_fresh_run_has_the_recorded_samples_shape(jobs, capsys, monkeypatch):
     job = jobs.get(VENVS[0], "fsdp", True, EXAMPLE_WORKER)
-    fresh = subprocess.run(
-        [str(VENVS[0].python), "-m", "loadtrace", "report", str(job.trace_root)], capture_output=True, text=True
-    )
-    recorded = subprocess.run(
-        [str(VENVS[0].python), "-m", "loadtrace", "report", "fsdp524"],
-        cwd=REPO / "docs" / "samples",
-        capture_output=True,
-        text=True,
-    )
-    assert fresh.returncode == recorded.returncode == 0, fresh.stderr + recorded.stderr
-    hosts = [re.search(r"^0 +(\S+)", out, re.MULTILINE)[1] for out in (fresh.stdout, recorded.stdout)]
-    assert shape(fresh.stdout, hosts[0]) == shape(recorded.stdout, hosts[1])
+    fresh = run(capsys, "report", str(job.trace_root))
+    monkeypatch.chdir(REPO / "docs" / "samples")  # the recorded run, named as the documents name it
+    recorded = run(capsys, "report", "fsdp524")
+    assert fresh[0] == recorded[0] == 0, fresh[2] + recorded[2]
+    hosts = [re.search(r"^0 +(\S+)", out, re.MULTILINE)[1] for _, out, _ in (fresh, recorded)]
+    assert shape(fresh[1], hosts[0]) == shape(recorded[1], hosts[1])

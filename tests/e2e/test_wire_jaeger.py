@@ -11,16 +11,20 @@ envelope.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
-import subprocess
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import pytest
 from support import loopback
+from support.cli import one_line, run_json
 from support.jaeger_query import NO_TRACES, error, parse_rfc3339_nanos
 from support.venvs import discover, installed_problems
 from support.wire import WireRun, traces_data_json, wire_run
+
+from loadtrace.cli import main
 
 VENVS = discover()
 
@@ -88,22 +92,13 @@ def jaeger(wire: WireRun):
         yield store
 
 
-def loadtrace(wire: WireRun, *argv: str) -> subprocess.CompletedProcess:
-    """The installed command, as a user runs it."""
-    return subprocess.run([str(wire.venv.bin / "loadtrace"), *argv], capture_output=True, text=True, timeout=120)
-
-
-def report_json(wire: WireRun, *argv: str) -> dict:
-    proc = loadtrace(wire, "report", *argv, "--format", "json")
-    assert proc.returncode == 0 and proc.stderr == "", (
-        f"loadtrace report {' '.join(argv)}: {proc.returncode}\n{proc.stderr}"
-    )
-    return json.loads(proc.stdout)
-
-
 @pytest.fixture(scope="module")
 def from_files(wire: WireRun) -> dict:
-    return report_json(wire, str(wire.files_dir))
+    """The report over the run's files, what every Jaeger answer must equal."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["report", str(wire.files_dir), "--format", "json"]) == 0
+    return json.loads(out.getvalue())
 
 
 def assert_same_report(got: dict, files: dict, where: str) -> None:
@@ -115,10 +110,10 @@ def assert_same_report(got: dict, files: dict, where: str) -> None:
     assert got["findings"] == files["findings"], where
 
 
-def test_report_by_trace_id_equals_report_over_files(wire: WireRun, jaeger: JaegerStore, from_files: dict):
+def test_report_by_trace_id_equals_report_over_files(wire: WireRun, jaeger: JaegerStore, from_files: dict, capsys):
     (trace_id,) = {s.trace_id for s in wire.spans}
     jaeger.requests.clear()
-    got = report_json(wire, "--jaeger", jaeger.url, "--trace-id", trace_id)
+    got = run_json(capsys, "report", "--jaeger", jaeger.url, "--trace-id", trace_id)
     assert jaeger.requests == [f"/api/v3/traces/{trace_id}"]
     assert_same_report(got, from_files, f"--trace-id {trace_id}")
     ranks = {r["rank"]: r for r in got["ranks"]}
@@ -126,9 +121,9 @@ def test_report_by_trace_id_equals_report_over_files(wire: WireRun, jaeger: Jaeg
     assert "duplicate_checkpoint_read" in {f["kind"] for f in got["findings"]}
 
 
-def test_report_by_service_search_equals_report_over_files(wire: WireRun, jaeger: JaegerStore, from_files: dict):
+def test_report_by_service_search_equals_report_over_files(jaeger: JaegerStore, from_files: dict, capsys):
     jaeger.requests.clear()
-    got = report_json(wire, "--jaeger", jaeger.url, "--service", "loadtrace", "--since", "1h")
+    got = run_json(capsys, "report", "--jaeger", jaeger.url, "--service", "loadtrace", "--since", "1h")
     (request,) = jaeger.requests
     query = parse_qs(urlparse(request).query)
     assert urlparse(request).path == "/api/v3/traces" and query["query.service_name"] == ["loadtrace"]
@@ -139,8 +134,6 @@ def test_report_by_service_search_equals_report_over_files(wire: WireRun, jaeger
     assert_same_report(got, from_files, "--service loadtrace --since 1h")
 
 
-def test_nothing_found_is_exit_2_with_one_line(wire: WireRun, jaeger: JaegerStore):
+def test_nothing_found_is_exit_2_with_one_line(jaeger: JaegerStore, capsys):
     for argv in (["--trace-id", "0" * 32], ["--service", "someone-else"]):
-        proc = loadtrace(wire, "report", "--jaeger", jaeger.url, *argv)
-        assert (proc.returncode, proc.stdout) == (2, ""), argv
-        assert proc.stderr.startswith("loadtrace: error: no traces found") and proc.stderr.count("\n") == 1, proc.stderr
+        assert one_line(capsys, "report", "--jaeger", jaeger.url, *argv).startswith("loadtrace: error: no traces found")

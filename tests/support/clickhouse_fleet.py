@@ -61,6 +61,15 @@ def fleet_of(root: Path, with_restart: bool = True) -> tuple[Path, str]:
     return files, f"chdb:{root / 'db'}"
 
 
+def copy_of(fleet: tuple[Path, str], root: Path) -> tuple[Path, str]:
+    """A copy of a filled fleet under ``root``, for a test that changes it: cheaper than filling another (the
+    database's own links are relative)."""
+    files, url = fleet
+    shutil.copytree(files, root / "files")
+    shutil.copytree(url.removeprefix("chdb:"), root / "db", symlinks=True)
+    return root / "files", f"chdb:{root / 'db'}"
+
+
 def trace_of(folder: Path) -> str:
     """The trace id of the first span in one of the folder's files."""
     line = next(folder.glob("*.jsonl")).read_text().splitlines()[0]
