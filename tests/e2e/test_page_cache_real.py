@@ -1,7 +1,8 @@
 """Promise: on a real two-rank job the report's per-node I/O note says whether the checkpoint was cold or warm in the
 node's page cache, exactly: a checkpoint evicted with ``posix_fadvise(DONTNEED)`` before the job is cold, with its
-files' exact bytes from storage; the same checkpoint run again is warm, and a warm small checkpoint is never said to
-have been read from storage for every rank, whatever ``/proc/self/io`` counted (library imports)."""
+files' exact bytes from storage; a checkpoint in the page cache (the session's, written at its start and never evicted:
+its shared plain job, ``jobs``) is warm, and a warm small checkpoint is never said to have been read from storage for
+every rank, whatever ``/proc/self/io`` counted (library imports)."""
 
 from __future__ import annotations
 
@@ -45,12 +46,10 @@ def test_a_cold_then_warm_checkpoint_is_told_exactly(checkpoint, jobs, tmp_path,
         pytest.skip(f"posix_fadvise(DONTNEED) cannot evict files under {tmp_path} (tmpfs?): no cold checkpoint")
     files = sum(shard.stat().st_size for shard in shards)
 
-    runs = {}
-    for name in ("cold", "warm"):
-        cwd = tmp_path / name
-        args = [str(copy), "--mode", "plain", "--out", str(cwd / "out")]
-        torchrun(venv, COUNT_WORKER, args, cwd=cwd, env={"LOADTRACE": "1"}).check()
-        runs[name] = node_of(capsys, cwd)
+    cwd = tmp_path / "cold"
+    args = [str(copy), "--mode", "plain", "--out", str(cwd / "out")]
+    torchrun(venv, COUNT_WORKER, args, cwd=cwd, env={"LOADTRACE": "1"}).check()
+    runs = {"cold": node_of(capsys, cwd), "warm": node_of(capsys, jobs.get(venv, "plain", traced=True).run.cwd)}
 
     cold, warm = runs["cold"], runs["warm"]
     assert (cold["outcome"], cold["checkpoint_file_bytes"], cold["checkpoint_cold_bytes"]) == ("cold", files, files)
