@@ -56,7 +56,7 @@ def test_a_loading_rank_exports_progress_at_the_interval_and_the_launcher_export
     gaps = [b[0] - a[0] for a, b in zip(slow, slow[1:], strict=False)]
     assert 0.5 * PROGRESS_INTERVAL_S <= statistics.median(gaps) <= 2 * PROGRESS_INTERVAL_S, gaps
     read = [metrics[semconv.METRIC_READ_BYTES][0][0] for _, _, metrics in slow if semconv.METRIC_READ_BYTES in metrics]
-    assert read == sorted(read) and read[-1] > read[0] > 0, read
+    assert read == sorted(read) and read[-1] > read[0] >= 0 and read[-1] > 0, read  # rising (the first may be 0)
     _, resource, metrics = slow[len(slow) // 2]
     assert resource[semconv.RANK] == 1 and resource[semconv.JOB_ID] == states[1].texts["job_id"]
     assert metrics[semconv.METRIC_EXPECTED_BYTES][0][0] == 1_009_152
