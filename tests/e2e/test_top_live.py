@@ -55,18 +55,26 @@ def test_top_in_a_real_terminal_follows_the_load_and_q_restores_the_terminal(wat
     assert "loadtrace top" not in left, "the terminal's own screen is back, not top's"
 
 
-def test_top_started_before_the_job_waits_for_its_folder_and_says_so_once(tmp_path):
+@pytest.fixture(scope="module", autouse=True)
+def top_waiting(tmp_path_factory):
+    """``timeout 6 loadtrace top DIR-not-made-yet``, started with this module: it only waits, so it waits while the
+    other tests' jobs run."""
+    folder = tmp_path_factory.mktemp("top-waits") / "DIR-not-made-yet"
+    command = ["timeout", "6", str(VENVS[0].bin / "loadtrace"), "top", str(folder)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    yield folder, proc
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
+def test_top_started_before_the_job_waits_for_its_folder_and_says_so_once(top_waiting):
     """Issue 34: ``timeout 6 loadtrace top DIR-not-made-yet`` exited at once (``not a folder``, exit 2). Like
     ``tail -F`` it waits, saying so once, until the timeout ends it (124)."""
-    folder = tmp_path / "DIR-not-made-yet"
-    done = subprocess.run(
-        ["timeout", "6", str(VENVS[0].bin / "loadtrace"), "top", str(folder)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 124, (done.returncode, done.stderr)  # still waiting when the timeout ended it
-    assert done.stderr.count("\n") == 1 and done.stderr.startswith(f"loadtrace top: waiting for {folder} to appear ")
+    folder, proc = top_waiting
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 124, (proc.returncode, stderr)  # still waiting when the timeout ended it
+    assert stderr.count("\n") == 1 and stderr.startswith(f"loadtrace top: waiting for {folder} to appear ")
 
 
 @pytest.mark.skipif(TMUX is None, reason="tmux is not installed (scripts/setup.sh installs it where it may)")
