@@ -192,6 +192,9 @@ LOAD_FIRST_FILE_OPEN = "loadtrace.load.first_file_open"
 # how many were not, and when its last file closed (ns since the epoch): its reading ends there.
 FILES_SUMMARIZED = "loadtrace.files.summarized"
 LOAD_LAST_FILE_CLOSE = "loadtrace.load.last_file_close"
+# Above that world size, on the startup or load span of a rank that exports only those: each of its other spans that
+# hung from this one (the nearest exported span above it), whole, one JSON text each (loadtrace/folding.py).
+FOLDED = "loadtrace.folded"
 
 
 # Files and reads ----------------------------------------------------------------------------------------------------
