@@ -16,7 +16,7 @@ import shutil
 from types import SimpleNamespace
 
 import pytest
-from support.paths import FIXTURES, REPO, SPANS
+from support.paths import FIXTURES, REPO
 from support.replay import rank_spans, write
 
 from loadtrace import semconv as sc
@@ -34,7 +34,7 @@ JOBS = {
     "plain": FIXTURES / "llama524",
     "fsdp512": SAMPLES / "fsdp512",
     "fsdp524": SAMPLES / "fsdp524",
-    "fsdp2_prepare": SPANS / "fsdp2_prepare524",
+    "fsdp2_prepare": FIXTURES / "fsdp2_prepare524",
     "zero3_512": SAMPLES / "zero3_512",
     "zero3_524": SAMPLES / "zero3_524",
 }

@@ -2,7 +2,7 @@
 whatever the checkpoint's file count; the knob that brings them all back; no exported span names a parent left out.
 
 Each strategy's spans are a real 2-rank job's, recorded (plain: tests/fixtures/llama524; FSDP: docs/samples/fsdp524;
-FSDP2 under accelerate's ``prepare``: tests/fixtures/spans/fsdp2_prepare524; ZeRO-3 under deepspeed:
+FSDP2 under accelerate's ``prepare``: tests/fixtures/fsdp2_prepare524; ZeRO-3 under deepspeed:
 docs/samples/zero3_524), made again in-process through the budget's processor as the rank the launcher's variables
 name (support/replay.py): rank 0 as rank 0 of a 1,024-rank job of 8 ranks a node, rank 1 as every other rank. Node 0
 is rank 0 and 7 ranks like rank 1; every other node is a local rank 0 (rank 8) and 7 ranks like rank 9. The real
@@ -19,7 +19,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from support.paths import FIXTURES, REPO, SPANS
+from support.paths import FIXTURES, REPO
 from support.replay import RANKS_PER_NODE, WORLD_SIZE, exported, rank_spans, with_files
 
 from loadtrace import folding
@@ -32,7 +32,7 @@ from loadtrace.instrumentation.settings import Settings, from_env
 STRATEGIES = {
     "plain": FIXTURES / "llama524",
     "fsdp": REPO / "docs" / "samples" / "fsdp524",
-    "fsdp2_prepare": SPANS / "fsdp2_prepare524",
+    "fsdp2_prepare": FIXTURES / "fsdp2_prepare524",
     "zero3": REPO / "docs" / "samples" / "zero3_524",
 }
 NODES = WORLD_SIZE // RANKS_PER_NODE

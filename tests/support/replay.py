@@ -60,7 +60,7 @@ def replay(spans: list[Span], processor: SpanProcessor) -> None:
     """Each span started and ended again (ties: a parent starts first and ends last) through ``processor``."""
     by_id = {s.span_id: s for s in spans}
     ids = _Recorded()
-    provider = TracerProvider(resource=Resource(spans[0].resource), id_generator=ids)
+    provider = TracerProvider(resource=Resource(spans[0].resource), id_generator=ids, shutdown_on_exit=False)
     provider.add_span_processor(processor)
     tracer = provider.get_tracer(sc.SCOPE_NAME)
     events = [(s.start_ns, 0, _depth(s, by_id), s) for s in spans]
@@ -83,6 +83,7 @@ def replay(spans: list[Span], processor: SpanProcessor) -> None:
         live[recorded.span_id] = tracer.start_span(
             recorded.name, context=parent, attributes=recorded.attributes, start_time=recorded.start_ns
         )
+    provider.shutdown()  # its exporters' files closed
 
 
 def as_rank(
