@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Iterator
 
-from .. import folding
 from .. import semconv as sc
 from ..startup_split import STARTUP_PHASES, Interval, whole_int
 from .attrs import opt_int_attr
@@ -35,7 +34,7 @@ def unfold(spans: Iterable[Span]) -> Iterator[Span]:
         attributes = {key: value for key, value in span.attributes.items() if key != sc.FOLDED}
         yield dataclasses.replace(span, attributes=attributes)
         for text in folded if isinstance(folded, list) else [folded]:
-            found = folding.decode(text)
+            found = sc.unfold_span(text)
             if found is not None:
                 yield Span(
                     span.trace_id,

@@ -13,7 +13,7 @@ plain, FSDP2 and ZeRO-3) would make the job's trace too big for Jaeger to open, 
 - every other rank exports only its startup and its loads (``EXPORTED_WHOLE``): each carries the rank's exact totals
   (bytes and tensors read, files, conversions, ``zeros_like``/``empty_like`` bytes, peak RSS), so the duplicate work
   stays visible rank by rank. Its other spans (rendezvous, preparation, phases) are folded, whole, into the nearest of
-  those they hang from (``loadtrace.folded``: loadtrace/folding.py), and the report rebuilds them; its file spans are
+  those they hang from (``loadtrace.folded``: semconv.fold_span), and the report rebuilds them; its file spans are
   summarized on their load (``loadtrace.files.summarized``, with the residency and reading times the report needs).
 
 So 7 ranks of a node of 8 export 2 spans each (one load), the node's local rank 0 its own spans (7 under FSDP2, 8 under

@@ -5,7 +5,7 @@ span.
 Each span is judged when it starts, by its name and what it hangs from: a file span past what its load may export is
 left out (its load then says how many were, ``loadtrace.files.summarized``, and when its last file closed); on a rank
 that folds, any span but its startup and loads is folded into the nearest exported span above it (``loadtrace.folded``,
-loadtrace/folding.py) when it ends. An exported span hangs from the nearest exported span above it, so no span in the
+``semconv.fold_span``) when it ends. An exported span hangs from the nearest exported span above it, so no span in the
 trace names a parent that is not there. A folded span that ends after the span it would go into (a rank stopped
 mid-way) is exported as it is instead, hung the same way: nothing it measured is lost.
 """
@@ -18,7 +18,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.trace import SpanContext, StatusCode
 
-from .. import folding, semconv
+from .. import semconv
 from .budget import EXPORTED_WHOLE
 
 
@@ -136,7 +136,7 @@ def _folded(span: ReadableSpan) -> str:
     parent = span.parent.span_id if span.parent is not None else None
     times = (span.start_time or 0, span.end_time or 0)
     error = span.status.status_code is StatusCode.ERROR
-    return folding.encode(span.name, span.context.span_id, parent, times, error, span.attributes or {})
+    return semconv.fold_span(span.name, span.context.span_id, parent, times, error, span.attributes or {})
 
 
 def _copy(span: ReadableSpan, parent: SpanContext | None, extra: dict[str, Any]) -> ReadableSpan:

@@ -22,7 +22,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from support.paths import FIXTURES, REPO
 from support.replay import RANKS_PER_NODE, WORLD_SIZE, exported, rank_spans, with_files
 
-from loadtrace import folding
 from loadtrace import semconv as sc
 from loadtrace.instrumentation import budget
 from loadtrace.instrumentation.budget_processor import Budget
@@ -88,7 +87,7 @@ def test_a_1024_rank_job_is_8_spans_a_rank_or_fewer(monkeypatch, strategy, files
     )
     # Every other rank: its startup and its load, each of its other spans folded into one of them, whole.
     assert names(rest) == Counter({sc.SPAN_STARTUP: 1, sc.SPAN_FROM_PRETRAINED: 1})
-    folded = [folding.decode(text) for span in rest for text in span.attributes.get(sc.FOLDED, ())]
+    folded = [sc.unfold_span(text) for span in rest for text in span.attributes.get(sc.FOLDED, ())]
     recorded = {s.span_id: s for s in other if s.name not in sc.FILE_SPANS | budget.EXPORTED_WHOLE}
     assert {f.span_id: (f.name, f.parent_span_id, f.start_ns, f.end_ns) for f in folded} == {
         i: (s.name, s.parent_span_id, s.start_ns, s.end_ns) for i, s in recorded.items()
@@ -143,7 +142,7 @@ def test_a_span_that_ends_after_the_one_it_folds_into_is_exported_where_it_hangs
     assert set(by_name) == {sc.SPAN_STARTUP, sc.SPAN_FSDP2_LOAD_FULL_STATE_DICT, sc.SPAN_ACCELERATE_PREPARE}
     assert by_name[sc.SPAN_FSDP2_LOAD_FULL_STATE_DICT].parent.span_id == startup.get_span_context().span_id
     (folded,) = by_name[sc.SPAN_STARTUP].attributes[sc.FOLDED]
-    assert folding.decode(folded).name == sc.SPAN_INIT_PROCESS_GROUP
+    assert sc.unfold_span(folded).name == sc.SPAN_INIT_PROCESS_GROUP
 
 
 def test_a_file_span_past_its_loads_share_is_not_exported_and_the_rest_are():
