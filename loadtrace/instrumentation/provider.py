@@ -69,7 +69,6 @@ class Provider:
         self.exporting = False  # our own SDK exports this process's spans (to trace_file, OTLP, or both)
         self.trace_file: str | None = None
         self.phases: PhaseRecorder | None = None  # what the startup span's phase split is made of (our own SDK only)
-        self.budget: Budget | None = None  # the export processors behind the span budget (our own SDK only)
 
     @property
     def tracer(self) -> trace.Tracer:
@@ -107,8 +106,8 @@ class Provider:
             self.phases = PhaseRecorder()
             rank = context.current_rank()  # the launcher's variables say it from the start
             kept, folds = budget.file_spans_kept(self.settings, rank), budget.folds(self.settings, rank)
-            self.budget = Budget(processors, kept, folds)
-            for processor in (self.phases, self.budget):
+            # The exporters behind the span budget (budget.py); the phase recorder beside it sees every span.
+            for processor in (self.phases, Budget(processors, kept, folds)):
                 sdk.add_span_processor(processor)
             self._sdk = sdk
             self.exporting, self.trace_file = True, path
@@ -296,7 +295,6 @@ class Provider:
         self.progress = None
         self.startup_metrics = None
         self.exporting, self.trace_file = False, None
-        self.budget = None
         self._lock = threading.Lock()
 
 
