@@ -10,11 +10,13 @@ every name below, and a test holds the two equal.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import signal
 import urllib.parse
 from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 # The instrumentation scope every loadtrace span is emitted under.
 SCOPE_NAME = "loadtrace"
@@ -192,6 +194,62 @@ LOAD_FIRST_FILE_OPEN = "loadtrace.load.first_file_open"
 # how many were not, and when its last file closed (ns since the epoch): its reading ends there.
 FILES_SUMMARIZED = "loadtrace.files.summarized"
 LOAD_LAST_FILE_CLOSE = "loadtrace.load.last_file_close"
+# Above that world size, on the startup or load span of a rank that exports only those: each of its other spans that
+# hung from this one (the nearest exported span above it), whole, one JSON text each (``fold_span``): name, ids, times,
+# status and every attribute, so the analysis rebuilds each as the span it was.
+FOLDED = "loadtrace.folded"
+
+
+class Folded(NamedTuple):
+    """A span folded into ``FOLDED`` of the span it hung from, as the analysis rebuilds it (analysis/summarized.py
+    ``unfold``); ids as 16 hex digits, as OTLP JSON writes them."""
+
+    name: str
+    span_id: str
+    parent_span_id: str
+    start_ns: int
+    end_ns: int
+    error: bool
+    attributes: dict[str, Any]
+
+
+def fold_span(
+    name: str,
+    span_id: int,
+    parent_span_id: int | None,
+    times: tuple[int, int],
+    error: bool,
+    attributes: Mapping[str, Any],
+) -> str:
+    """The folded span's text: compact JSON, sequences as lists."""
+    record: dict[str, Any] = {
+        "name": name,
+        "span_id": f"{span_id:016x}",
+        "parent_span_id": f"{parent_span_id:016x}" if parent_span_id else "",
+        "start": times[0],
+        "end": times[1],
+        "attributes": {k: list(v) if isinstance(v, tuple) else v for k, v in attributes.items()},
+    }
+    if error:
+        record["error"] = True
+    return json.dumps(record, separators=(",", ":"))
+
+
+def unfold_span(text: Any) -> Folded | None:
+    """The folded span ``fold_span`` wrote; None for anything else (a value a store cut short, another producer's)."""
+    try:
+        record = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+    if not isinstance(record, dict):
+        return None
+    name, span_id, parent, start, end = (record.get(k) for k in ("name", "span_id", "parent_span_id", "start", "end"))
+    attributes = record.get("attributes")
+    if not (isinstance(name, str) and isinstance(span_id, str) and span_id and isinstance(parent, str)):
+        return None
+    if type(start) is not int or type(end) is not int or not isinstance(attributes, dict):
+        return None
+    return Folded(name, span_id, parent, start, end, record.get("error") is True, attributes)
 
 
 # Files and reads ----------------------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from typing import Any
 from .. import semconv as sc
 from .. import statefile
 from .sources import Span, StateFile
+from .summarized import unfold
 
 TRACE_ID_HEX = 32
 # A rank's identity within a run: its number, else (no ``loadtrace.rank``) its instance.
@@ -195,7 +196,7 @@ class _Processes:
         """Each span to its process, each once; the witness spans (of processes that died) are handed back."""
         seen: set[tuple[str, str]] = set()
         witnesses: list[Span] = []
-        for span in spans:
+        for span in unfold(spans):  # a folding rank's spans as they were (the span budget)
             # The same span read twice (a copied file, a file and a collector's copy of it) must not count twice.
             if span.span_id:
                 if (span.trace_id, span.span_id) in seen:

@@ -30,7 +30,7 @@ from .attrs import (
 )
 from .model import Exit, Finding, LastState, RankLoad, Site, UnfinishedSpans
 from .processes import Process, Run, Who, processes, runs
-from .sources import DamagedFile, Span, StateFile
+from .sources import STATUS_ERROR, DamagedFile, Span, StateFile
 from .sources.files import ProcessKey, process_key
 
 # The rank that loads the checkpoint under a sharded strategy (docs/report.md, Findings: a simplification on several
@@ -241,7 +241,6 @@ def _add(total: dict[str, int], more: dict[str, int]) -> None:
 # A rank's death: its state file, the launcher's witness span, spans its own signal handler ended ------------------
 
 STATUS_OPEN = ("loading", "signalled")  # a load was open when the process ended
-STATUS_ERROR = 2  # OTLP's STATUS_CODE_ERROR
 UNKNOWN_ERROR = "unknown"  # a load span with status ERROR that does not name the exception (an older loadtrace)
 STATE_FILE, WITNESS = "state file", "launcher witness"
 

@@ -1,7 +1,10 @@
-"""Ranks of a big job that did not export their file spans (the span budget: instrumentation/budget.py).
+"""Ranks of a big job that did not export every span (the span budget: instrumentation/budget.py).
 
-Above 64 ranks most ranks export no per-file spans; their loads carry what the report needs of them instead: how many
-were left out (``loadtrace.files.summarized``), the checkpoint's files they opened with their page-cache residency
+Above 64 ranks most ranks export only their startup and load spans. Their other spans (rendezvous, preparation, a
+load's phases) come folded, whole, into the span they hung from (``loadtrace.folded``): ``unfold`` rebuilds each as it
+was, before anything else reads the spans, so those ranks are read as if every such span had been exported. Their file
+spans are not folded but summarized: their loads carry what the report needs of them instead: how many were left out
+(``loadtrace.files.summarized``), the checkpoint's files they opened with their page-cache residency
 (``loadtrace.io.checkpoint_files``, ``_file_bytes``, ``_cold_bytes``), and when their reading began and ended
 (``loadtrace.load.first_file_open``, ``loadtrace.load.last_file_close``). The rank's startup split is the one it
 computed in-job from every span, exported or not (``loadtrace.startup.phases``). Per-rank totals never needed file
@@ -10,11 +13,40 @@ spans: they are the loads'.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterable, Iterator
+
 from .. import semconv as sc
 from ..startup_split import STARTUP_PHASES, Interval, whole_int
 from .attrs import opt_int_attr
 from .model import RankLoad
-from .sources import Span
+from .sources import STATUS_ERROR, Span
+
+
+def unfold(spans: Iterable[Span]) -> Iterator[Span]:
+    """Each span, and after one that carries folded spans each of them as it was (with the carrier's trace and
+    resource); the carrier without them. A folded text that does not decode is passed over."""
+    for span in spans:
+        folded = span.attributes.get(sc.FOLDED)
+        if folded is None:
+            yield span
+            continue
+        attributes = {key: value for key, value in span.attributes.items() if key != sc.FOLDED}
+        yield dataclasses.replace(span, attributes=attributes)
+        for text in folded if isinstance(folded, list) else [folded]:
+            found = sc.unfold_span(text)
+            if found is not None:
+                yield Span(
+                    span.trace_id,
+                    found.span_id,
+                    found.parent_span_id,
+                    found.name,
+                    found.start_ns,
+                    found.end_ns,
+                    found.attributes,
+                    span.resource,
+                    STATUS_ERROR if found.error else 0,
+                )
 
 
 def summarizing_loads(rank: RankLoad) -> list[Span]:

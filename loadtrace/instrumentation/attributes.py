@@ -32,7 +32,6 @@ def load_end(scope: Scope, extra: dict[str, Any]) -> dict[str, Any]:
         attributes[semconv.LOAD_FIRST_FILE_OPEN] = min(opened)
     attributes.update(partial_reads(scope.files))
     attributes.update(checkpoint_residency(scope.files))
-    attributes.update(left_out(scope.files))
     attributes[semconv.HOOK_ERRORS] = len(scope.ledger.errors)
     before, after = scope.memory_before, scope.memory_after
     if before is not None and after is not None:
@@ -62,19 +61,6 @@ def checkpoint_residency(files: list[Scope]) -> dict[str, int]:
         semconv.IO_CHECKPOINT_FILE_BYTES: sum(size for size, _ in first.values()),
         semconv.IO_CHECKPOINT_COLD_BYTES: sum(max(0, size - (cached or 0)) for size, cached in first.values()),
     }
-
-
-def left_out(files: list[Scope]) -> dict[str, int]:
-    """The load's file spans the span budget did not export (budget.py): how many, and when its last file closed, so
-    its reading time is still known; nothing when all were exported."""
-    count = sum(1 for file in files if file.left_out)
-    if not count:
-        return {}
-    found = {semconv.FILES_SUMMARIZED: count}
-    closed = [end for file in files if (end := getattr(file.span, "end_time", None))]
-    if closed:
-        found[semconv.LOAD_LAST_FILE_CLOSE] = max(closed)
-    return found
 
 
 def phase_end(scope: Scope) -> dict[str, Any]:

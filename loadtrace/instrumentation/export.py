@@ -334,34 +334,3 @@ def span_processors(settings: Settings, trace_file: str | None) -> list[SpanProc
                 f"cannot export to {settings.otlp_endpoint} ({type(error).__name__}: {error}); spans are not sent",
             )
     return processors
-
-
-class Budget(SpanProcessor):
-    """The export processors behind the span budget (budget.py): a span whose id was ``left_out`` is not handed to them
-    when it ends. The startup's phase recorder sits beside this, not behind it, so it still sees every span."""
-
-    def __init__(self, processors: list[SpanProcessor]):
-        self.processors = processors
-        self._left_out: set[int] = set()
-
-    def leave_out(self, span_id: int) -> None:
-        self._left_out.add(span_id)
-
-    def on_start(self, span: Any, parent_context: Any = None) -> None:
-        for processor in self.processors:
-            processor.on_start(span, parent_context=parent_context)
-
-    def on_end(self, span: ReadableSpan) -> None:
-        left_out = self._left_out
-        if left_out and span.context is not None and span.context.span_id in left_out:
-            left_out.discard(span.context.span_id)
-            return
-        for processor in self.processors:
-            processor.on_end(span)
-
-    def shutdown(self) -> None:
-        for processor in self.processors:
-            processor.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return all(processor.force_flush(timeout_millis) for processor in self.processors)

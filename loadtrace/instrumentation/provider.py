@@ -26,8 +26,9 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status,
 
 from .. import semconv, statefile
 from ..version import __version__
-from . import context, excepthooks, export, witness
+from . import budget, context, excepthooks, export, witness
 from ._log import warn_once
+from .budget_processor import Budget
 from .memory import Memory
 from .monitor import Monitor
 from .phases import PhaseRecorder
@@ -68,7 +69,6 @@ class Provider:
         self.exporting = False  # our own SDK exports this process's spans (to trace_file, OTLP, or both)
         self.trace_file: str | None = None
         self.phases: PhaseRecorder | None = None  # what the startup span's phase split is made of (our own SDK only)
-        self.budget: export.Budget | None = None  # the export processors behind the span budget (our own SDK only)
 
     @property
     def tracer(self) -> trace.Tracer:
@@ -104,8 +104,10 @@ class Provider:
             # Our own bounded flush at exit replaces the SDK's, which can wait on a dead collector for many seconds.
             sdk = TracerProvider(resource=resource, shutdown_on_exit=False)
             self.phases = PhaseRecorder()
-            self.budget = export.Budget(processors)
-            for processor in (self.phases, self.budget):
+            rank = context.current_rank()  # the launcher's variables say it from the start
+            kept, folds = budget.file_spans_kept(self.settings, rank), budget.folds(self.settings, rank)
+            # The exporters behind the span budget (budget.py); the phase recorder beside it sees every span.
+            for processor in (self.phases, Budget(processors, kept, folds)):
                 sdk.add_span_processor(processor)
             self._sdk = sdk
             self.exporting, self.trace_file = True, path
@@ -293,7 +295,6 @@ class Provider:
         self.progress = None
         self.startup_metrics = None
         self.exporting, self.trace_file = False, None
-        self.budget = None
         self._lock = threading.Lock()
 
 

@@ -49,7 +49,6 @@ class Scope:
         "peak",
         "residency",
         "record",
-        "left_out",
         "nested",
     )
 
@@ -72,7 +71,6 @@ class Scope:
         # Files only: (path, size, bytes in the page cache at open); the cached bytes None where unknown.
         self.residency: tuple[str, int, int | None] | None = None
         self.record: tuple[statefile.Writer, int] | None = None  # non-file scopes: its record in the state file
-        self.left_out = False  # files only: its span is not exported (the span budget: budget.py)
         self.nested = False  # loads only: opened inside another load of this thread (its time is the outer one's)
 
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import semconv, statefile
 from ..statefile import ReadSlot as ReadSlot  # the hooks' read slots, through the front
-from . import budget, context, importing, termination
+from . import context, importing, termination
 from .ending import Ends
 from .lifecycle import Lifecycle
 from .loads import Loads
@@ -78,7 +78,6 @@ class Tracing:
         self.lifecycle = Lifecycle(settings, self.job, self.open, self.startup, self.state_file, self.readings)
         self.lifecycle.wire(self.ends, self.close_file, lambda: self._provider)
         self._count_lock = None if getattr(sys, "_is_gil_enabled", lambda: True)() else threading.Lock()
-        self._files_kept: tuple[int | None] | None = None  # file spans a load exports (budget.py), once known
 
     @property
     def provider(self) -> Provider:
@@ -110,7 +109,6 @@ class Tracing:
         self.lifecycle.shutdown()
 
     def after_fork(self) -> None:
-        self._files_kept = None
         self.lifecycle.after_fork()
 
     def job_changed(self) -> None:
@@ -233,21 +231,9 @@ class Tracing:
         if path is not None and size is not None:
             scope.residency = (path, size, start.get(semconv.FILE_CACHED_BYTES_AT_OPEN))
         if load is not None:
-            self._spend(load, scope)
             load.files.append(scope)
         self.open.files.add(scope)
         return scope
-
-    def _spend(self, load: Scope, file: Scope) -> None:
-        """Leave the load's new file span out of the export when the load's are past what this rank exports
-        (budget.py). The rank is read once, at the first file: the launcher's variables say it from the start."""
-        if self._files_kept is None:
-            self._files_kept = (budget.file_spans_kept(self.settings, context.current_rank()),)
-        kept, exports = self._files_kept[0], self.provider.budget
-        if kept is None or exports is None or sum(1 for f in load.files if not f.left_out) < kept:
-            return
-        file.left_out = True
-        exports.leave_out(file.span.get_span_context().span_id)
 
     def count_reads(self, scope: Scope, tensors: Iterable[Any]) -> None:
         """Tensors a file call returned all at once (``torch.load``, ``safetensors.torch.load``), into its slot: they

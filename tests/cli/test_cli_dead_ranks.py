@@ -5,20 +5,14 @@ from __future__ import annotations
 
 import json
 
+from support.cli import run
 from support.dead_rank_jobs import TRACE, full_job, oom_killed_job, state_file
 from support.otlp_lines import MODEL_BYTES, line, rank_load, resource, write_lines
 
 from loadtrace import semconv as sc
 from loadtrace import statefile
-from loadtrace.cli import main
 
 CLEAN_EXIT = {"signal": None, "code": None, "oom_killed": None, "source": None}
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_a_folder_of_state_files_alone_is_a_source(tmp_path, capsys):

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import pytest
+from support import loopback
+from support.cli import one_line, run_json
+from support.jaeger_query import NO_TRACES, parse_rfc3339_nanos
 from support.jobtree import BETA_STRETCH, RANKS_PER_NODE, cluster_of, job_ids, write_tree
 
 from loadtrace.analysis.sources import files as sources
@@ -31,27 +32,17 @@ def tree(tmp_path_factory) -> Path:
     return write_tree(tmp_path_factory.mktemp("jobs") / "tree", JOBS, RANKS)
 
 
-def run_json(capsys, *args: str) -> dict:
-    code = main(["jobs", *args, "--format", "json"])
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    return json.loads(captured.out)
+def jobs_json(capsys, *args: str) -> dict:
+    return run_json(capsys, "jobs", *args)
 
 
 def fails(capsys, *args: str) -> str:
     """The one line ``loadtrace jobs`` prints on bad input, exit 2, nothing on stdout."""
-    try:
-        code = main(["jobs", *args])
-    except SystemExit as exit_:  # argparse's own errors
-        code = exit_.code
-    captured = capsys.readouterr()
-    assert code == 2 and captured.out == ""
-    assert captured.err.count("\n") == 1 and captured.err.startswith("loadtrace: error: "), captured.err
-    return captured.err
+    return one_line(capsys, "jobs", *args)
 
 
 def test_every_job_of_the_tree_is_one_row_with_its_own_numbers(tree, capsys):
-    report = run_json(capsys, str(tree))
+    report = jobs_json(capsys, str(tree))
     rows = report["jobs"]
     assert [row["job_id"] for row in rows] == [f"bench-{job:05d}" for job in range(JOBS)]  # oldest first
     for job, row in enumerate(rows):
@@ -77,7 +68,7 @@ def test_every_job_of_the_tree_is_one_row_with_its_own_numbers(tree, capsys):
 
 
 def test_grouped_by_cluster_jobs_without_one_are_the_null_group_and_beta_is_called_slower(tree, capsys):
-    report = run_json(capsys, str(tree), "--group-by", "cluster")
+    report = jobs_json(capsys, str(tree), "--group-by", "cluster")
     groups = {group["by"]["cluster"]: group for group in report["groups"]}
     assert {name: group["jobs"] for name, group in groups.items()} == {"alpha": 10, "beta": 10, None: 10}
     beta = groups["beta"]["startup_seconds"]
@@ -92,11 +83,11 @@ def test_grouped_by_cluster_jobs_without_one_are_the_null_group_and_beta_is_call
 
 
 def test_where_keeps_the_matching_jobs_and_null_the_ones_that_say_none(tree, capsys):
-    beta = run_json(capsys, str(tree), "--where", "cluster=beta")["jobs"]
+    beta = jobs_json(capsys, str(tree), "--where", "cluster=beta")["jobs"]
     assert [row["job_id"] for row in beta] == [f"bench-{job:05d}" for job in range(JOBS) if cluster_of(job) == "beta"]
-    none = run_json(capsys, str(tree), "--where", "cluster=null", "--where", "transformers=5.24.0")["jobs"]
+    none = jobs_json(capsys, str(tree), "--where", "cluster=null", "--where", "transformers=5.24.0")["jobs"]
     assert len(none) == 10 and {row["cluster"] for row in none} == {None}
-    by_two = run_json(capsys, str(tree), "--group-by", "cluster,strategy")["groups"]
+    by_two = jobs_json(capsys, str(tree), "--group-by", "cluster,strategy")["groups"]
     assert {(g["by"]["cluster"], g["by"]["strategy"]) for g in by_two} == {
         ("alpha", "plain"),
         ("beta", "plain"),
@@ -130,7 +121,7 @@ def test_the_parallel_read_gives_the_same_spans(tree, monkeypatch):
 # Jaeger: a search paged back in time ----------------------------------------------------------------------------------
 
 
-class PagedJaeger(BaseHTTPRequestHandler):
+class PagedJaeger(loopback.Handler):
     """``/api/v3/traces`` the way Jaeger answers it: the traces that started in the window, most recent first, at most
     ``query.num_traces`` of them, merged into one TracesData; 404 "No traces found" when none."""
 
@@ -142,35 +133,15 @@ class PagedJaeger(BaseHTTPRequestHandler):
         query = {key: values[0] for key, values in parse_qs(url.query).items()}
         PagedJaeger.requests.append(query)
         if url.path != "/api/v3/traces" or query.get("query.service_name") != "loadtrace":
-            return self.answer(404, {"error": {"httpCode": 404, "message": "No traces found"}})
-        low, high = (parse_rfc3339(query[k]) for k in ("query.start_time_min", "query.start_time_max"))
+            return self.reply(404, NO_TRACES)
+        low, high = (parse_rfc3339_nanos(query[k]) for k in ("query.start_time_min", "query.start_time_max"))
         found = sorted(
             (start, trace) for start, trace in PagedJaeger.traces.values() if low <= start <= high
         )[::-1][: int(query["query.num_traces"])]  # fmt: skip
         if not found:
-            return self.answer(404, {"error": {"httpCode": 404, "message": "No traces found"}})
+            return self.reply(404, NO_TRACES)
         merged = [rs for _, trace in found for rs in trace]
-        return self.answer(200, {"result": {"resourceSpans": merged}})
-
-    def answer(self, code: int, body: dict) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
-def parse_rfc3339(text: str) -> int:
-    """``2026-12-01T00:00:00.123456789Z`` → ns (Go's RFC3339Nano, as Jaeger parses it)."""
-    seconds, fraction = text.rstrip("Z").split(".")
-    whole = time.strptime(seconds, "%Y-%m-%dT%H:%M:%S")
-    import calendar
-
-    return calendar.timegm(whole) * 10**9 + int(fraction.ljust(9, "0"))
+        return self.reply(200, json.dumps({"result": {"resourceSpans": merged}}).encode())
 
 
 @pytest.fixture
@@ -186,26 +157,20 @@ def jaeger_server(tmp_path):
                 start = min(int(s["startTimeUnixNano"]) for s in spans)
                 old_start, parts = PagedJaeger.traces.get(trace, (start, []))
                 PagedJaeger.traces[trace] = (min(start, old_start), [*parts, rs])
-    server = ThreadingHTTPServer(("127.0.0.1", 0), PagedJaeger)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with loopback.Loopback(PagedJaeger) as server:
+        yield server.url
 
 
 def test_a_jaeger_search_is_paged_until_every_trace_is_read(jaeger_server, monkeypatch, capsys):
     monkeypatch.setattr(jaeger, "PAGE_TRACES", 3)
-    rows = run_json(capsys, "--jaeger", jaeger_server, "--service", "loadtrace", "--since", "7d")["jobs"]
+    rows = jobs_json(capsys, "--jaeger", jaeger_server, "--service", "loadtrace", "--since", "7d")["jobs"]
     assert [row["job_id"] for row in rows] == [f"bench-{job:05d}" for job in range(7)]
     assert all(row["world_size"] == 2 and row["model_bytes"] == MODEL_BYTES for row in rows)
     pages = [q for q in PagedJaeger.requests]
     # Pages of traces 6-4, 4-2 (4 again: a page's window ends where the page before began), 2-0, then 0 alone: fewer
     # than 3, the last page. Each trace counted once.
     assert len(pages) == 4 and {q["query.num_traces"] for q in pages} == {"3"}
-    maxes = [parse_rfc3339(q["query.start_time_max"]) for q in pages]
+    maxes = [parse_rfc3339_nanos(q["query.start_time_max"]) for q in pages]
     assert maxes == sorted(maxes, reverse=True) and len(set(maxes)) == 4
     starts = sorted(start for start, _ in PagedJaeger.traces.values())
     assert maxes[1:] == [starts[4], starts[2], starts[0]]

@@ -6,9 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from support.cli import one_line, run
 from support.otlp_lines import MODEL_BYTES, field_fact_job, trace_id_of, write_lines
-
-from loadtrace.cli import main
 
 RANK_KEYS = {
     "trace_id",
@@ -100,12 +99,6 @@ def job_dir(tmp_path: Path, version: str, strategy: str) -> Path:
     for index, text in enumerate(field_fact_job(version, strategy)):
         write_lines(folder / f"rank-{index}.jsonl", [text])
     return folder
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_json_report_has_exactly_the_documented_schema(tmp_path, capsys):
@@ -239,12 +232,7 @@ def test_corrupt_lines_are_counted_in_the_report(tmp_path, capsys):
 def test_bad_input_is_one_line_on_stderr_and_exit_2(tmp_path, capsys, argv, message):
     (tmp_path / "empty").mkdir()
     (tmp_path / "garbage.jsonl").write_bytes(b"\x00\xff nonsense\n{\n")
-    try:
-        code, out, err = run(capsys, *(arg.format(tmp=tmp_path) for arg in argv))
-    except SystemExit as exit_:  # argparse's own usage errors
-        code, (out, err) = exit_.code, capsys.readouterr()
-    assert code == 2 and out == ""
-    assert err.startswith("loadtrace: error: ") and err.count("\n") == 1 and message in err
+    assert message in one_line(capsys, *(arg.format(tmp=tmp_path) for arg in argv))
 
 
 def test_no_command_prints_help_and_exits_2(capsys):

@@ -29,13 +29,11 @@ def run(mode: str, ckpt: Path, out: Path, nproc: int = 2, traced: bool = True, e
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory) -> dict[str, Path]:
-    """A DCP checkpoint saved by 2 sharded ranks, one saved by 1 unsharded rank, and a Hugging Face checkpoint."""
+    """One untraced job saves the three checkpoints: a DCP checkpoint saved by 2 sharded ranks, one saved by 1 unsharded
+    rank, and a Hugging Face checkpoint."""
     root = tmp_path_factory.mktemp("dcp")
-    made = {"two": root / "two", "one": root / "one", "hf": root / "hf"}
-    run("save", made["two"], root / "save-two", traced=False).check()
-    run("save-plain", made["one"], root / "save-one", nproc=1, traced=False).check()
-    run("make-hf", made["hf"], root / "make-hf", nproc=1, traced=False).check()
-    return made
+    run("save", root, root / "save", traced=False).check()
+    return {name: root / name for name in ("two", "one", "hf")}
 
 
 def counts(out: Path) -> dict[int, dict]:
@@ -113,11 +111,10 @@ def test_resharded_one_to_two_reads_whole_saved_tensors(saved, tmp_path):
     assert "another world size" in replicated["next_step"] and "resharded" in replicated["detail"]
 
 
-@pytest.mark.parametrize("mode", ["hf", "hf-threads"])
-def test_hugging_face_storage_reader(saved, tmp_path, mode):
-    """Through ``safe_open``: one span per file, none for ``read_metadata``'s header reads; with reader threads, the
-    files they open are the load's all the same."""
-    run(mode, saved["hf"], tmp_path).check()
+def test_hugging_face_storage_reader(saved, tmp_path):
+    """Through ``safe_open``: one span per file, none for ``read_metadata``'s header reads; with reader threads (rank 1
+    reads with two, rank 0 with one), the files they open are the load's all the same."""
+    run("hf", saved["hf"], tmp_path).check()
     own = counts(tmp_path)
     report, ranks = report_of(tmp_path)
     model = own[0]["model_bytes"]

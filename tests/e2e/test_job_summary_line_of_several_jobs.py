@@ -6,23 +6,33 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 
 from support.torchrun import torchrun
 from support.venvs import REPO, discover
+
+from loadtrace.cli import main
 
 LINE = re.compile(r"^loadtrace: job (\S+), (\d+) ranks, (\d+) findings? → (loadtrace report .+)$", re.MULTILINE)
 
 VENVS = discover()
 
 
-def test_several_jobs_into_one_folder_each_says_its_line_and_latest_reports_the_one_just_run(checkpoint, tmp_path):
+def report(capsys, *args: str) -> dict:
+    """``loadtrace report ARGS --format json``, run in this process from the jobs' folder."""
+    assert main(["report", *args, "--format", "json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_several_jobs_into_one_folder_each_says_its_line_and_latest_reports_the_one_just_run(
+    checkpoint, tmp_path, capsys, monkeypatch
+):
     """The acceptance of issue 15: a user who reuses a folder for job after job reports the one just run with
-    ``loadtrace report loadtrace-traces/ --latest``, or with the command rank 0 printed."""
+    ``loadtrace report loadtrace-traces/ --latest``, or with the command rank 0 printed. Two jobs of different modes:
+    the first one's report is the whole folder's, the second's is not."""
     venv = VENVS[0]
-    loadtrace = [str(venv.python), "-m", "loadtrace", "report"]
+    monkeypatch.chdir(tmp_path)
     seen = []
-    for mode in ("fsdp", "plain", "fsdp"):
+    for mode in ("fsdp", "plain"):
         run = torchrun(
             venv,
             REPO / "examples" / "load.py",
@@ -36,22 +46,9 @@ def test_several_jobs_into_one_folder_each_says_its_line_and_latest_reports_the_
         job_id, ranks, findings, command = lines[0]
         assert command == f"loadtrace report loadtrace-traces/{job_id}" and ranks == "2" and job_id not in seen
         seen.append(job_id)
-        reported = subprocess.run(
-            [*loadtrace, *command.split()[2:], "--format", "json"], cwd=tmp_path, capture_output=True, text=True
-        )
-        latest = subprocess.run(
-            [*loadtrace, "loadtrace-traces/", "--latest", "--format", "json"],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-        )
-        for result in (reported, latest):
-            report = json.loads(result.stdout)
-            assert [trace["job_id"] for trace in report["traces"]] == [job_id], result.stderr
-            assert len(report["findings"]) == int(findings) and len(report["ranks"]) == 2
+        for reported in (report(capsys, *command.split()[2:]), report(capsys, "loadtrace-traces/", "--latest")):
+            assert [trace["job_id"] for trace in reported["traces"]] == [job_id]
+            assert len(reported["findings"]) == int(findings) and len(reported["ranks"]) == 2
         assert int(findings) == (3 if mode == "fsdp" else 1)  # FSDP on 5.24: rank 1 reads, converts, holds; plain: info
-    everything = subprocess.run(
-        [*loadtrace, "loadtrace-traces/", "--format", "json"], cwd=tmp_path, capture_output=True
-    )
-    assert len(json.loads(everything.stdout)["traces"]) == 3
-    assert os.listdir(tmp_path / "loadtrace-traces") and len(seen) == 3
+    assert len(report(capsys, "loadtrace-traces/")["traces"]) == 2
+    assert os.listdir(tmp_path / "loadtrace-traces") and len(seen) == 2

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from support.torchrun import torchrun
-from support.venvs import REPO, discover
+from support.killed_rank import killed_rank_job
+from support.venvs import discover
 
 from loadtrace import semconv, statefile
 from loadtrace.analysis.report import build_report
@@ -16,21 +16,14 @@ from loadtrace.analysis.sources import read_files
 VENVS = discover()
 
 
-def test_report_names_the_phase_a_killed_rank_died_in(checkpoint, tmp_path):
-    venv = VENVS[0]
-    result = torchrun(
-        venv,
-        REPO / "tests" / "workers" / "killed_load.py",
-        [str(checkpoint), "--out", str(tmp_path)],
-        cwd=tmp_path,
-        env={"LOADTRACE": "1", "HF_DEACTIVATE_ASYNC_LOAD": "1"},
-        timeout_s=300,
-    )
+def test_report_names_the_phase_a_killed_rank_died_in(checkpoint, tmp_path_factory):
+    """The session's killed-rank job (support/killed_rank.py), whose witness test_witness_of_real_jobs.py reads."""
+    result = killed_rank_job(VENVS[0], checkpoint, tmp_path_factory)
     assert result.returncode != 0, "rank 1 was killed, so the job fails"
-    count = json.loads((tmp_path / "count-rank1.json").read_text())  # rank 1's own count, the instant before the kill
+    count = json.loads((result.cwd / "count-rank1.json").read_text())  # rank 1's own count, the instant before the kill
     assert count["read_bytes"] > 0
 
-    (job_dir,) = (tmp_path / "loadtrace-traces").iterdir()
+    (job_dir,) = (result.cwd / "loadtrace-traces").iterdir()
     (killed,) = job_dir.glob(f"rank00001-*{semconv.STATE_SUFFIX}")
     state = statefile.read(killed)
     assert state is not None and state.status == "loading", "the killed rank's last state stays, as it was"

@@ -3,9 +3,10 @@
 storage = the evicted copy's file sizes); jobs run with ``LOADTRACE_CLUSTER=alpha`` and ``beta`` group by cluster.
 
 The slow rank sleeps before each tensor it reads (``tests/workers/startup_load.py``), inside its checkpoint files'
-spans, with ``HF_DEACTIVATE_ASYNC_LOAD=1`` so that transformers 5.24 reads in order on one thread. The two nodes are
-one machine's two ranks, each loading its own copy of the checkpoint, one evicted with ``posix_fadvise(DONTNEED)``;
-rank 1's files are then given another ``host.name`` (the report groups nodes by it), as if it had run elsewhere.
+spans, with ``HF_DEACTIVATE_ASYNC_LOAD=1`` so that transformers 5.24 reads in order on one thread. The healthy twin is
+also the cold and the warm node: one machine's two ranks, each loading its own copy of the checkpoint, one evicted with
+``posix_fadvise(DONTNEED)``; in a copy of its folder rank 1's files are then given another ``host.name`` (the report
+groups nodes by it), as if it had run elsewhere.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -26,9 +28,10 @@ from loadtrace.instrumentation import memory
 
 VENVS = discover()
 WORKER = REPO / "tests" / "workers" / "startup_load.py"
-# x 69 tensors: about 10 s behind. A rank's startup runs from its process's start (its imports included: 5-10 s on
-# 2 busy cores), and slow_rank wants 1 s more than the others and, in its read phase, 1.5x theirs.
-SLEEP_PER_TENSOR = 0.15
+# x 69 tensors: about 5.5 s behind. A rank's startup runs from its process's start, but the rendezvous evens out the
+# ranks' imports (5-10 s on 2 busy cores): what follows it differs by the sleeps. slow_rank wants 1 s more than the
+# others and, in its read phase, 1.5x theirs and half the lead.
+SLEEP_PER_TENSOR = 0.08
 SEQUENTIAL = {"HF_DEACTIVATE_ASYNC_LOAD": "1"}
 
 
@@ -37,20 +40,52 @@ def report_json(capsys, folder: Path) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
+@dataclass
+class Healthy:
+    """The healthy twin: its trace folder, and the copies of the checkpoint its ranks read (``ckpt0`` warm in the page
+    cache, ``ckpt1`` evicted from it); ``not_cold`` says why the cold and warm copies are not that here, if so."""
+
+    folder: Path
+    warm_files: list[Path]
+    cold_files: list[Path]
+    not_cold: str | None
+
+
 @pytest.fixture(scope="module")
-def twins(checkpoint, jobs, tmp_path_factory) -> dict[str, Path]:
-    """The slow job (cluster beta) and its healthy twin (cluster alpha): each one's trace folder."""
+def healthy(checkpoint, jobs, tmp_path_factory) -> Healthy:
     venv = VENVS[0]
     jobs.require_installed(venv)
-    root = tmp_path_factory.mktemp("startup")
-    runs = {}
-    for name, cluster, extra in (("healthy", "alpha", []), ("slow", "beta", ["--slow-rank", "1"])):
-        cwd = root / name
-        args = [str(checkpoint), *extra, "--sleep", str(SLEEP_PER_TENSOR)]
-        env = {"LOADTRACE": "1", "LOADTRACE_CLUSTER": cluster, **SEQUENTIAL}
-        torchrun(venv, WORKER, args, cwd=cwd, env=env).check()
-        runs[name] = cwd / TRACE_ROOT
-    return runs
+    root = tmp_path_factory.mktemp("healthy")
+    copies = {rank: root / f"ckpt{rank}" for rank in (0, 1)}
+    for copy in copies.values():
+        shutil.copytree(checkpoint, copy)
+    warm_files, cold_files = sorted(copies[0].glob("*.safetensors")), sorted(copies[1].glob("*.safetensors"))
+    not_cold = None
+    if not hasattr(os, "posix_fadvise") or memory.cached_bytes(__file__) is None:
+        not_cold = "page-cache residency is read on Linux only (cachestat / mincore)"
+    else:
+        for shard in warm_files:
+            shard.read_bytes()  # in the page cache
+        for shard in cold_files:
+            evict(shard)
+        if any(memory.cached_bytes(shard) != 0 for shard in cold_files):
+            not_cold = f"posix_fadvise(DONTNEED) cannot evict files under {root} (tmpfs?): no cold checkpoint"
+        elif any(memory.cached_bytes(shard) != shard.stat().st_size for shard in warm_files):
+            not_cold = "the page cache does not keep the warm copy"
+    cwd = root / "run"
+    env = {"LOADTRACE": "1", "LOADTRACE_CLUSTER": "alpha", **SEQUENTIAL}
+    torchrun(venv, WORKER, [str(root / "ckpt{rank}")], cwd=cwd, env=env).check()
+    return Healthy(cwd / TRACE_ROOT, warm_files, cold_files, not_cold)
+
+
+@pytest.fixture(scope="module")
+def twins(checkpoint, healthy, tmp_path_factory) -> dict[str, Path]:
+    """The slow job (cluster beta) and its healthy twin (cluster alpha): each one's trace folder."""
+    cwd = tmp_path_factory.mktemp("slow")
+    args = [str(checkpoint), "--slow-rank", "1", "--sleep", str(SLEEP_PER_TENSOR)]
+    env = {"LOADTRACE": "1", "LOADTRACE_CLUSTER": "beta", **SEQUENTIAL}
+    torchrun(VENVS[0], WORKER, args, cwd=cwd, env=env).check()
+    return {"healthy": healthy.folder, "slow": cwd / TRACE_ROOT}
 
 
 def test_the_slow_reader_is_a_slow_rank_in_its_read_phase(twins, capsys):
@@ -112,26 +147,12 @@ def rename_host(folder: Path, rank: int, host: str) -> None:
         path.write_text("\n".join(lines) + "\n")
 
 
-def test_a_cold_and_a_warm_node_are_told_apart_exactly(checkpoint, jobs, tmp_path, capsys):
-    venv = VENVS[0]
-    jobs.require_installed(venv)
-    if not hasattr(os, "posix_fadvise") or memory.cached_bytes(__file__) is None:
-        pytest.skip("page-cache residency is read on Linux only (cachestat / mincore)")
-    copies = {rank: tmp_path / f"ckpt{rank}" for rank in (0, 1)}
-    for copy in copies.values():
-        shutil.copytree(checkpoint, copy)
-    warm_files, cold_files = sorted(copies[0].glob("*.safetensors")), sorted(copies[1].glob("*.safetensors"))
-    for shard in warm_files:
-        shard.read_bytes()  # in the page cache
-    for shard in cold_files:
-        evict(shard)
-    if any(memory.cached_bytes(shard) != 0 for shard in cold_files):
-        pytest.skip(f"posix_fadvise(DONTNEED) cannot evict files under {tmp_path} (tmpfs?): no cold checkpoint")
-    if any(memory.cached_bytes(shard) != shard.stat().st_size for shard in warm_files):
-        pytest.skip("the page cache does not keep the warm copy")
-    cwd = tmp_path / "run"
-    torchrun(venv, WORKER, [str(tmp_path / "ckpt{rank}")], cwd=cwd, env={"LOADTRACE": "1"}).check()
-    folder = cwd / TRACE_ROOT
+def test_a_cold_and_a_warm_node_are_told_apart_exactly(healthy, tmp_path, capsys):
+    if healthy.not_cold:
+        pytest.skip(healthy.not_cold)
+    folder = tmp_path / "traces"
+    shutil.copytree(healthy.folder, folder)
+    cold_files = healthy.cold_files
     report = report_json(capsys, folder)
     host = report["ranks"][0]["host"]
     rename_host(folder, 1, f"{host}-b")

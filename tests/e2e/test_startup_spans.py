@@ -82,7 +82,10 @@ def zero3(checkpoint, tmp_path_factory) -> Job:
 
 @pytest.fixture(scope="module")
 def late(checkpoint, tmp_path_factory) -> Job:
-    job = run(checkpoint, tmp_path_factory.mktemp("late"), "plain", "--late-rank", "1", "--late-s", str(LATE_S))
+    """A plain job whose rank 1 joins ``LATE_S`` late, at ``LOADTRACE_DETAIL=tensor``: reads have spans, so files have
+    an ``open`` phase."""
+    args = ("--late-rank", "1", "--late-s", str(LATE_S))
+    job = run(checkpoint, tmp_path_factory.mktemp("late"), "plain", *args, detail="tensor")
     job.result.check()
     return job
 
@@ -237,22 +240,14 @@ def assert_each_startup_carries_the_reports_split(job: Job) -> None:
     assert checked >= 2
 
 
-@pytest.fixture(scope="module")
-def tensor_detail(checkpoint, tmp_path_factory) -> Job:
-    """A plain job at ``LOADTRACE_DETAIL=tensor``: reads have spans, so files have an ``open`` phase."""
-    job = run(checkpoint, tmp_path_factory.mktemp("tensor"), "plain", detail="tensor")
-    job.result.check()
-    return job
-
-
-@pytest.mark.parametrize("case", ["fsdp2", "zero3", "late", "tensor_detail"])
+@pytest.mark.parametrize("case", ["fsdp2", "zero3", "late"])
 def test_each_rank_carries_its_startup_split_as_the_report_computes_it(case, request):
     """The store's one startup row per rank (ClickHouse, the fleet dashboard) holds the report's split: the same
     definition (``loadtrace/startup_split.py``) over the same spans, with rendezvous, broadcasts, ZeRO-3's phases, a
-    late rank's wait and per-tensor reads."""
+    late rank's wait and per-tensor reads (the late job's)."""
     job = request.getfixturevalue(case)
     assert_each_startup_carries_the_reports_split(job)
-    if case == "tensor_detail":
+    if case == "late":
         spans = job.all_spans()
         assert any(s.name == semconv.SPAN_SAFETENSORS_READ for s in spans)
         opens = [s.attributes[semconv.STARTUP_PHASE_NS][0] for s in spans if s.name == semconv.SPAN_STARTUP]

@@ -11,33 +11,25 @@ envelope.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
-import re
-import subprocess
-import threading
-from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import pytest
+from support import loopback
+from support.cli import one_line, run_json
+from support.jaeger_query import NO_TRACES, error, parse_rfc3339_nanos
 from support.venvs import discover, installed_problems
 from support.wire import WireRun, traces_data_json, wire_run
 
+from loadtrace.cli import main
+
 VENVS = discover()
-RFC3339_NANOS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\.(\d{9})Z$")
 
 
-def parse_rfc3339_nanos(text: str) -> int:
-    """What Go's ``time.RFC3339Nano`` accepts, reduced to what loadtrace sends: UTC, nine fraction digits."""
-    match = RFC3339_NANOS.match(text)
-    if not match:
-        raise ValueError(text)
-    seconds = datetime.strptime(match.group(1), "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
-    return int(seconds) * 1_000_000_000 + int(match.group(2))
-
-
-class JaegerStore:
+class JaegerStore(loopback.Loopback):
     """Jaeger v2's ``/api/v3`` over the spans one OTLP receiver stored."""
 
     def __init__(self, wire: WireRun):
@@ -45,22 +37,12 @@ class JaegerStore:
         self.requests: list[str] = []
         store = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(loopback.Handler):
             def do_GET(self):  # noqa: N802 (http.server's name)
                 store.requests.append(self.path)
-                status, body = store.answer(urlparse(self.path))
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self.reply(*store.answer(urlparse(self.path)))
 
-            def log_message(self, *args):
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        super().__init__(Handler)
 
     def answer(self, url) -> tuple[int, bytes]:
         if url.path.startswith("/api/v3/traces/"):
@@ -72,9 +54,9 @@ class JaegerStore:
                 try:
                     query[key] = parse_rfc3339_nanos(query[key])
                 except (KeyError, ValueError):
-                    return 400, self.error(400, f"malformed parameter {key}")
+                    return 400, error(400, f"malformed parameter {key}")
             if not query.get("query.service_name"):
-                return 400, self.error(400, "malformed parameter query.service_name")
+                return 400, error(400, "malformed parameter query.service_name")
             # Jaeger finds the traces with a span of that service starting in the window, and returns them whole.
             found = {
                 s.trace_id
@@ -88,24 +70,12 @@ class JaegerStore:
     def traces(self, trace_ids: set[str]) -> tuple[int, bytes]:
         data = traces_data_json(self.wire.arrivals, keep=lambda span: span.trace_id.hex() in trace_ids)
         if not data.get("resourceSpans"):
-            return 404, self.error(404, "No traces found")
+            return 404, NO_TRACES
         for resource_spans in data["resourceSpans"]:
             for scope_spans in resource_spans["scopeSpans"]:
                 for span in scope_spans["spans"]:
                     span.setdefault("parentSpanId", "")  # Jaeger writes the empty id of a root span
         return 200, json.dumps({"result": data}).encode()
-
-    @staticmethod
-    def error(code: int, message: str) -> bytes:
-        return json.dumps({"error": {"httpCode": code, "message": message}}).encode()
-
-    def __enter__(self) -> JaegerStore:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._server.shutdown()
-        self._server.server_close()
 
 
 @pytest.fixture(scope="module")
@@ -122,22 +92,13 @@ def jaeger(wire: WireRun):
         yield store
 
 
-def loadtrace(wire: WireRun, *argv: str) -> subprocess.CompletedProcess:
-    """The installed command, as a user runs it."""
-    return subprocess.run([str(wire.venv.bin / "loadtrace"), *argv], capture_output=True, text=True, timeout=120)
-
-
-def report_json(wire: WireRun, *argv: str) -> dict:
-    proc = loadtrace(wire, "report", *argv, "--format", "json")
-    assert proc.returncode == 0 and proc.stderr == "", (
-        f"loadtrace report {' '.join(argv)}: {proc.returncode}\n{proc.stderr}"
-    )
-    return json.loads(proc.stdout)
-
-
 @pytest.fixture(scope="module")
 def from_files(wire: WireRun) -> dict:
-    return report_json(wire, str(wire.files_dir))
+    """The report over the run's files, what every Jaeger answer must equal."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["report", str(wire.files_dir), "--format", "json"]) == 0
+    return json.loads(out.getvalue())
 
 
 def assert_same_report(got: dict, files: dict, where: str) -> None:
@@ -149,10 +110,10 @@ def assert_same_report(got: dict, files: dict, where: str) -> None:
     assert got["findings"] == files["findings"], where
 
 
-def test_report_by_trace_id_equals_report_over_files(wire: WireRun, jaeger: JaegerStore, from_files: dict):
+def test_report_by_trace_id_equals_report_over_files(wire: WireRun, jaeger: JaegerStore, from_files: dict, capsys):
     (trace_id,) = {s.trace_id for s in wire.spans}
     jaeger.requests.clear()
-    got = report_json(wire, "--jaeger", jaeger.url, "--trace-id", trace_id)
+    got = run_json(capsys, "report", "--jaeger", jaeger.url, "--trace-id", trace_id)
     assert jaeger.requests == [f"/api/v3/traces/{trace_id}"]
     assert_same_report(got, from_files, f"--trace-id {trace_id}")
     ranks = {r["rank"]: r for r in got["ranks"]}
@@ -160,9 +121,9 @@ def test_report_by_trace_id_equals_report_over_files(wire: WireRun, jaeger: Jaeg
     assert "duplicate_checkpoint_read" in {f["kind"] for f in got["findings"]}
 
 
-def test_report_by_service_search_equals_report_over_files(wire: WireRun, jaeger: JaegerStore, from_files: dict):
+def test_report_by_service_search_equals_report_over_files(jaeger: JaegerStore, from_files: dict, capsys):
     jaeger.requests.clear()
-    got = report_json(wire, "--jaeger", jaeger.url, "--service", "loadtrace", "--since", "1h")
+    got = run_json(capsys, "report", "--jaeger", jaeger.url, "--service", "loadtrace", "--since", "1h")
     (request,) = jaeger.requests
     query = parse_qs(urlparse(request).query)
     assert urlparse(request).path == "/api/v3/traces" and query["query.service_name"] == ["loadtrace"]
@@ -173,8 +134,6 @@ def test_report_by_service_search_equals_report_over_files(wire: WireRun, jaeger
     assert_same_report(got, from_files, "--service loadtrace --since 1h")
 
 
-def test_nothing_found_is_exit_2_with_one_line(wire: WireRun, jaeger: JaegerStore):
+def test_nothing_found_is_exit_2_with_one_line(jaeger: JaegerStore, capsys):
     for argv in (["--trace-id", "0" * 32], ["--service", "someone-else"]):
-        proc = loadtrace(wire, "report", "--jaeger", jaeger.url, *argv)
-        assert (proc.returncode, proc.stdout) == (2, ""), argv
-        assert proc.stderr.startswith("loadtrace: error: no traces found") and proc.stderr.count("\n") == 1, proc.stderr
+        assert one_line(capsys, "report", "--jaeger", jaeger.url, *argv).startswith("loadtrace: error: no traces found")

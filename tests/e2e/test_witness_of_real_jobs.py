@@ -1,54 +1,39 @@
 """Promise: with LOADTRACE=1 the launcher (torchrun's elastic agent, which `accelerate launch` also uses) outlives its
 workers and writes one `loadtrace.rank_exit` span per dead rank into the job's trace: how it ended (signal or exit
 code, and whether the OOM killer did it) and its exact last state (loadtrace/instrumentation/witness.py,
-hooks/torchelastic.py)."""
+hooks/torchelastic.py).
+
+The jobs are the session's: the killed-rank job, traced and untraced (support/killed_rank.py; test_killed_rank.py reads
+the traced one's report), and the job whose rank 1 heads for its cgroup's limit until the OOM killer takes it
+(support/live.py; test_top_live.py watches it)."""
 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
-from support.cgroups import memory_cgroup, remove_cgroup
+from support.killed_rank import killed_rank_job
+from support.live import heading_for_oom
 from support.otlp_files import read_lines
-from support.torchrun import torchrun
-from support.venvs import REPO, discover
+from support.venvs import discover
 
 from loadtrace import semconv, statefile
-from loadtrace.instrumentation import witness
 
 VENVS = discover()
 
 
-def worker_writes_state() -> bool:
-    """Whether the installed loadtrace's workers keep and announce their own state file (issue 11's worker side)."""
-    package = Path(witness.__file__).parent
-    return any("announce(" in p.read_text() for p in package.rglob("*.py") if p.name != "witness.py")
-
-
-def witnessed_run(checkpoint: Path, cwd: Path, traced: bool = True, oom_cgroup: Path | None = None):
-    """One torchrun of the witnessed worker, with TMPDIR inside ``cwd`` (to see the witness directory go)."""
-    tmp = cwd / "tmp"
-    tmp.mkdir(parents=True)
-    env = {"HF_DEACTIVATE_ASYNC_LOAD": "1", "TMPDIR": str(tmp), **({"LOADTRACE": "1"} if traced else {})}
-    args = [str(checkpoint), "--out", str(cwd), *([] if worker_writes_state() else ["--own-state"])]
-    if oom_cgroup is not None:
-        args += ["--oom-cgroup", str(oom_cgroup)]
-    return torchrun(VENVS[0], REPO / "tests" / "workers" / "witnessed_load.py", args, cwd=cwd, env=env, timeout_s=300)
-
-
-def rank_exit_of_rank1(run) -> tuple[Path, dict, dict]:
-    """(the job's trace directory, resource, span) of rank 1's ``loadtrace.rank_exit``: exactly one."""
-    (job_dir,) = (run.cwd / "loadtrace-traces").iterdir()
-    (witness_file,) = job_dir.glob("witness-*.jsonl")
+def rank_exit_of_rank1(folder: Path) -> tuple[Path, dict, dict]:
+    """(the job's trace directory, resource, span) of rank 1's ``loadtrace.rank_exit`` under ``folder``: exactly
+    one."""
+    (witness_file,) = folder.rglob("witness-*.jsonl")
     exits = [(r, s) for r, s in read_lines(witness_file) if s["name"] == semconv.SPAN_RANK_EXIT]
     ((resource, span),) = [(r, s) for r, s in exits if r[semconv.RANK] == "1"]
-    return job_dir, resource, span
+    return witness_file.parent, resource, span
 
 
-def test_torchrun_witnesses_a_rank_killed_in_the_middle_of_its_load(checkpoint, tmp_path):
-    untraced = witnessed_run(checkpoint, tmp_path / "untraced", traced=False)
-    run = witnessed_run(checkpoint, tmp_path / "traced")
+def test_torchrun_witnesses_a_rank_killed_in_the_middle_of_its_load(checkpoint, tmp_path_factory):
+    untraced = killed_rank_job(VENVS[0], checkpoint, tmp_path_factory, traced=False)
+    run = killed_rank_job(VENVS[0], checkpoint, tmp_path_factory)
     assert untraced.returncode != 0, untraced.tail()
     assert run.returncode == untraced.returncode, "the witness leaves torchrun's exit code alone\n" + run.tail()
     said = [line for line in run.log.read_text().splitlines() if "loadtrace:" in line]
@@ -56,7 +41,7 @@ def test_torchrun_witnesses_a_rank_killed_in_the_middle_of_its_load(checkpoint, 
 
     count = json.loads((run.cwd / "count-rank1.json").read_text())  # rank 1's own count, just before the kill
     assert count["read_bytes"] > 0
-    job_dir, resource, span = rank_exit_of_rank1(run)
+    job_dir, resource, span = rank_exit_of_rank1(run.cwd / "loadtrace-traces")
     (state_path,) = job_dir.glob("rank00001-*.state")
     state = statefile.read(state_path)
     assert state is not None and state.totals()["read_bytes"] == count["read_bytes"]
@@ -72,19 +57,15 @@ def test_torchrun_witnesses_a_rank_killed_in_the_middle_of_its_load(checkpoint, 
     assert resource[semconv.LAUNCH_ID] == state.texts["launch_id"] != ""
     assert span["attributes"][semconv.WITNESS_PID] != resource[semconv.PROCESS_PID]
     assert not list((run.cwd / "tmp").glob("loadtrace-witness-*")), "the launcher removes its witness directory"
-    shutil.rmtree(run.cwd / "tmp", ignore_errors=True)
 
 
-def test_torchrun_tells_the_oom_killer_apart(checkpoint, tmp_path):
-    """Rank 1 in a real memory cgroup (v1, as root) allocates until the kernel's OOM killer takes it."""
-    cgroup = memory_cgroup("loadtrace-witness-test", 256 * 1024 * 1024)
-    try:
-        run = witnessed_run(checkpoint, tmp_path / "oom", oom_cgroup=cgroup)
-        assert run.returncode != 0, run.tail()
-        assert "exitcode  : -9" in run.log.read_text(), run.tail()
-        _, resource, span = rank_exit_of_rank1(run)
-        assert span["attributes"][semconv.EXIT_SIGNAL] == "SIGKILL"
-        assert span["attributes"][semconv.EXIT_OOM_KILLED] is True
-        assert span["status"] == {"code": 2, "message": "SIGKILL (OOM)"}
-    finally:
-        remove_cgroup(cgroup)
+def test_torchrun_tells_the_oom_killer_apart(checkpoint, tmp_path_factory):
+    """The job runs in a real memory cgroup (v1, as root) whose limit rank 1 heads for until the kernel's OOM killer
+    takes it."""
+    run = heading_for_oom(VENVS[0], checkpoint, tmp_path_factory)
+    assert run.returncode != 0, run.log[-3000:]
+    assert "exitcode  : -9" in run.log, run.log[-3000:]
+    _, resource, span = rank_exit_of_rank1(run.traces)
+    assert span["attributes"][semconv.EXIT_SIGNAL] == "SIGKILL"
+    assert span["attributes"][semconv.EXIT_OOM_KILLED] is True
+    assert span["status"] == {"code": 2, "message": "SIGKILL (OOM)"}

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
-from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 import pytest
+from support import loopback
+from support.cli import run
+from support.jaeger_query import NO_TRACES, error, parse_rfc3339_nanos
 from support.otlp_lines import field_fact_job, trace_id_of
 
 from loadtrace.analysis.sources import SourceError, jaeger
-from loadtrace.cli import main
 
 JOBS = {
     trace_id_of(f"{v}-fsdp_cpu_ram_efficient"): field_fact_job(v, "fsdp_cpu_ram_efficient")
@@ -27,66 +26,39 @@ def merged(lines: list[str]) -> dict:
     return {"resourceSpans": [rs for text in lines for rs in json.loads(text)["resourceSpans"]]}
 
 
-def envelope(code: int, message: str) -> bytes:
-    return json.dumps({"error": {"httpCode": code, "message": message}}).encode()
-
-
-class JaegerQuery(BaseHTTPRequestHandler):
+class JaegerQuery(loopback.Handler):
     requests: list[str] = []
 
     def do_GET(self):  # noqa: N802 (http.server's name)
         JaegerQuery.requests.append(self.path)
         url = urlparse(self.path)
         if url.path.startswith("/behind-a-login-page/"):
-            return self.answer(200, b"<html>please log in</html>")
+            return self.reply(200, b"<html>please log in</html>")
         if url.path.startswith("/api/v3/traces/"):
             trace_id = url.path.rsplit("/", 1)[1]
             if trace_id in JOBS:
-                return self.answer(200, json.dumps({"result": merged(JOBS[trace_id])}).encode())
-            return self.answer(404, envelope(404, "No traces found"))
+                return self.reply(200, json.dumps({"result": merged(JOBS[trace_id])}).encode())
+            return self.reply(404, NO_TRACES)
         if url.path == "/api/v3/traces":
             query = {key: values[0] for key, values in parse_qs(url.query).items()}
             try:
                 for key in ("query.start_time_min", "query.start_time_max"):
-                    text = query[key]
-                    # RFC 3339 with nanoseconds, as Go's time.RFC3339Nano parses it.
-                    assert text.endswith("Z") and len(text.split(".")[1]) == 10
-                    datetime.strptime(text[:26] + "Z", "%Y-%m-%dT%H:%M:%S.%fZ")
-            except (KeyError, AssertionError, ValueError, IndexError):
-                return self.answer(400, envelope(400, "malformed parameter query.start_time_min"))
+                    parse_rfc3339_nanos(query[key])
+            except (KeyError, ValueError):
+                return self.reply(400, error(400, "malformed parameter query.start_time_min"))
             if query.get("query.service_name") != "trainer":
-                return self.answer(404, envelope(404, "No traces found"))
-            return self.answer(
+                return self.reply(404, NO_TRACES)
+            return self.reply(
                 200, json.dumps({"result": merged([t for lines in JOBS.values() for t in lines])}).encode()
             )
-        return self.answer(404, b"404 page not found")
-
-    def answer(self, status: int, body: bytes):
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+        return self.reply(404, b"404 page not found")
 
 
 @pytest.fixture
 def server():
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), JaegerQuery)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
     JaegerQuery.requests = []
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+    with loopback.Loopback(JaegerQuery) as running:
+        yield running.url
 
 
 def test_report_by_trace_id(server, capsys):
@@ -109,9 +81,8 @@ def test_report_by_service_and_time_window_reports_each_trace(server, capsys):
     (request,) = JaegerQuery.requests
     query = parse_qs(urlparse(request).query)
     assert query["query.service_name"] == ["trainer"]
-    start = datetime.strptime(query["query.start_time_min"][0][:26], "%Y-%m-%dT%H:%M:%S.%f")
-    end = datetime.strptime(query["query.start_time_max"][0][:26], "%Y-%m-%dT%H:%M:%S.%f")
-    assert abs((end - start).total_seconds() - 7200) < 1
+    start, end = (parse_rfc3339_nanos(query[key][0]) for key in ("query.start_time_min", "query.start_time_max"))
+    assert end - start == 7200 * 10**9
 
 
 def test_latest_reports_the_job_that_started_last_of_the_service(server, capsys):

@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 from support import otel_traces
+from support.cli import one_line, run, run_json
+from support.clickhouse_fleet import RUNS, SINCE, restart, trace_of
+from support.dead_rank_jobs import oom_killed_job
 from support.jobtree import write_tree
-from test_analysis_dead_ranks import oom_killed_job
-from test_clickhouse_source import FIXTURES, RUNS, SINCE, _json, _one_line, _restart, _run, _trace_of
+from support.paths import SPANS
 
 from loadtrace.analysis.sources import clickhouse
 from loadtrace.cli import main
@@ -34,8 +36,8 @@ INGESTED = re.compile(
 
 def folder_of(root: Path) -> Path:
     files = root / "files"
-    for run in RUNS:
-        shutil.copytree(FIXTURES / run, files / run)  # state files included
+    for name in RUNS:
+        shutil.copytree(SPANS / name, files / name)  # state files included
     write_tree(files / "tree", 6, 2)
     (files / "oom-witness").mkdir()
     oom_killed_job(files / "oom-witness")
@@ -43,7 +45,7 @@ def folder_of(root: Path) -> Path:
 
 
 def _ingest(capsys, files: Path, url: str) -> tuple[int, int, int, bool, int]:
-    code, out, err = _run(capsys, "ingest", str(files), "--clickhouse", url)
+    code, out, err = run(capsys, "ingest", str(files), "--clickhouse", url)
     assert code == 0 and err == "", err
     return _numbers(out)
 
@@ -88,10 +90,10 @@ def test_ingest_writes_every_span_and_state_file_once(ingested):
 
 def test_jobs_from_the_table_equal_the_folder(ingested, capsys):
     files, url, _ = ingested
-    from_files = _json(capsys, "jobs", str(files), "--group-by", "cluster")
+    from_files = run_json(capsys, "jobs", str(files), "--group-by", "cluster")
     assert {row["cluster"] for row in from_files["jobs"]} == {"alpha", "beta", None}
     assert from_files["skipped_lines"] == 0
-    assert _json(capsys, "jobs", "--clickhouse", url, *SINCE, "--group-by", "cluster") == from_files
+    assert run_json(capsys, "jobs", "--clickhouse", url, *SINCE, "--group-by", "cluster") == from_files
 
 
 GROUPINGS = (
@@ -102,34 +104,42 @@ GROUPINGS = (
 )
 
 
-def _groups_equal(capsys, files: Path, url: str) -> None:
-    """``--groups-only`` the same from both, as JSON and as a table (or the same one line, exit 2), and the groups
-    and differences of the whole report."""
+def folder_groups(capsys, files: Path) -> dict[tuple[str, ...], tuple[int, str, str]]:
+    """The folder's ``--groups-only`` answers, as JSON and as a table, to each of ``GROUPINGS`` (exit code, stdout,
+    stderr), each JSON one the groups and differences of the whole report. Read once a folder: it does not change
+    while its table is rolled up."""
+    answers = {}
     for args in GROUPINGS:
         for form in ("json", "table"):
-            from_files = _run(capsys, "jobs", str(files), *args, "--groups-only", "--format", form)
-            assert from_files == _run(
-                capsys, "jobs", "--clickhouse", url, *SINCE, *args, "--groups-only", "--format", form
-            ), args
-        if from_files[0] == 0:
-            whole = _json(capsys, "jobs", str(files), *args)
-            assert _json(capsys, "jobs", str(files), *args, "--groups-only") == {
-                key: whole[key] for key in ("groups", "differences", "skipped_lines")
-            }
+            answers[(*args, form)] = run(capsys, "jobs", str(files), *args, "--groups-only", "--format", form)
+        code, out, _ = answers[(*args, "json")]
+        if code == 0:
+            whole = run_json(capsys, "jobs", str(files), *args)
+            assert json.loads(out) == {key: whole[key] for key in ("groups", "differences", "skipped_lines")}
+    return answers
+
+
+def _groups_equal(capsys, url: str, folder: dict[tuple[str, ...], tuple[int, str, str]]) -> None:
+    """The table's ``--groups-only`` answers are the folder's (or the same one line, exit 2)."""
+    for args in GROUPINGS:
+        for form in ("json", "table"):
+            from_table = run(capsys, "jobs", "--clickhouse", url, *SINCE, *args, "--groups-only", "--format", form)
+            assert from_table == folder[(*args, form)], args
 
 
 def test_groups_only_are_the_same_from_the_folder_and_the_table(ingested, capsys):
     """From spans (no rollup), then from the rollup's rows in the server."""
     files, url, _ = ingested
-    grouped = _json(capsys, "jobs", str(files), "--group-by", "cluster", "--groups-only")
+    grouped = run_json(capsys, "jobs", str(files), "--group-by", "cluster", "--groups-only")
     assert [group["by"]["cluster"] for group in grouped["groups"]] == [None, "alpha", "beta"]
     assert grouped["differences"] and set(grouped) == {"groups", "differences", "skipped_lines"}
-    _groups_equal(capsys, files, url)
-    code, _, err = _run(capsys, "rollup", "--clickhouse", url, *SINCE, "--quiet", "1s")
+    folder = folder_groups(capsys, files)
+    _groups_equal(capsys, url, folder)
+    code, _, err = run(capsys, "rollup", "--clickhouse", url, *SINCE, "--quiet", "1s")
     assert code == 0, err
-    _groups_equal(capsys, files, url)
+    _groups_equal(capsys, url, folder)
     for source in ([str(files)], ["--clickhouse", url, *SINCE]):
-        assert "no job matches --where cluster=nowhere (of 13 jobs)" in _one_line(
+        assert "no job matches --where cluster=nowhere (of 13 jobs)" in one_line(
             capsys, "jobs", *source, "--where", "cluster=nowhere", "--groups-only"
         )
 
@@ -138,30 +148,29 @@ def test_groups_only_are_the_same_from_the_folder_and_the_table(ingested, capsys
 def test_a_dead_rank_is_in_the_table_as_in_the_folder(ingested, capsys, run):
     """The killed rank exported nothing: from spans alone it is a missing rank; its state file, ingested, tells."""
     files, url, _ = ingested
-    from_table = _json(capsys, "report", "--clickhouse", url, "--job", _trace_of(files, run))
-    assert from_table == _json(capsys, "report", str(files / run))
+    from_table = run_json(capsys, "report", "--clickhouse", url, "--job", trace_of(files / run))
+    assert from_table == run_json(capsys, "report", str(files / run))
     assert from_table["traces"][0]["missing_ranks"] == []
 
 
 def test_a_job_that_gained_spans_gains_only_those_and_the_rollup_reads_state_files(tmp_path, capsys):
     files, url = tmp_path / "files", f"chdb:{tmp_path / 'db'}"
-    shutil.copytree(FIXTURES / "killed524", files / "killed524")
-    shutil.copytree(FIXTURES / "plain524", files / "plain524")
+    shutil.copytree(SPANS / "killed524", files / "killed524")
+    shutil.copytree(SPANS / "plain524", files / "plain524")
     first = _ingest(capsys, files, url)
-    code, out, err = _run(capsys, "rollup", "--clickhouse", url, *SINCE, "--quiet", "1s")
+    code, out, err = run(capsys, "rollup", "--clickhouse", url, *SINCE, "--quiet", "1s")
     assert code == 0 and out.startswith("loadtrace rollup: 2 jobs of 2 traces"), err
-    _restart(FIXTURES / "plain524", files / "plain524-restart")  # the same trace again: attempt 1's spans
+    restart(SPANS / "plain524", files / "plain524-restart")  # the same trace again: attempt 1's spans
     gained = _spans_in(files / "plain524-restart")
     assert _ingest(capsys, files, url) == (gained, 0, 2, False, first[0] + first[1])
+    jobs, groups = run_json(capsys, "jobs", str(files), "--group-by", "cluster"), folder_groups(capsys, files)
     for _ in range(2):  # the trace that gained spans from its spans, then rolled again: the folder's answer
-        assert _json(capsys, "jobs", "--clickhouse", url, *SINCE, "--group-by", "cluster") == _json(
-            capsys, "jobs", str(files), "--group-by", "cluster"
-        )
-        _groups_equal(capsys, files, url)  # that trace's rows sent with the query
-        code, out, err = _run(capsys, "rollup", "--clickhouse", url, *SINCE, "--quiet", "1s")
+        assert run_json(capsys, "jobs", "--clickhouse", url, *SINCE, "--group-by", "cluster") == jobs
+        _groups_equal(capsys, url, groups)  # that trace's rows sent with the query
+        code, out, err = run(capsys, "rollup", "--clickhouse", url, *SINCE, "--quiet", "1s")
         assert code == 0, err
-    killed = _trace_of(files, "killed524")
-    assert _json(capsys, "report", "--clickhouse", url, "--job", killed) == _json(
+    killed = trace_of(files / "killed524")
+    assert run_json(capsys, "report", "--clickhouse", url, "--job", killed) == run_json(
         capsys, "report", str(files / "killed524")
     )
 
@@ -171,7 +180,7 @@ def test_ingest_over_http_with_the_official_driver(tmp_path, capsys):
     from support.clickhouse_front import Front
 
     files = tmp_path / "files"
-    shutil.copytree(FIXTURES / "killed524", files / "killed524")
+    shutil.copytree(SPANS / "killed524", files / "killed524")
     write_tree(files / "tree", 3, 2)
     (tmp_path / "db").mkdir()
     with chdb_session.Session(str(tmp_path / "db")) as session:
@@ -179,26 +188,26 @@ def test_ingest_over_http_with_the_official_driver(tmp_path, capsys):
         with front as http:
             first = _ingest(capsys, files, f"{http}/default")
             second = _ingest(capsys, files, http)
-            from_http = _json(capsys, "jobs", "--clickhouse", http, *SINCE, "--group-by", "cluster")
-            assert _run(capsys, "rollup", "--clickhouse", http, *SINCE, "--quiet", "1s")[0] == 0
+            from_http = run_json(capsys, "jobs", "--clickhouse", http, *SINCE, "--group-by", "cluster")
+            assert run(capsys, "rollup", "--clickhouse", http, *SINCE, "--quiet", "1s")[0] == 0
             front.queries.clear()
-            groups = _json(capsys, "jobs", "--clickhouse", http, *SINCE, "--group-by", "cluster", "--groups-only")
+            groups = run_json(capsys, "jobs", "--clickhouse", http, *SINCE, "--group-by", "cluster", "--groups-only")
     assert first == (_spans_in(files), 2, 4, True, 0) and second == (0, 0, 4, False, first[0] + 2)
-    assert from_http == _json(capsys, "jobs", str(files), "--group-by", "cluster")
-    assert groups == _json(capsys, "jobs", str(files), "--group-by", "cluster", "--groups-only")
+    assert from_http == run_json(capsys, "jobs", str(files), "--group-by", "cluster")
+    assert groups == run_json(capsys, "jobs", str(files), "--group-by", "cluster", "--groups-only")
     assert not [sql for sql in front.queries if "FROM default.otel_traces WHERE" in sql]  # no span left the server
     assert not [sql for sql in front.queries if "arrayStringConcat" in sql]  # nor a row
 
 
 def test_lines_the_reader_skips_are_skipped_and_counted(tmp_path, capsys):
     files = tmp_path / "files"
-    shutil.copytree(FIXTURES / "plain524", files)
+    shutil.copytree(SPANS / "plain524", files)
     good = (files / next(p.name for p in files.glob("*.jsonl"))).read_text().splitlines()[0]
     span = json.loads(good)
     span["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["startTimeUnixNano"] = str(2**63)  # after 2262
     (files / "hostile.jsonl").write_text('{"resourceSpans": [{"scopeSpans": 5}]}\n{"trunc\n' + json.dumps(span) + "\n")
     (files / "rank00009-x-1.state").write_bytes(b"not a state file")
-    code, out, err = _run(capsys, "ingest", str(files), "--clickhouse", f"chdb:{tmp_path / 'db'}")
+    code, out, err = run(capsys, "ingest", str(files), "--clickhouse", f"chdb:{tmp_path / 'db'}")
     assert code == 0 and out.endswith("; 3 unreadable lines skipped; 1 unreadable state files skipped\n"), out
 
 
@@ -212,22 +221,22 @@ def test_a_state_row_that_does_not_decode_is_a_skipped_state_file():
 
 def test_ingest_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     files = tmp_path / "files"
-    shutil.copytree(FIXTURES / "plain524", files)
+    shutil.copytree(SPANS / "plain524", files)
     (tmp_path / "empty").mkdir()
     (tmp_path / "garbage").mkdir()
     (tmp_path / "garbage" / "x.jsonl").write_text("not json\n")
     url = f"chdb:{tmp_path / 'db'}"
-    assert "ingest needs --clickhouse URL" in _one_line(capsys, "ingest", str(files))
-    assert "no *.jsonl trace files or *.state files" in _one_line(
+    assert "ingest needs --clickhouse URL" in one_line(capsys, "ingest", str(files))
+    assert "no *.jsonl trace files or *.state files" in one_line(
         capsys, "ingest", str(tmp_path / "empty"), "--clickhouse", url
     )
-    assert "no such file or directory" in _one_line(capsys, "ingest", str(tmp_path / "none"), "--clickhouse", url)
-    assert "no spans or state files to ingest (1 unreadable lines" in _one_line(
+    assert "no such file or directory" in one_line(capsys, "ingest", str(tmp_path / "none"), "--clickhouse", url)
+    assert "no spans or state files to ingest (1 unreadable lines" in one_line(
         capsys, "ingest", str(tmp_path / "garbage"), "--clickhouse", url
     )
-    assert "cannot reach ClickHouse" in _one_line(capsys, "ingest", str(files), "--clickhouse", "http://127.0.0.1:9")
+    assert "cannot reach ClickHouse" in one_line(capsys, "ingest", str(files), "--clickhouse", "http://127.0.0.1:9")
     (tmp_path / "a-file").write_text("")
-    assert "not a chDB database directory" in _one_line(
+    assert "not a chDB database directory" in one_line(
         capsys, "ingest", str(files), "--clickhouse", f"chdb:{tmp_path / 'a-file'}"
     )
     with chdb_session.Session(str(tmp_path / "db")) as session:
@@ -235,9 +244,9 @@ def test_ingest_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
         session.query(
             otel_traces.DDL.format(database="default", table="older").replace("    Links Nested", "    X Nested")
         )
-    other = _one_line(capsys, "ingest", str(files), "--clickhouse", url, "--clickhouse-table", "other")
+    other = one_line(capsys, "ingest", str(files), "--clickhouse", url, "--clickhouse-table", "other")
     assert "default.other is not the clickhouseexporter's otel_traces table (it lacks Timestamp" in other
-    older = _one_line(capsys, "ingest", str(files), "--clickhouse", url, "--clickhouse-table", "older")
+    older = one_line(capsys, "ingest", str(files), "--clickhouse", url, "--clickhouse-table", "older")
     assert "(it lacks Links.TraceId Array(String)" in older  # a column only the writer needs
 
 
@@ -248,17 +257,17 @@ def test_rows_sent_with_the_query_may_exceed_the_servers_default_query_size(tmp_
     from support.clickhouse_front import Front
 
     files, url = tmp_path / "files", f"chdb:{tmp_path / 'db'}"
-    shutil.copytree(FIXTURES / "plain524", files / "plain524")
+    shutil.copytree(SPANS / "plain524", files / "plain524")
     _ingest(capsys, files, url)
-    assert _run(capsys, "rollup", "--clickhouse", url, *SINCE, "--quiet", "1s")[0] == 0
+    assert run(capsys, "rollup", "--clickhouse", url, *SINCE, "--quiet", "1s")[0] == 0
     (files / "long").mkdir()
-    for path in (FIXTURES / "fsdp524").glob("*.jsonl"):
+    for path in (SPANS / "fsdp524").glob("*.jsonl"):
         (files / "long" / path.name).write_text(
             path.read_text().replace('"/tmp/golden/ckpt"', '"/' + "c" * 300_000 + '"')
         )
     _ingest(capsys, files / "long", url)
-    expected = _run(capsys, "jobs", str(files), "--group-by", "model", "--groups-only")
+    expected = run(capsys, "jobs", str(files), "--group-by", "model", "--groups-only")
     assert expected[0] == 0 and len(expected[1]) > 300_000
-    assert _run(capsys, "jobs", "--clickhouse", url, *SINCE, "--group-by", "model", "--groups-only") == expected
+    assert run(capsys, "jobs", "--clickhouse", url, *SINCE, "--group-by", "model", "--groups-only") == expected
     with chdb_session.Session(str(tmp_path / "db")) as session, Front(session) as http:
-        assert _run(capsys, "jobs", "--clickhouse", http, *SINCE, "--group-by", "model", "--groups-only") == expected
+        assert run(capsys, "jobs", "--clickhouse", http, *SINCE, "--group-by", "model", "--groups-only") == expected

@@ -17,28 +17,36 @@ from pathlib import Path
 
 import pytest
 from support import otel_traces
-from test_clickhouse_source import FIXTURES, SINCE, _json, _one_line, _restart, _run, _without_skipped, fleet_of
+from support.cli import one_line, run, run_json
+from support.clickhouse_fleet import SINCE, copy_of, fleet_of, restart, trace_of, without_skipped
+from support.paths import SPANS
 
 chdb_session = pytest.importorskip("chdb.session")
 
 ROLLUP_TABLES = ("otel_traces_loadtrace_traces", "otel_traces_loadtrace_jobs")
 
 
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory) -> tuple[Path, str]:
+    """The fleet without the restart (tests add it when they need it), filled once."""
+    return fleet_of(tmp_path_factory.mktemp("fleet"), with_restart=False)
+
+
 @pytest.fixture
-def fleet(tmp_path) -> tuple[Path, str]:
-    """A fresh database per test (a rollup changes it), without the restart: tests add it when they need it."""
-    return fleet_of(tmp_path, restart=False)
+def fleet(filled, tmp_path) -> tuple[Path, str]:
+    """A fresh copy per test: a rollup changes the database."""
+    return copy_of(filled, tmp_path)
 
 
 def _rollup(capsys, url: str, *args: str) -> str:
-    code, out, err = _run(capsys, "rollup", "--clickhouse", url, *SINCE, *args)
+    code, out, err = run(capsys, "rollup", "--clickhouse", url, *SINCE, *args)
     assert code == 0 and err == "", err
     return out
 
 
 def _same(capsys, files: Path, url: str, *args: str) -> None:
-    from_table = _json(capsys, "jobs", "--clickhouse", url, *SINCE, *args)
-    assert _without_skipped(from_table) == _without_skipped(_json(capsys, "jobs", str(files), *args))
+    from_table = run_json(capsys, "jobs", "--clickhouse", url, *SINCE, *args)
+    assert without_skipped(from_table) == without_skipped(run_json(capsys, "jobs", str(files), *args))
 
 
 def _tables(url: str) -> dict[str, int]:
@@ -51,7 +59,7 @@ def _tables(url: str) -> dict[str, int]:
 
 def test_jobs_from_the_rollup_equal_the_files(fleet, capsys):
     files, url = fleet
-    before = _json(capsys, "jobs", "--clickhouse", url, *SINCE, "--group-by", "cluster")  # no rollup: from spans
+    before = run_json(capsys, "jobs", "--clickhouse", url, *SINCE, "--group-by", "cluster")  # no rollup: from spans
     out = _rollup(capsys, url, "--quiet", "1s")
     jobs = len(before["jobs"])
     assert out.startswith(f"loadtrace rollup: {jobs} jobs of {jobs} traces rolled up into default.otel_traces_")
@@ -95,14 +103,9 @@ def test_over_http_no_span_leaves_the_server_for_rolled_up_jobs(fleet, capsys):
             _rollup(capsys, f"{http}/default", "--quiet", "1s")
             assert _span_reads(front)  # the rollup reads each job's spans once
             front.queries.clear()
-            answer = _json(capsys, "jobs", "--clickhouse", http, *SINCE, "--group-by", "cluster")
+            answer = run_json(capsys, "jobs", "--clickhouse", http, *SINCE, "--group-by", "cluster")
     assert _span_reads(front) == [], front.queries
-    assert _without_skipped(answer) == _without_skipped(_json(capsys, "jobs", str(files), "--group-by", "cluster"))
-
-
-def _trace_of(folder: Path) -> str:
-    line = next(folder.glob("*.jsonl")).read_text().splitlines()[0]
-    return json.loads(line)["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["traceId"]
+    assert without_skipped(answer) == without_skipped(run_json(capsys, "jobs", str(files), "--group-by", "cluster"))
 
 
 def test_a_trace_that_gained_spans_after_its_rollup_is_computed_from_its_spans_until_rolled_again(fleet, capsys):
@@ -112,15 +115,15 @@ def test_a_trace_that_gained_spans_after_its_rollup_is_computed_from_its_spans_u
     files, url = fleet
     _rollup(capsys, url, "--quiet", "1s")
     # The launcher restarts plain524 under the same trace id: attempt 1's spans reach the table after the rollup.
-    _restart(FIXTURES / "plain524", files / "plain524-restart")
+    restart(SPANS / "plain524", files / "plain524-restart")
     with chdb_session.Session(url.removeprefix("chdb:")) as session:
         otel_traces.insert(session, otel_traces.rows_of_files(sorted((files / "plain524-restart").glob("*.jsonl"))))
         front = Front(session)
         with front as http:
-            answer = _json(capsys, "jobs", "--clickhouse", http, *SINCE, "--group-by", "cluster")
+            answer = run_json(capsys, "jobs", "--clickhouse", http, *SINCE, "--group-by", "cluster")
     reads = _span_reads(front)
-    assert len(reads) == 1 and _trace_of(files / "plain524") in reads[0], reads
-    assert _without_skipped(answer) == _without_skipped(_json(capsys, "jobs", str(files), "--group-by", "cluster"))
+    assert len(reads) == 1 and trace_of(files / "plain524") in reads[0], reads
+    assert without_skipped(answer) == without_skipped(run_json(capsys, "jobs", str(files), "--group-by", "cluster"))
     out = _rollup(capsys, url, "--quiet", "1s")
     assert out.startswith("loadtrace rollup: 2 jobs of 1 traces"), out  # that trace again: both attempts
     _same(capsys, files, url, "--group-by", "cluster")
@@ -128,7 +131,7 @@ def test_a_trace_that_gained_spans_after_its_rollup_is_computed_from_its_spans_u
 
 def test_active_traces_and_other_thresholds_are_computed_from_spans(fleet, capsys):
     files, url = fleet
-    traces = len(_json(capsys, "jobs", str(files))["jobs"])  # one job each
+    traces = len(run_json(capsys, "jobs", str(files))["jobs"])  # one job each
     out = _rollup(capsys, url, "--quiet", "36500d")  # every span "ended just now": no job has ended
     assert out.startswith("loadtrace rollup: 0 jobs of 0 traces") and f"; {traces} traces still active" in out
     _same(capsys, files, url, "--group-by", "cluster")
@@ -141,16 +144,16 @@ def test_active_traces_and_other_thresholds_are_computed_from_spans(fleet, capsy
 
 def test_rollup_bad_input_is_one_line_and_exit_2(fleet, capsys, tmp_path):
     _, url = fleet
-    assert "rollup needs --clickhouse URL" in _one_line(capsys, "rollup")
-    assert "not a chDB database directory" in _one_line(capsys, "rollup", "--clickhouse", f"chdb:{tmp_path}/none")
-    assert "cannot reach ClickHouse" in _one_line(capsys, "rollup", "--clickhouse", "http://127.0.0.1:9")
-    assert "no table default.nope" in _one_line(capsys, "rollup", "--clickhouse", url, "--clickhouse-table", "nope")
-    assert "bad duration" in _one_line(capsys, "rollup", "--clickhouse", url, "--quiet", "soon")
+    assert "rollup needs --clickhouse URL" in one_line(capsys, "rollup")
+    assert "not a chDB database directory" in one_line(capsys, "rollup", "--clickhouse", f"chdb:{tmp_path}/none")
+    assert "cannot reach ClickHouse" in one_line(capsys, "rollup", "--clickhouse", "http://127.0.0.1:9")
+    assert "no table default.nope" in one_line(capsys, "rollup", "--clickhouse", url, "--clickhouse-table", "nope")
+    assert "bad duration" in one_line(capsys, "rollup", "--clickhouse", url, "--quiet", "soon")
     _rollup(capsys, url, "--quiet", "1s")
-    assert "no job matches --where cluster=nowhere" in _one_line(
+    assert "no job matches --where cluster=nowhere" in one_line(
         capsys, "jobs", "--clickhouse", url, *SINCE, "--where", "cluster=nowhere"
     )
-    assert "began in the last" in _one_line(capsys, "jobs", "--clickhouse", url, "--since", "1s")
+    assert "began in the last" in one_line(capsys, "jobs", "--clickhouse", url, "--since", "1s")
 
 
 def test_spans_that_land_while_a_trace_is_rolled_up_leave_its_rows_stale_not_wrong(fleet, capsys, monkeypatch):
@@ -159,11 +162,11 @@ def test_spans_that_land_while_a_trace_is_rolled_up_leave_its_rows_stale_not_wro
     from loadtrace.analysis import rollup
 
     files, url = fleet
-    _restart(FIXTURES / "plain524", files / "plain524-restart")
+    restart(SPANS / "plain524", files / "plain524-restart")
     landed = []
 
     def read_after_a_late_insert(connection, where):
-        if not landed and _trace_of(files / "plain524") in where:
+        if not landed and trace_of(files / "plain524") in where:
             landed.append(where)
             late = otel_traces.rows_of_files(sorted((files / "plain524-restart").glob("*.jsonl")))
             otel_traces.insert(connection._chdb, late)  # through the rollup's own chDB session

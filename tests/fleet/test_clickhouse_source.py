@@ -9,91 +9,23 @@ three clusters (``support/jobtree.py``)."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 from support import otel_traces
+from support.cli import one_line, run, run_json
+from support.clickhouse_fleet import RUNS, SINCE, fleet_of, trace_of, without_skipped
 from support.dead_rank_jobs import TRACE as WITNESSED_TRACE
-from support.dead_rank_jobs import oom_killed_job
-from support.jobtree import write_tree
-from support.paths import SPANS
 
 from loadtrace.analysis.sources import clickhouse
-from loadtrace.cli import main
 
 chdb_session = pytest.importorskip("chdb.session")
-
-FIXTURES = SPANS
-RUNS = ("plain524", "fsdp512", "fsdp524", "zero3_524", "faulty524", "killed524")
-SINCE = ["--since", "36500d"]  # the recorded jobs ran long before the test
-
-
-def _restart(source: Path, folder: Path, shift_ns: int = 60 * 10**9) -> None:
-    """The same job run again by its launcher: attempt 1, new span ids (the root span's too), a minute later."""
-    folder.mkdir(parents=True)
-    for path in source.glob("*.jsonl"):
-        lines = []
-        for line in path.read_text().splitlines():
-            data = json.loads(line)
-            for rs in data["resourceSpans"]:
-                attributes = [a for a in rs["resource"]["attributes"] if a["key"] != "loadtrace.attempt"]
-                for attribute in attributes:  # new processes
-                    if attribute["key"] == "process.pid":
-                        attribute["value"] = {"intValue": str(int(attribute["value"]["intValue"]) + 100_000)}
-                    if attribute["key"] == "service.instance.id":
-                        attribute["value"] = {"stringValue": attribute["value"]["stringValue"] + "-restart"}
-                rs["resource"]["attributes"] = [*attributes, {"key": "loadtrace.attempt", "value": {"intValue": "1"}}]
-                for ss in rs["scopeSpans"]:
-                    for span in ss["spans"]:
-                        for key in ("spanId", "parentSpanId"):
-                            if span.get(key):
-                                span[key] = span[key][::-1]
-                        for key in ("startTimeUnixNano", "endTimeUnixNano"):
-                            span[key] = str(int(span[key]) + shift_ns)
-            lines.append(json.dumps(data))
-        (folder / ("restart-" + path.name)).write_text("\n".join(lines) + "\n")
 
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory) -> tuple[Path, str]:
     """(a folder of trace files, ``chdb:`` URL of a database filled from exactly those files)."""
     return fleet_of(tmp_path_factory.mktemp("fleet"))
-
-
-def fleet_of(root: Path, restart: bool = True) -> tuple[Path, str]:
-    files = root / "files"
-    for run in RUNS:
-        (files / run).mkdir(parents=True)
-        for path in (FIXTURES / run).glob("*.jsonl"):  # spans only: state files stay on the node
-            shutil.copy(path, files / run / path.name)
-    if restart:
-        _restart(FIXTURES / "plain524", files / "plain524-restart")
-    write_tree(files / "tree", 9, 4)
-    (files / "oom-witness").mkdir()
-    oom_killed_job(files / "oom-witness", with_state=False)  # the launcher's witness span speaks for the dead rank
-    otel_traces.fill(root / "db", sorted(files.rglob("*.jsonl")))
-    return files, f"chdb:{root / 'db'}"
-
-
-def _run(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(args))
-    except SystemExit as exit_:
-        code = exit_.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def _json(capsys, *args: str) -> dict:
-    code, out, err = _run(capsys, *args, "--format", "json")
-    assert code == 0, err
-    return json.loads(out)
-
-
-def _trace_of(files: Path, run: str) -> str:
-    line = next(p for p in (files / run).glob("*.jsonl")).read_text().splitlines()[0]
-    return json.loads(line)["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["traceId"]
 
 
 # The mapping ------------------------------------------------------------------------------------------------------
@@ -174,18 +106,13 @@ def test_the_table_is_the_exporters_and_holds_every_span(fleet):
 # The same answers -------------------------------------------------------------------------------------------------
 
 
-def _without_skipped(report: dict) -> dict:
-    report.pop("skipped_lines", None)
-    return report
-
-
 def test_jobs_grouped_by_cluster_equal_the_files(fleet, capsys):
     files, url = fleet
-    from_files = _json(capsys, "jobs", str(files), "--group-by", "cluster")
-    from_table = _json(capsys, "jobs", "--clickhouse", url, *SINCE, "--group-by", "cluster")
+    from_files = run_json(capsys, "jobs", str(files), "--group-by", "cluster")
+    from_table = run_json(capsys, "jobs", "--clickhouse", url, *SINCE, "--group-by", "cluster")
     assert len(from_files["jobs"]) == len(RUNS) + 1 + 9 + 1
     assert {row["cluster"] for row in from_files["jobs"]} == {"alpha", "beta", None}
-    assert _without_skipped(from_table) == _without_skipped(from_files)
+    assert without_skipped(from_table) == without_skipped(from_files)
 
 
 @pytest.mark.parametrize(
@@ -199,38 +126,38 @@ def test_jobs_grouped_by_cluster_equal_the_files(fleet, capsys):
 )
 def test_jobs_where_equal_the_files(fleet, capsys, args):
     files, url = fleet
-    assert _without_skipped(_json(capsys, "jobs", "--clickhouse", url, *SINCE, *args)) == _without_skipped(
-        _json(capsys, "jobs", str(files), *args)
+    assert without_skipped(run_json(capsys, "jobs", "--clickhouse", url, *SINCE, *args)) == without_skipped(
+        run_json(capsys, "jobs", str(files), *args)
     )
 
 
 @pytest.mark.parametrize("run", RUNS)
 def test_report_of_one_job_equals_the_files(fleet, capsys, run):
     files, url = fleet
-    trace = _trace_of(files, run)
+    trace = trace_of(files / run)
     picks = [trace[:12]] if run != "plain524" else [f"{trace}@1.1", f"{trace}@1.2"]  # a prefix; every run
     for pick in picks:
         source = files / run if run != "plain524" else files
-        from_files = _json(capsys, "report", str(source), "--job", pick)
-        from_table = _json(capsys, "report", "--clickhouse", url, "--job", pick)
-        assert _without_skipped(from_table) == _without_skipped(from_files)
+        from_files = run_json(capsys, "report", str(source), "--job", pick)
+        from_table = run_json(capsys, "report", "--clickhouse", url, "--job", pick)
+        assert without_skipped(from_table) == without_skipped(from_files)
     if run == "killed524":
         assert from_table["traces"][0]["missing_ranks"] == [1]  # the killed rank sent nothing
 
 
 def test_a_rank_the_launcher_saw_die_is_in_the_report_from_the_table(fleet, capsys):
     files, url = fleet
-    from_table = _json(capsys, "report", "--clickhouse", url, "--job", WITNESSED_TRACE)
-    assert _without_skipped(from_table) == _without_skipped(_json(capsys, "report", str(files / "oom-witness")))
+    from_table = run_json(capsys, "report", "--clickhouse", url, "--job", WITNESSED_TRACE)
+    assert without_skipped(from_table) == without_skipped(run_json(capsys, "report", str(files / "oom-witness")))
     (dead,) = [f for f in from_table["findings"] if f["kind"] == "incomplete_rank"]
     assert dead["ranks"] == [1] and "OOM-killed during transformers.convert" in dead["detail"]
 
 
 def test_compare_equals_the_files(fleet, capsys):
     files, url = fleet
-    a, b = _trace_of(files, "fsdp512"), _trace_of(files, "fsdp524")
-    from_files = _json(capsys, "compare", str(files / "fsdp512"), str(files / "fsdp524"))
-    from_table = _json(capsys, "compare", "--clickhouse", url, a, b)
+    a, b = trace_of(files / "fsdp512"), trace_of(files / "fsdp524")
+    from_files = run_json(capsys, "compare", str(files / "fsdp512"), str(files / "fsdp524"))
+    from_table = run_json(capsys, "compare", "--clickhouse", url, a, b)
     for side in ("a", "b"):  # the sources are named as given
         from_files.pop(side, None), from_table.pop(side, None)
     assert json.dumps(from_table, sort_keys=True).replace(a, "A").replace(b, "B") == json.dumps(
@@ -240,11 +167,11 @@ def test_compare_equals_the_files(fleet, capsys):
 
 def test_timeline_of_one_job_equals_the_files(fleet, capsys, tmp_path):
     files, url = fleet
-    trace = _trace_of(files, "zero3_524")
+    trace = trace_of(files / "zero3_524")
     outputs = []
     for source in ([str(files / "zero3_524")], ["--clickhouse", url, "--job", trace]):
         out = tmp_path / f"{len(outputs)}.json"
-        code, _, err = _run(capsys, "timeline", *source, "--format", "chrome", "-o", str(out))
+        code, _, err = run(capsys, "timeline", *source, "--format", "chrome", "-o", str(out))
         assert code == 0, err
         outputs.append(out.read_text())
     assert outputs[0] == outputs[1]
@@ -258,41 +185,34 @@ def test_the_driver_over_http_gives_the_same_answers(fleet, capsys):
     from support.clickhouse_front import Front
 
     files, url = fleet
-    trace = _trace_of(files, "fsdp524")
+    trace = trace_of(files / "fsdp524")
     with chdb_session.Session(url.removeprefix("chdb:")) as session, Front(session) as http:
-        from_http = _json(capsys, "jobs", "--clickhouse", f"{http}/default", *SINCE, "--group-by", "cluster")
-        report = _json(capsys, "report", "--clickhouse", http, "--job", trace)
-        missing = _run(capsys, "report", "--clickhouse", http, "--clickhouse-table", "nope", "--job", trace)
-    assert _without_skipped(from_http) == _without_skipped(_json(capsys, "jobs", str(files), "--group-by", "cluster"))
-    assert _without_skipped(report) == _without_skipped(_json(capsys, "report", str(files / "fsdp524")))
+        from_http = run_json(capsys, "jobs", "--clickhouse", f"{http}/default", *SINCE, "--group-by", "cluster")
+        report = run_json(capsys, "report", "--clickhouse", http, "--job", trace)
+        missing = run(capsys, "report", "--clickhouse", http, "--clickhouse-table", "nope", "--job", trace)
+    assert without_skipped(from_http) == without_skipped(run_json(capsys, "jobs", str(files), "--group-by", "cluster"))
+    assert without_skipped(report) == without_skipped(run_json(capsys, "report", str(files / "fsdp524")))
     assert missing[0] == 2 and "no table default.nope" in missing[2]
 
 
 # Bad input: one line, exit 2 --------------------------------------------------------------------------------------
 
 
-def _one_line(capsys, *args: str) -> str:
-    code, out, err = _run(capsys, *args)
-    assert code == 2 and out == "", (code, out, err)
-    assert err.count("\n") == 1 and err.startswith("loadtrace: error: ") and "Traceback" not in err, err
-    return err
-
-
 def test_bad_input_is_one_line_and_exit_2(fleet, capsys, tmp_path):
     files, url = fleet
     with chdb_session.Session(url.removeprefix("chdb:")) as session:
         session.query("CREATE TABLE IF NOT EXISTS default.other (TraceId String) ENGINE = MergeTree ORDER BY TraceId")
-    assert "expected http(s)://HOST:8123" in _one_line(capsys, "jobs", "--clickhouse", "ftp://host/x")
-    assert "not a chDB database directory" in _one_line(capsys, "jobs", "--clickhouse", f"chdb:{tmp_path}/none")
-    assert "cannot reach ClickHouse" in _one_line(capsys, "jobs", "--clickhouse", "http://127.0.0.1:9")
-    assert "no table default.nope" in _one_line(capsys, "jobs", "--clickhouse", url, "--clickhouse-table", "nope")
-    other = _one_line(capsys, "jobs", "--clickhouse", url, "--clickhouse-table", "other")
+    assert "expected http(s)://HOST:8123" in one_line(capsys, "jobs", "--clickhouse", "ftp://host/x")
+    assert "not a chDB database directory" in one_line(capsys, "jobs", "--clickhouse", f"chdb:{tmp_path}/none")
+    assert "cannot reach ClickHouse" in one_line(capsys, "jobs", "--clickhouse", "http://127.0.0.1:9")
+    assert "no table default.nope" in one_line(capsys, "jobs", "--clickhouse", url, "--clickhouse-table", "nope")
+    other = one_line(capsys, "jobs", "--clickhouse", url, "--clickhouse-table", "other")
     assert "not the clickhouseexporter's otel_traces table" in other
-    assert "matches --job feedface" in _one_line(capsys, "report", "--clickhouse", url, "--job", "feedface")
-    assert "give --job ID" in _one_line(capsys, "report", "--clickhouse", url)
-    assert "give one source" in _one_line(capsys, "report", str(files), "--clickhouse", url, "--job", "x")
-    assert "began in the last" in _one_line(capsys, "jobs", "--clickhouse", url, "--since", "1s")
-    assert "match --where cluster=nowhere" in _one_line(
+    assert "matches --job feedface" in one_line(capsys, "report", "--clickhouse", url, "--job", "feedface")
+    assert "give --job ID" in one_line(capsys, "report", "--clickhouse", url)
+    assert "give one source" in one_line(capsys, "report", str(files), "--clickhouse", url, "--job", "x")
+    assert "began in the last" in one_line(capsys, "jobs", "--clickhouse", url, "--since", "1s")
+    assert "match --where cluster=nowhere" in one_line(
         capsys, "jobs", "--clickhouse", url, *SINCE, "--where", "cluster=nowhere"
     )
-    assert "bad --clickhouse-table" in _one_line(capsys, "jobs", "--clickhouse", url, "--clickhouse-table", "a;b")
+    assert "bad --clickhouse-table" in one_line(capsys, "jobs", "--clickhouse", url, "--clickhouse-table", "a;b")

@@ -5,8 +5,6 @@
 import threading
 from importlib import metadata
 
-import pytest
-from support.examples import make_checkpoint
 from support.inmemory import traced
 from transformers import AutoModelForCausalLM
 
@@ -14,14 +12,8 @@ from loadtrace import semconv
 from loadtrace.instrumentation import context, lifecycle, readings, spans, startup
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    path = tmp_path_factory.mktemp("ckpt")
-    make_checkpoint(path)
-    return path
-
-
-def test_memory_is_read_on_the_loading_thread_only_at_the_loads_start_and_end(checkpoint, monkeypatch):
+def test_memory_is_read_on_the_loading_thread_only_at_the_loads_start_and_end(tiny_checkpoint, monkeypatch):
+    checkpoint, _ = tiny_checkpoint
     readers = []
     original = spans.process_memory
 

@@ -4,22 +4,14 @@ the monitor thread at a load's first sample."""
 
 import threading
 
-import pytest
-from support.examples import make_checkpoint
 from support.inmemory import traced
 from transformers import AutoModelForCausalLM, core_model_loading
 
 from loadtrace.instrumentation import progress, progress_metrics
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    path = tmp_path_factory.mktemp("ckpt")
-    make_checkpoint(path)
-    return path
-
-
-def test_progress_runs_off_the_loading_thread(checkpoint, monkeypatch):
+def test_progress_runs_off_the_loading_thread(tiny_checkpoint, monkeypatch):
+    checkpoint, _ = tiny_checkpoint
     threads: dict[str, set[str]] = {"sample": set(), "built": set(), "observed": set()}
 
     def recorded(where, original):

@@ -9,12 +9,12 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 import safetensors
 import safetensors.torch
 import torch
-from support.examples import make_checkpoint
 from support.inmemory import traced
 from support.paths import WORKERS
 
@@ -27,23 +27,17 @@ sys.path.insert(0, str(WORKERS))
 from count_load import Counter  # noqa: E402  (an independent count, knowing nothing of loadtrace)
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    path = tmp_path_factory.mktemp("ckpt")
-    return path, make_checkpoint(path)
-
-
 def state() -> statefile.Writer:
     tracing = spans.tracing()
     assert tracing is not None and tracing.state is not None
     return tracing.state
 
 
-def test_slot_counts_equal_an_independent_count_on_a_real_load(checkpoint):
+def test_slot_counts_equal_an_independent_count_on_a_real_load(tiny_checkpoint):
     """transformers reads from a thread pool: every file's slot and the load's totals equal a count made outside."""
     from transformers import AutoModelForCausalLM
 
-    path, summary = checkpoint
+    path, summary = tiny_checkpoint
     with traced() as t:
         with Counter() as counts:
             AutoModelForCausalLM.from_pretrained(path)
@@ -134,10 +128,10 @@ def test_per_tensor_detail_counts_the_same(tmp_path):
     assert [s.attributes[semconv.READ_BYTES] for s in t.spans(semconv.SPAN_SAFETENSORS_READ)] == [64, 32]
 
 
-def test_the_state_follows_loads_and_phases(checkpoint):
+def test_the_state_follows_loads_and_phases(tiny_checkpoint):
     from transformers import AutoModelForCausalLM
 
-    path, _ = checkpoint
+    path, _ = tiny_checkpoint
     seen: dict[str, object] = {}
     with traced():
         import transformers.modeling_utils as modeling_utils
@@ -245,41 +239,47 @@ def test_the_memory_limit_is_the_lower_of_cgroup_and_node(found, limit):
     assert attributes.memory_limit(found) == expected
 
 
-def test_cgroup_version_and_directory_are_learnt(tmp_path, monkeypatch):
-    v2 = tmp_path / "v2"
-    v2.mkdir()
-    (v2 / "memory.current").write_text("10\n")
-    (v2 / "memory.max").write_text("1000\n")
-    (v2 / "memory.events").write_text("oom 0\noom_kill 3\n")
-    monkeypatch.setattr(memory, "_cgroup_dir", lambda: (str(v2), 2))
+def this_process_cgroup(monkeypatch, folder: Path, version: int, files: dict[str, str]) -> str:
+    """A cgroup directory of ``version`` holding ``files``, taken as this process's."""
+    folder.mkdir()
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    monkeypatch.setattr(memory, "_cgroup_dir", lambda: (str(folder), version))
     monkeypatch.setattr(memory, "_cgroup_files", None)  # found once per process: here, once per directory
+    return str(folder)
+
+
+def test_cgroup_version_and_directory_are_learnt(tmp_path, monkeypatch):
+    v2 = this_process_cgroup(
+        monkeypatch,
+        tmp_path / "v2",
+        2,
+        {"memory.current": "10\n", "memory.max": "1000\n", "memory.events": "oom 0\noom_kill 3\n"},
+    )
     found = memory.limits()
-    assert (found.cgroup_version, found.cgroup_dir, found.cgroup_max) == (2, str(v2), 1000)
+    assert (found.cgroup_version, found.cgroup_dir, found.cgroup_max) == (2, v2, 1000)
     assert memory.oom_kill_count(found.cgroup_dir) == 3
-    v1 = tmp_path / "v1"
-    v1.mkdir()
-    (v1 / "memory.usage_in_bytes").write_text("10\n")
-    (v1 / "memory.limit_in_bytes").write_text(str(1 << 62))  # v1's "unlimited"
-    monkeypatch.setattr(memory, "_cgroup_dir", lambda: (str(v1), 1))
-    monkeypatch.setattr(memory, "_cgroup_files", None)
+    # v1's "unlimited" is a number near 2**63
+    this_process_cgroup(
+        monkeypatch, tmp_path / "v1", 1, {"memory.usage_in_bytes": "10\n", "memory.limit_in_bytes": str(1 << 62)}
+    )
     found = memory.limits()
     assert (found.cgroup_version, found.cgroup_max, found.limit[1]) == (1, None, statefile.LIMIT_NODE)
 
 
 def test_the_limit_is_on_the_load_span_and_in_the_state_from_its_start(tmp_path, monkeypatch):
-    cgroup = tmp_path / "cg"
-    cgroup.mkdir()
-    (cgroup / "memory.usage_in_bytes").write_text("10\n")
-    (cgroup / "memory.limit_in_bytes").write_text("4096\n")
-    (cgroup / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 7\n")
-    monkeypatch.setattr(memory, "_cgroup_dir", lambda: (str(cgroup), 1))
-    monkeypatch.setattr(memory, "_cgroup_files", None)
+    v1 = {
+        "memory.usage_in_bytes": "10\n",
+        "memory.limit_in_bytes": "4096\n",
+        "memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 7\n",
+    }
+    cgroup = this_process_cgroup(monkeypatch, tmp_path / "cg", 1, v1)
     with traced() as t:
         with loadtrace.traced_load("limited"):
             current = state()
             assert (current["memory_limit"], current["memory_limit_source"]) == (4096, statefile.LIMIT_CGROUP_V1)
             assert current["cgroup_memory_max"] == 4096 and current["node_memory_total"] > 0
-            assert current.text("cgroup") == str(cgroup) and current["oom_kill_before"] == 7
+            assert current.text("cgroup") == cgroup and current["oom_kill_before"] == 7
     load = t.one(semconv.SPAN_LOAD)
     assert load.attributes[semconv.MEMORY_LIMIT] == 4096
     assert load.attributes[semconv.MEMORY_LIMIT_SOURCE] == "cgroup v1"

@@ -28,9 +28,14 @@ def _processes_reading(path: Path) -> list[int]:
     return found
 
 
+@pytest.fixture(scope="module")
+def big(tmp_path_factory) -> Path:
+    """A tree large enough that ``loadtrace jobs`` is still reading it when it is stopped; read, never changed."""
+    return write_tree(tmp_path_factory.mktemp("jobs") / "big-tree", 200, RANKS)
+
+
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to find processes")
-def test_ctrl_c_ends_the_workers_too(tmp_path):
-    big = write_tree(tmp_path / "big-tree", 200, RANKS)
+def test_ctrl_c_ends_the_workers_too(big):
     command = [str(Path(sys.executable).with_name("loadtrace")), "jobs", str(big)]
     # Its own process group, as a terminal's: Ctrl-C goes to every process of it.
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
@@ -48,8 +53,7 @@ def test_ctrl_c_ends_the_workers_too(tmp_path):
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to find processes")
-def test_workers_end_when_their_parent_is_killed(tmp_path):
-    big = write_tree(tmp_path / "big-tree", 200, RANKS)
+def test_workers_end_when_their_parent_is_killed(big):
     command = [str(Path(sys.executable).with_name("loadtrace")), "jobs", str(big)]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30

@@ -8,20 +8,21 @@ with Debian's `docker-compose config` (no Docker engine needed), run from anothe
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from support.cli import run
 
 
-def view(directory: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "loadtrace", "view", directory], cwd=cwd, capture_output=True, text=True, timeout=60
-    )
+def view(capsys, directory: str, cwd: Path) -> tuple[int, str, str]:
+    """``loadtrace view DIRECTORY`` typed in ``cwd``: (exit code, stdout, stderr)."""
+    with contextlib.chdir(cwd):
+        return run(capsys, "view", directory)
 
 
 def compose_config(command: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -42,16 +43,16 @@ def compose_config(command: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
-def test_view_prints_a_compose_command_that_works_from_any_folder(tmp_path):
+def test_view_prints_a_compose_command_that_works_from_any_folder(tmp_path, capsys):
     traces = tmp_path / "demo-run" / "loadtrace-traces" / "job-1"
     traces.mkdir(parents=True)
     (traces / "rank00000-vm-1.jsonl").write_text("")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    printed = view("demo-run/loadtrace-traces", cwd=tmp_path)  # relative, no ./: what broke the README's step
-    assert printed.returncode == 0 and printed.stderr == ""
-    commands = [line for line in printed.stdout.splitlines() if line and not line.startswith("#")]
-    assert len(commands) == 1, printed.stdout
+    code, out, err = view(capsys, "demo-run/loadtrace-traces", cwd=tmp_path)  # relative, no ./: what broke the README
+    assert code == 0 and err == ""
+    commands = [line for line in out.splitlines() if line and not line.startswith("#")]
+    assert len(commands) == 1, out
     config = compose_config(commands[0], cwd=elsewhere)
     assert config.returncode == 0, config.stderr
     services = yaml.safe_load(config.stdout)["services"]
@@ -64,17 +65,19 @@ def test_view_prints_a_compose_command_that_works_from_any_folder(tmp_path):
             assert Path(volume.split(":")[0]).exists(), volume
 
 
-def test_the_relative_path_the_readme_used_to_suggest_is_a_named_volume(tmp_path):
+def test_the_relative_path_the_readme_used_to_suggest_is_a_named_volume(tmp_path, capsys):
     """Why `view` prints an absolute path: the same command with the path as typed is refused by Compose."""
     (tmp_path / "demo-run" / "loadtrace-traces").mkdir(parents=True)
-    printed = view("demo-run/loadtrace-traces", cwd=tmp_path)
-    command = next(line for line in printed.stdout.splitlines() if not line.startswith("#"))
+    _, out, _ = view(capsys, "demo-run/loadtrace-traces", cwd=tmp_path)
+    command = next(line for line in out.splitlines() if not line.startswith("#"))
     relative = command.replace(str(tmp_path / "demo-run" / "loadtrace-traces"), "demo-run/loadtrace-traces")
     refused = compose_config(relative, cwd=tmp_path)
     assert refused.returncode != 0 and "volume" in (refused.stderr + refused.stdout).lower()
 
 
-def test_view_of_a_missing_folder_is_one_line_and_exit_2(tmp_path):
-    result = view("no-such-folder", cwd=tmp_path)
-    assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr == "loadtrace: error: no-such-folder: not a directory of trace files\n"
+def test_view_of_a_missing_folder_is_one_line_and_exit_2(tmp_path, capsys):
+    assert view(capsys, "no-such-folder", cwd=tmp_path) == (
+        2,
+        "",
+        "loadtrace: error: no-such-folder: not a directory of trace files\n",
+    )

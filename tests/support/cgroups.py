@@ -1,5 +1,5 @@
-"""Test memory cgroups: making one with a limit, and removing it once its processes are gone (the kernel refuses
-while it still counts them)."""
+"""Test memory cgroups: making one (with a limit, or none yet), and removing it once its processes are gone (the kernel
+refuses while it still counts them)."""
 
 from __future__ import annotations
 
@@ -25,15 +25,16 @@ def remove_cgroup(path: Path) -> None:
 V1_MEMORY = Path("/sys/fs/cgroup/memory")
 
 
-def memory_cgroup(name: str, limit_bytes: int) -> Path:
-    """A new cgroup v1 memory group ``name`` limited to ``limit_bytes``; the test is skipped where none can be made
-    (not root, no v1 memory hierarchy). Remove it with ``remove_cgroup``."""
+def memory_cgroup(name: str, limit_bytes: int | None) -> Path:
+    """A new cgroup v1 memory group ``name`` limited to ``limit_bytes`` (None: no limit yet); the test is skipped where
+    none can be made (not root, no v1 memory hierarchy). Remove it with ``remove_cgroup``."""
     if os.geteuid() != 0 or not (V1_MEMORY / "memory.oom_control").exists():
         pytest.skip("needs root and a cgroup v1 memory hierarchy")
     cgroup = V1_MEMORY / f"{name}-{os.getpid()}"
     try:
         cgroup.mkdir()
-        (cgroup / "memory.limit_in_bytes").write_text(str(limit_bytes))
+        if limit_bytes is not None:
+            (cgroup / "memory.limit_in_bytes").write_text(str(limit_bytes))
     except OSError as error:
         pytest.skip(f"cannot make a memory cgroup here: {error}")
     return cgroup

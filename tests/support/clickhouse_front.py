@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import re
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
+
+from support import loopback
 
 _FORMAT = re.compile(r"\bFORMAT\s+(\w+)\s*;?\s*$", re.IGNORECASE)
 _CODE = re.compile(r"Code:\s*(\d+)")
 
 
-class Front:
+class Front(loopback.Loopback):
     """``with Front(session) as url:``: the session answers queries at ``url`` until the block ends."""
 
     def __init__(self, session: Any) -> None:
@@ -29,7 +30,7 @@ class Front:
         self.queries: list[str] = []
         front = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(loopback.Handler):
             def do_POST(self):  # noqa: N802 (http.server's name)
                 length = int(self.headers.get("Content-Length", 0))
                 body = self.rfile.read(length).decode()
@@ -52,31 +53,13 @@ class Front:
                             front.session.query(f"SET max_query_size = {max_query_size}")
                         data = front.session.query(sql, fmt).bytes()
                 except Exception as error:  # the engine's message, as a server sends it
-                    text = str(error).encode()
                     code = _CODE.search(str(error))
-                    self.send_response(500)
-                    self.send_header("X-ClickHouse-Exception-Code", code.group(1) if code else "1")
-                    self.send_header("Content-Length", str(len(text)))
-                    self.end_headers()
-                    self.wfile.write(text)
-                    return
-                self.send_response(200)
-                self.send_header("X-ClickHouse-Format", fmt)
-                self.send_header("X-ClickHouse-Server-Display-Name", "chdb-front")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                    exception_code = {"X-ClickHouse-Exception-Code": code.group(1) if code else "1"}
+                    return self.reply(500, str(error).encode(), "text/plain", exception_code)
+                shown = {"X-ClickHouse-Format": fmt, "X-ClickHouse-Server-Display-Name": "chdb-front"}
+                self.reply(200, data, "application/octet-stream", shown)
 
-            def log_message(self, *args: Any) -> None:
-                pass
+        super().__init__(Handler)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def __exit__(self, *exc: Any) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def __enter__(self) -> str:  # type: ignore[override]  # the URL: what a test hands the driver
+        return super().__enter__().url

@@ -14,8 +14,12 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from .venvs import Venv
 
@@ -90,6 +94,39 @@ def clean_env(venv: Venv, extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
+def command(
+    venv: Venv,
+    script: Path,
+    args: list[str],
+    nproc: int = 2,
+    launcher_args: tuple[str, ...] = (),
+    static_port: bool = True,
+) -> list[str]:
+    """``torchrun --nproc_per_node nproc [launcher_args] [--master_port FREE] script args`` with ``venv``'s torchrun."""
+    cmd = [str(venv.torchrun), "--nproc_per_node", str(nproc), *launcher_args]
+    if static_port:
+        cmd += ["--master_port", str(free_port())]
+    return [*cmd, str(script), *args]
+
+
+def launch(venv: Venv, cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, Path]:
+    """Start ``cmd`` in ``cwd`` in a session of its own (its whole process group can be killed), with ``venv``'s clean
+    environment plus ``env``, its output into ``cwd/torchrun.log``: (the process, the log)."""
+    cwd.mkdir(parents=True, exist_ok=True)
+    log = cwd / "torchrun.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            cmd,
+            cwd=cwd,
+            env=clean_env(venv, dict(env or {})),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    return proc, log
+
+
 def torchrun(
     venv: Venv,
     script: Path,
@@ -105,30 +142,32 @@ def torchrun(
     failure (see ``TorchrunResult.check``). On timeout the whole process group is killed and the result has returncode
     -9. ``static_port=False`` leaves out ``--master_port``: torchrun then uses its single-node c10d rendezvous with a
     fresh run id, kept across restarts, as a user's plain ``torchrun --nproc_per_node 2 train.py`` does."""
-    cwd.mkdir(parents=True, exist_ok=True)
-    extra = dict(env or {})
-    cmd = [str(venv.torchrun), "--nproc_per_node", str(nproc), *launcher_args]
-    if static_port:
-        cmd += ["--master_port", str(free_port())]
-    cmd += [str(script), *args]
-    log = cwd / "torchrun.log"
     start = time.monotonic()
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            cmd,
-            cwd=cwd,
-            env=clean_env(venv, extra),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+    cmd = command(venv, script, args, nproc, launcher_args, static_port)
+    proc, log = launch(venv, cmd, cwd, env)
+    try:
+        returncode = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        returncode = -9
+        with open(log, "ab") as tail:
+            tail.write(f"\n[tests] killed after {timeout_s:.0f}s timeout\n".encode())
+    return TorchrunResult(cmd, cwd, dict(env or {}), returncode, time.monotonic() - start, log)
+
+
+_ONCE: dict[object, tuple[bool, Any]] = {}
+
+
+def once(key: object, make: Callable[[], Any]) -> Any:
+    """``make()`` the first time ``key`` is asked for, then the same result (or the same failure or skip, raised
+    again): a real job that tests in several files assert on runs once per session."""
+    if key not in _ONCE:
         try:
-            returncode = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            returncode = -9
-            with open(log, "ab") as tail:
-                tail.write(f"\n[tests] killed after {timeout_s:.0f}s timeout\n".encode())
-    return TorchrunResult(cmd, cwd, extra, returncode, time.monotonic() - start, log)
+            _ONCE[key] = (True, make())
+        except (Exception, pytest.skip.Exception, pytest.fail.Exception) as error:
+            _ONCE[key] = (False, error)
+    made, found = _ONCE[key]
+    if not made:
+        raise found
+    return found

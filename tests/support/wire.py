@@ -13,7 +13,6 @@ import threading
 from collections.abc import Callable, Iterable
 from concurrent import futures
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1 import trace_pb2
 
+from support import loopback
 from support.multirank import EXAMPLE_WORKER, MODE_ENV
 from support.otlp_reference import _hex_ids
 from support.torchrun import TorchrunResult, torchrun
@@ -71,7 +71,7 @@ class Received:
             return list(self._arrivals)
 
 
-class HttpReceiver:
+class HttpReceiver(loopback.Loopback):
     """``POST /v1/traces`` (and ``/v1/metrics``) with an ``application/x-protobuf`` body (gzip allowed), answered as an
     OTLP/HTTP collector answers: 200 and a protobuf ``Export...ServiceResponse``."""
 
@@ -79,7 +79,7 @@ class HttpReceiver:
         self.received = Received()
         received = self.received
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(loopback.Handler):
             protocol_version = "HTTP/1.1"
 
             def do_POST(self):  # noqa: N802 (http.server's name)
@@ -90,38 +90,17 @@ class HttpReceiver:
                 if self.path == METRICS_PATH and content_type == "application/x-protobuf":
                     received.add_metrics(metrics_service_pb2.ExportMetricsServiceRequest.FromString(body))
                     reply = metrics_service_pb2.ExportMetricsServiceResponse().SerializeToString()
-                    return self._answer(200, reply, "application/x-protobuf")
+                    return self.reply(200, reply, "application/x-protobuf")
                 if self.path != TRACES_PATH or content_type != "application/x-protobuf":
                     received.reject(f"POST {self.path} Content-Type {content_type}")
-                    return self._answer(404 if self.path != TRACES_PATH else 415, b"", "text/plain")
+                    return self.reply(404 if self.path != TRACES_PATH else 415, b"", "text/plain")
                 request = trace_service_pb2.ExportTraceServiceRequest()
                 request.ParseFromString(body)
                 received.add(Arrival(request, self.path, content_type, self.headers.get("User-Agent")))
                 reply = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
-                self._answer(200, reply, "application/x-protobuf")
+                self.reply(200, reply, "application/x-protobuf")
 
-            def _answer(self, status: int, body: bytes, content_type: str) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    def __enter__(self) -> HttpReceiver:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(Handler)
 
 
 class GrpcReceiver:

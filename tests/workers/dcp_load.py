@@ -2,13 +2,13 @@
 
     torchrun --nproc_per_node N tests/workers/dcp_load.py MODE DIR --out OUT [--kill-after K]
 
-MODE: ``save`` (dcp.save of the sharded model; ``save-plain`` the same without fully_shard), ``make-hf`` (rank 0
-writes the same model as a Hugging Face safetensors checkpoint), ``native`` (dcp.load into the sharded model's state
-dict), ``plain`` (the same into an unsharded model), ``hf`` (through HuggingFaceStorageReader; ``hf-threads``
-with two reader threads), ``full`` (every rank
-reads the whole checkpoint, then set_model_state_dict(full_state_dict=True)), ``broadcast`` (rank 0 reads it,
-then set_model_state_dict(full_state_dict=True, broadcast_from_rank0=True)), ``kill`` (``native``, rank 1 SIGKILLs
-itself after its K-th read item).
+MODE: ``save`` (DIR/two: dcp.save of the model sharded over every rank; then rank 0 alone, of the same model
+unsharded: DIR/one, dcp.save as a single process, and DIR/hf, the Hugging Face safetensors checkpoint), ``native``
+(dcp.load into the sharded model's state dict), ``plain`` (the same into an unsharded model), ``hf`` (through
+HuggingFaceStorageReader: rank 0 with one reader thread, every other rank with two), ``full`` (every rank reads the
+whole checkpoint, then set_model_state_dict(full_state_dict=True)), ``broadcast`` (rank 0 reads it, then
+set_model_state_dict(full_state_dict=True, broadcast_from_rank0=True)), ``kill`` (``native``, rank 1 SIGKILLs itself
+after its K-th read item).
 
 Each rank writes its own count to ``OUT/count-rank<R>.json``, made without loadtrace: the bytes of its local shards
 (``local_bytes``), of the saved chunks it reads (``read_bytes``, ``read_items``), and the checkpoint's
@@ -114,23 +114,22 @@ def main() -> None:
     model_bytes = whole_bytes(whole)
     counts: dict = {"model_bytes": model_bytes, "world_size": world}
 
-    if args.mode == "make-hf":
-        if rank == 0:  # in several files: the reader's threads (``hf-threads``) read them in parallel
-            model.save_pretrained(args.ckpt, safe_serialization=True, max_shard_size="150KB")
-    elif args.mode in ("save", "save-plain"):
-        if args.mode == "save":
-            shard(model, world)
-        dcp.save(model.state_dict(), checkpoint_id=args.ckpt)
-    elif args.mode in ("native", "kill", "plain", "hf", "hf-threads"):
+    if args.mode == "save":
+        dcp.save(shard(model, world).state_dict(), checkpoint_id=Path(args.ckpt, "two"))
+        if rank == 0:  # the same weights (build_model seeds), unsharded, as a one-process job would save them
+            dcp.save(build_model().state_dict(), checkpoint_id=Path(args.ckpt, "one"), no_dist=True)
+            # In several files: the reader's threads read them in parallel.
+            build_model().save_pretrained(Path(args.ckpt, "hf"), safe_serialization=True, max_shard_size="150KB")
+    elif args.mode in ("native", "kill", "plain", "hf"):
         if args.mode != "plain":
             shard(model, world)
         state_dict = model.state_dict()
         counts["local_bytes"] = local_bytes(state_dict)
         planner = Counting(args.out, rank, args.kill_after if rank == 1 else None, counts)
-        if args.mode.startswith("hf"):
+        if args.mode == "hf":
             from torch.distributed.checkpoint import HuggingFaceStorageReader
 
-            reader = HuggingFaceStorageReader(args.ckpt, thread_count=2 if args.mode == "hf-threads" else 1)
+            reader = HuggingFaceStorageReader(args.ckpt, thread_count=1 if rank == 0 else 2)
             dcp.load(state_dict, storage_reader=reader, planner=planner)
         else:
             dcp.load(state_dict, checkpoint_id=args.ckpt, planner=planner)
@@ -152,7 +151,7 @@ def main() -> None:
         counts["identical"] = all(torch.equal(loaded[key], whole[key]) for key in whole)
     else:
         raise SystemExit(f"unknown mode {args.mode}")
-    if args.mode not in ("make-hf", "save", "save-plain"):
+    if args.mode != "save":
         write(args.out, rank, counts)
     dist.barrier()
     dist.destroy_process_group()

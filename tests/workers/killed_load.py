@@ -1,16 +1,19 @@
-"""Test worker: rank 1 is SIGKILLed in the middle of transformers' weight conversion, as the OOM killer would.
+"""Test worker: rank 1 dies in the middle of transformers' weight conversion: SIGKILLed, as by the OOM killer, or, with
+``--oom-cgroup``, by the kernel's OOM killer itself.
 
-    torchrun --nproc_per_node 2 tests/workers/killed_load.py CKPT --out DIR [--kill-after N]
+    torchrun --nproc_per_node 2 tests/workers/killed_load.py CKPT --out DIR [--kill-after N] [--oom-cgroup CGROUP]
 
 Rank 0 loads the checkpoint, then both ranks meet at a barrier; then rank 1 loads, and at its N-th weight conversion
 writes its own independent count of the bytes read so far to ``DIR/count-rank1.json`` and at once kills itself with
-SIGKILL: no time for anything to catch up, as with the OOM killer. Run with ``HF_DEACTIVATE_ASYNC_LOAD=1`` so reads
-happen in the conversion loop, deterministically.
+SIGKILL: no time for anything to catch up, as with the OOM killer. Rank 0 sleeps until torchrun stops it. Run with
+``HF_DEACTIVATE_ASYNC_LOAD=1`` so reads happen in the conversion loop, deterministically.
+
+``--oom-cgroup``: rank 1 moves itself into that (v1, limited) memory cgroup before it loads, and instead of killing
+itself allocates memory until the kernel's OOM killer does.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import sys
@@ -19,20 +22,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from count_load import Counter, load_example  # noqa: E402
+from _common import at_conversion, start  # noqa: E402
+from count_load import Counter  # noqa: E402
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("ckpt")
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--kill-after", type=int, default=10)
-    args = parser.parse_args()
-
+    args, load, rank, _ = start(
+        ("--out", {"required": True}), ("--kill-after", {"type": int, "default": 10}), ("--oom-cgroup", {})
+    )
     import torch.distributed as dist
 
-    load = load_example("load")
-    rank, _ = load.init_distributed()
     if rank == 0:
         load.from_pretrained(args.ckpt)
         dist.barrier()
@@ -40,21 +39,19 @@ def main() -> None:
         return
 
     dist.barrier()
-    from transformers.core_model_loading import WeightRenaming
-
-    original = WeightRenaming.__dict__["convert"]
-    calls = 0
+    if args.oom_cgroup:
+        Path(args.oom_cgroup, "cgroup.procs").write_text(str(os.getpid()))
     counter = Counter()
 
-    def convert_then_die(self, *a, **k):
-        nonlocal calls
-        calls += 1
-        if calls == args.kill_after:
-            load.write_json(args.out, "count-rank1.json", counter.counts.as_dict())
-            os.kill(os.getpid(), signal.SIGKILL)
-        return original.__get__(self, type(self))(*a, **k)
+    def die() -> None:
+        load.write_json(args.out, "count-rank1.json", counter.counts.as_dict())
+        if args.oom_cgroup:
+            hog = []
+            while True:  # until the OOM killer stops it: every page written, so every page charged
+                hog.append(b"\x01" * (1 << 20))
+        os.kill(os.getpid(), signal.SIGKILL)
 
-    WeightRenaming.convert = convert_then_die
+    at_conversion(args.kill_after, die)
     with counter:
         load.from_pretrained(args.ckpt)
 

@@ -11,47 +11,35 @@ Nothing here knows about loadtrace. Prints ``rank R loaded`` per rank.
 
 from __future__ import annotations
 
-import argparse
-import importlib.util
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-def count_load() -> Any:
-    spec = importlib.util.spec_from_file_location("_count_load", Path(__file__).with_name("count_load.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+import count_load  # noqa: E402
+from _common import start  # noqa: E402
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("ckpt")
-    parser.add_argument("--slow-rank", type=int)
-    parser.add_argument("--sleep", type=float, default=0.0)
-    args = parser.parse_args()
-
+def main() -> None:
+    args, load, rank, _ = start(("--slow-rank", {"type": int}), ("--sleep", {"type": float, "default": 0.0}))
     import torch.distributed as dist
 
-    count = count_load()
-    load = count.load_example("load")
-    rank, _ = load.init_distributed()
     if rank == args.slow_rank:
-        read = count.Counts.read
+        read = count_load.Counts.read
 
         def slow_read(self: Any, path: str, tensor: Any, how: str) -> None:
             time.sleep(args.sleep)
             read(self, path, tensor, how)
 
-        count.Counts.read = slow_read
-    with count.Counter():
+        count_load.Counts.read = slow_read
+    with count_load.Counter():
         load.from_pretrained(args.ckpt.format(rank=rank))
     print(f"rank {rank} loaded", flush=True)
     dist.barrier()
     dist.destroy_process_group()
-    return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()

@@ -10,25 +10,18 @@ with SIGTERM while its load is open (the seed case: the ranks torchrun tears dow
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from count_load import Counter, load_example  # noqa: E402
+from _common import at_conversion, start  # noqa: E402
+from count_load import Counter  # noqa: E402
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("ckpt")
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--stop-after", type=int, default=10)
-    args = parser.parse_args()
-
-    load = load_example("load")
-    rank, _ = load.init_distributed()
+    args, load, rank, _ = start(("--out", {"required": True}), ("--stop-after", {"type": int, "default": 10}))
     count_file = Path(args.out) / "count-rank0.json"
     if rank == 1:
         deadline = time.monotonic() + 240
@@ -36,21 +29,13 @@ def main() -> None:
             time.sleep(0.05)
         sys.exit(1)
 
-    from transformers.core_model_loading import WeightRenaming
-
-    original = WeightRenaming.__dict__["convert"]
-    calls = 0
     counter = Counter()
 
-    def convert_then_wait(self, *a, **k):
-        nonlocal calls
-        calls += 1
-        if calls == args.stop_after:
-            load.write_json(args.out, count_file.name, counter.counts.as_dict())
-            time.sleep(240)  # until torchrun stops this rank
-        return original.__get__(self, type(self))(*a, **k)
+    def wait_to_be_stopped() -> None:
+        load.write_json(args.out, count_file.name, counter.counts.as_dict())
+        time.sleep(240)  # until torchrun stops this rank
 
-    WeightRenaming.convert = convert_then_wait
+    at_conversion(args.stop_after, wait_to_be_stopped)
     with counter:
         load.from_pretrained(args.ckpt)
 

@@ -5,6 +5,7 @@ and the file reader's names are re-exported here."""
 from __future__ import annotations
 
 from .files import (
+    STATUS_ERROR,
     DamagedFile,
     ResourceCache,
     SourceError,
@@ -25,6 +26,7 @@ from .files import (
 )
 
 __all__ = [
+    "STATUS_ERROR",
     "DamagedFile",
     "ResourceCache",
     "SourceError",

@@ -38,6 +38,9 @@ class SourceError(Exception):
     """A source that cannot be read at all (missing path, no trace files, unreachable server): one line for the user."""
 
 
+STATUS_ERROR = 2  # OTLP's STATUS_CODE_ERROR: a span's ``status_code`` when it failed
+
+
 @dataclass(frozen=True)
 class Span:
     trace_id: str
