@@ -23,10 +23,10 @@ from typing import Any
 
 import pytest
 from support import parents
+from support.installed import file_spans, report_json, require_installed
 from support.multirank import MODE_ENV, TRACE_ROOT
 from support.torchrun import clean_env, free_port
 from support.venvs import REPO, discover
-from test_dying_jobs import file_spans, report_json, require_installed
 
 from loadtrace import semconv as sc
 
