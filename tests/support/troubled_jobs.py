@@ -1,8 +1,8 @@
 """Real two-rank jobs with something broken around loadtrace, for test_never_breaks_the_job.py: OTLP collectors that
-are down, hang or refuse, a clock of each rank's exit seen from outside, and what a job's log says.
+are down, hang or refuse, and what a job's log says.
 
-The worker is ``tests/workers/faulty_load.py`` (``examples/load.py``, hook faults by rank, and the moment each rank is
-done); each job's log is read for the ranks' digests and for every ``loadtrace:`` message.
+The worker is ``tests/workers/faulty_load.py`` (``examples/load.py``, with hook faults by rank); each job's log is read
+for the ranks' digests and for every ``loadtrace:`` message.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ import json
 import re
 import socket
 import threading
-import time
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,52 +96,6 @@ class Collector:
         self.close()
 
 
-def gone(pid: int) -> bool:
-    """The process has exited: no such process, or a zombie its parent has not reaped yet."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
-
-
-class ExitClock:
-    """How long each rank takes to exit after it is done, seen from outside: from the time in its
-    ``ended-rank<R>.json`` to the moment its process is gone, polled every few milliseconds while the job runs."""
-
-    POLL_S = 0.005
-
-    def __init__(self, out: Path):
-        self.out = out
-        self.delays: dict[int, float] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
-
-    def _watch(self) -> None:
-        ended: dict[int, tuple[int, float]] = {}
-        while len(self.delays) < WORLD_SIZE:
-            stopping = self._stop.is_set()  # one more pass after the job: a rank gone by now is timed at most late
-            for rank in set(range(WORLD_SIZE)) - set(ended):
-                marker = self.out / f"ended-rank{rank}.json"
-                if marker.exists():
-                    data = json.loads(marker.read_text())
-                    ended[rank] = (data["pid"], data["ended"])
-            for rank, (pid, at) in ended.items():
-                if rank not in self.delays and gone(pid):
-                    self.delays[rank] = time.time() - at
-            if stopping:
-                return
-            time.sleep(self.POLL_S)
-
-    def __enter__(self) -> ExitClock:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-
 @dataclass
 class TroubledJob:
     run: TorchrunResult
@@ -151,7 +103,6 @@ class TroubledJob:
     digests: dict[int, str]  # rank → sha256 of its weights, from the rank's own line
     said: list[str]  # every ``loadtrace: ...`` message in the log
     out: Path
-    exit_delays: dict[int, float] = field(default_factory=dict)  # rank → seconds from done to gone (timed jobs)
     answered: set[int] = field(default_factory=set)  # the HTTP statuses a refusing collector gave
 
     def worker_json(self, name: str) -> Any:
@@ -159,24 +110,20 @@ class TroubledJob:
 
 
 def run_troubled(
-    venv: Venv, checkpoint: Path, cwd: Path, env: dict[str, str], args: tuple[str, ...] = (), timed: bool = False
+    venv: Venv, checkpoint: Path, cwd: Path, env: dict[str, str], args: tuple[str, ...] = ()
 ) -> TroubledJob:
-    """``torchrun`` of the faulty worker with ``LOADTRACE=1`` (unless ``env`` says otherwise) and ``env``; with
-    ``timed`` each rank's exit is clocked."""
+    """``torchrun`` of the faulty worker with ``LOADTRACE=1`` (unless ``env`` says otherwise) and ``env``."""
     out = cwd / "out"
-    out.mkdir(parents=True, exist_ok=True)
-    clock = ExitClock(out)
-    with clock if timed else nullcontext():
-        result = torchrun(
-            venv,
-            FAULTY_WORKER,
-            [str(checkpoint), "--out", str(out), *args],
-            cwd=cwd,
-            env={"LOADTRACE": "1", **env},
-            timeout_s=300,
-        )
+    result = torchrun(
+        venv,
+        FAULTY_WORKER,
+        [str(checkpoint), "--out", str(out), *args],
+        cwd=cwd,
+        env={"LOADTRACE": "1", **env},
+        timeout_s=300,
+    )
     log = result.log.read_text(errors="replace")
     # Two processes' writes can share a line of the log: find messages, not lines.
     digests = dict(re.findall(r"rank (\d+)/\d+ mode \w+ digest ([0-9a-f]{64})", log))
     said = re.findall(r"loadtrace: .*?(?=rank \d+/\d+ mode|loadtrace: |\n|$)", log)
-    return TroubledJob(result, log, {int(r): d for r, d in digests.items()}, said, out, clock.delays)
+    return TroubledJob(result, log, {int(r): d for r, d in digests.items()}, said, out)

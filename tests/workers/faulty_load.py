@@ -1,12 +1,10 @@
-"""Test worker: ``examples/load.py``, with faults injected into loadtrace's hooks by rank, and the moment it is done.
+"""Test worker: ``examples/load.py``, with faults injected into loadtrace's hooks by rank.
 
     torchrun --nproc_per_node 2 tests/workers/faulty_load.py CKPT --out DIR [--faults RANK:KIND,KIND ...] [options]
 
 A fault is put into loadtrace's own code after activation, in this rank only, so the job must go on exactly as it
 would untraced: same weights, exit 0, one line on stderr. Each rank takes the kinds its ``--faults`` names (none when
-it is not named) and writes ``DIR/faults-rank<R>.json``: how many times each injected fault was raised. Last, after
-the load's own last line, every rank writes ``DIR/ended-rank<R>.json`` (its pid and the time), the moment from which a
-test times how long the process takes to exit.
+it is not named) and writes ``DIR/faults-rank<R>.json``: how many times each injected fault was raised.
 """
 
 from __future__ import annotations
@@ -16,7 +14,6 @@ import importlib
 import os
 import sys
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -104,7 +101,6 @@ def main() -> int:
         inject(kind)
     code = load.main(rest)
     load.write_json(out, f"faults-rank{rank}.json", {"injected": kinds, "fired": dict(FIRED)})
-    load.write_json(out, f"ended-rank{rank}.json", {"pid": os.getpid(), "ended": time.time()})
     return code
 
 
