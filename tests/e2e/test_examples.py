@@ -2,14 +2,16 @@
 CPU, and ``loadtrace report`` shows it, with the findings each transformers release really produces.
 
 Every example runs as the README says: ``LOADTRACE=1 torchrun --nproc_per_node 2 examples/<script>.py CKPT`` in a
-fresh working directory, then the installed ``loadtrace report loadtrace-traces/``. Each (venv, example) runs once.
+fresh working directory, then ``loadtrace report loadtrace-traces/`` (the installed package's, in this process; the
+console command itself: processes/test_console_commands.py). Each (venv, example) runs once.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +19,8 @@ import pytest
 from support import field_facts
 from support.torchrun import TorchrunResult, torchrun
 from support.venvs import REPO, Venv, discover, installed_problems
+
+from loadtrace.cli import main
 
 VENVS = discover()
 EXAMPLES = {
@@ -85,15 +89,10 @@ def example(request, checkpoint: Path, tmp_path_factory) -> ExampleRun:
         if not aborted_after_finishing(run, name):
             break
     run.check()
-    proc = subprocess.run(
-        [str(venv.bin / "loadtrace"), "report", "loadtrace-traces/", "--format", "json", "--fail-on-findings"],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode in (0, 1) and proc.stderr == "", f"loadtrace report: {proc.returncode}\n{proc.stderr}"
-    return ExampleRun(venv, name, run, json.loads(proc.stdout), proc.returncode)
+    with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(io.StringIO()) as err:
+        code = main(["report", str(cwd / "loadtrace-traces"), "--format", "json", "--fail-on-findings"])
+    assert code in (0, 1) and err.getvalue() == "", f"loadtrace report: {code}\n{err.getvalue()}"
+    return ExampleRun(venv, name, run, json.loads(out.getvalue()), code)
 
 
 def test_the_example_runs_and_reports_one_job_of_two_ranks(example: ExampleRun):

@@ -44,9 +44,11 @@ def test_unset_means_not_imported_and_not_patched(jobs, venv):
 
 @pytest.mark.parametrize("venv", VENVS, **BY_ID)
 def test_the_example_job_is_traced_unchanged(jobs, venv):
-    """``examples/load.py`` as a user runs it: no test code in the process, still one trace with both ranks."""
-    example = jobs.get(venv, "plain", traced=True, script=EXAMPLE_WORKER)
-    reference = jobs.get(venv, "plain", traced=False)
+    """``examples/load.py`` as a user runs it: no test code in the process, still one trace with both ranks. The
+    session's FSDP run of it (e2e/test_forecast_real_run.py and test_docs_samples_fresh_run.py read it too), against
+    the same load counted by the test worker without loadtrace (e2e/test_weights_identical.py's)."""
+    example = jobs.get(venv, "fsdp", traced=True, script=EXAMPLE_WORKER)
+    reference = jobs.get(venv, "fsdp", traced=False)
     spans = example.spans().spans
     assert len({s.trace_id for s in spans}) == 1
     loads = {s.resource.get("loadtrace.rank"): s for s in spans if s.name == "transformers.from_pretrained"}
@@ -55,9 +57,10 @@ def test_the_example_job_is_traced_unchanged(jobs, venv):
         a = span.attributes
         assert a.get("loadtrace.read.bytes") == reference.counts[rank]["read_bytes"]
         assert example.digests[rank]["sha256"] == reference.digests[rank]["sha256"]
-        # With no test wrapper in between, the call site is transformers' own line (the first frame outside torch).
+        # With no test wrapper in between, each call site is transformers' own line (the first frame outside torch):
+        # one per rank, and on 5.12 rank 1's second model (zeros_like of the parameters, then of the buffers).
         cpu = reference.counts[rank]["materialized"]["cpu"]["bytes"]
         assert a.get("loadtrace.materialized.bytes.cpu") == cpu
         sites = a.get("loadtrace.materialized.sites") or []
-        assert sites and sites[0].startswith("modeling_utils.py:") and sites[0].endswith(" cpu"), sites
-        assert a.get("loadtrace.materialized.site_bytes") == [cpu]
+        assert sites and all(s.startswith("modeling_utils.py:") and s.endswith(" cpu") for s in sites), sites
+        assert sum(a.get("loadtrace.materialized.site_bytes")) == cpu

@@ -6,30 +6,33 @@ from __future__ import annotations
 
 import pytest
 from support import field_facts
-from support.multirank import MODES, WORLD_SIZE
+from support.multirank import MODES, WORLD_SIZE, Job
 from support.venvs import discover
 
 VENVS = discover()
 CASES = [(venv, mode) for venv in VENVS for mode in MODES]
 
 
-@pytest.mark.parametrize(("venv", "mode"), CASES, ids=[f"{v.id}-{m}" for v, m in CASES])
-def test_weights_bit_identical_with_and_without_loadtrace(jobs, venv, mode):
-    traced = jobs.get(venv, mode, traced=True)
-    untraced = jobs.get(venv, mode, traced=False)
+@pytest.fixture(params=CASES, ids=[f"{v.id}-{m}" for v, m in CASES])
+def traced_and_untraced(request, jobs) -> tuple[Job, Job]:
+    """The session's two runs of the same job, with ``LOADTRACE=1`` and without."""
+    venv, mode = request.param
+    return jobs.get(venv, mode, traced=True), jobs.get(venv, mode, traced=False)
+
+
+def test_weights_bit_identical_with_and_without_loadtrace(traced_and_untraced):
+    traced, untraced = traced_and_untraced
     for rank in range(WORLD_SIZE):
         on, off = traced.digests[rank], untraced.digests[rank]
         assert on["tensors"] == off["tensors"] > 0
-        assert on["sha256"] == off["sha256"], f"{venv.id} {mode} rank {rank}: weights differ under LOADTRACE=1"
+        assert on["sha256"] == off["sha256"], f"{traced.label} rank {rank}: weights differ under LOADTRACE=1"
 
 
-@pytest.mark.parametrize(("venv", "mode"), CASES, ids=[f"{v.id}-{m}" for v, m in CASES])
-def test_same_reads_and_materialisations_with_and_without_loadtrace(jobs, venv, mode):
-    traced = jobs.get(venv, mode, traced=True)
-    untraced = jobs.get(venv, mode, traced=False)
+def test_same_reads_and_materialisations_with_and_without_loadtrace(traced_and_untraced):
+    traced, untraced = traced_and_untraced
     for rank in range(WORLD_SIZE):
         on, off = traced.counts[rank], untraced.counts[rank]
-        assert field_facts.observed(on) == field_facts.observed(off), f"{venv.id} {mode} rank {rank}"
+        assert field_facts.observed(on) == field_facts.observed(off), f"{traced.label} rank {rank}"
         assert on["files"] == off["files"]
         assert on["phases"] == off["phases"]
         assert on["held_bytes"] == off["held_bytes"]

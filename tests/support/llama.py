@@ -16,6 +16,23 @@ SHARD_SIZE = "5MB"  # the embedding and the head (8.2 MB each) a shard each, the
 SEED = 1234
 
 
+def llama_sizes(vocab: int, hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int) -> dict:
+    """``LlamaConfig`` keywords for an untied Llama of these sizes."""
+    return {
+        "vocab_size": vocab,
+        "hidden_size": hidden,
+        "intermediate_size": intermediate,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "tie_word_embeddings": False,
+    }
+
+
+# The tiny Llama of the tensor-parallel and DCP tests (its config carries a ``base_model_tp_plan``).
+TINY_LLAMA = llama_sizes(vocab=256, hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2)
+
+
 def make_llama(out_dir: str | Path) -> dict:
     """Save the model under ``out_dir``; its summary (files, tensors, bytes) as ``make_checkpoint.summarize`` gives."""
     import torch
@@ -25,16 +42,8 @@ def make_llama(out_dir: str | Path) -> dict:
     from make_checkpoint import summarize
 
     torch.manual_seed(SEED)
-    config = LlamaConfig(
-        vocab_size=8000,
-        hidden_size=256,
-        intermediate_size=688,
-        num_hidden_layers=4,
-        num_attention_heads=8,
-        num_key_value_heads=4,
-        max_position_embeddings=256,
-        tie_word_embeddings=False,
-    )
+    sizes = llama_sizes(vocab=8000, hidden=256, intermediate=688, layers=4, heads=8, kv_heads=4)
+    config = LlamaConfig(**sizes, max_position_embeddings=256)
     model = LlamaForCausalLM(config).to(torch.float32)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -95,27 +95,26 @@ class Counts:
         }
 
 
-class CountingSlice:
+class Counted:
+    """A proxy that counts the reads of one file's handle or slice, and is that handle or slice otherwise."""
+
     def __init__(self, inner: Any, path: str, counts: Counts) -> None:
         self._inner = inner
         self._path = path
         self._counts = counts
-
-    def __getitem__(self, index: Any) -> Any:
-        tensor = self._inner[index]
-        self._counts.read(self._path, tensor, "slice")
-        return tensor
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
 
-class CountingFile:
-    def __init__(self, inner: Any, path: str, counts: Counts) -> None:
-        self._inner = inner
-        self._path = path
-        self._counts = counts
+class CountingSlice(Counted):
+    def __getitem__(self, index: Any) -> Any:
+        tensor = self._inner[index]
+        self._counts.read(self._path, tensor, "slice")
+        return tensor
 
+
+class CountingFile(Counted):
     def get_tensor(self, name: str) -> Any:
         tensor = self._inner.get_tensor(name)
         self._counts.read(self._path, tensor, "get_tensor")
@@ -130,9 +129,6 @@ class CountingFile:
 
     def __exit__(self, *exc: Any) -> Any:
         return self._inner.__exit__(*exc)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
 
 class CountingSafeOpen:
@@ -284,7 +280,12 @@ def main(argv: list[str] | None = None) -> int:
         **counts.as_dict(),
     }
     load.write_json(args.out, f"count-rank{rank}.json", result)
-    print(f"rank {rank}/{world} mode {args.mode} digest {digest['sha256']}", flush=True)
+    return leave(dist, f"rank {rank}/{world} mode {args.mode} digest {digest['sha256']}")
+
+
+def leave(dist: Any, line: str) -> int:
+    """The end of a rank that loaded: say ``line``, wait for every rank, leave the job's process group; exit 0."""
+    print(line, flush=True)
     dist.barrier()
     dist.destroy_process_group()
     return 0

@@ -29,15 +29,12 @@ def build_model():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=False,
-    )
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: support.llama, the tiny Llama's sizes
+    from support.llama import TINY_LLAMA
+
+    config = LlamaConfig(**TINY_LLAMA)
     return LlamaForCausalLM(config)
 
 

@@ -1,8 +1,8 @@
-"""Test worker: a tiny Llama loaded with transformers' own tensor parallelism, or plainly, plus this rank's own count.
+"""Test worker: a tiny Llama loaded with transformers' own tensor parallelism, or without, plus this rank's own count.
 
-    torchrun --nproc_per_node 2 tests/workers/tp_load.py CKPT --mode tp|plain|fsdp --out DIR
+    torchrun --nproc_per_node 2 tests/workers/tp_load.py CKPT --mode tp|fsdp --out DIR
 
-``tp`` loads with ``tp_plan="auto"`` (gloo, CPU); ``plain`` without; ``fsdp`` without, under accelerate's FSDP
+``tp`` loads with ``tp_plan="auto"`` (gloo, CPU); ``fsdp`` without, under accelerate's FSDP
 ``cpu_ram_efficient_loading`` environment. Writes ``DIR/count-rank<R>.json``: the reads this rank made (the same
 counting proxies as ``count_load.py``, which know nothing of loadtrace) and the bytes its parameters and buffers hold,
 a DTensor counted by its local shard (``to_local()``), by device type.
