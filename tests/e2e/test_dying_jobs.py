@@ -6,12 +6,15 @@ report`` command line:
 
 1. teardown: rank 1 SIGKILLs itself right after its N-th read while rank 0, slowed, is still loading; torchrun
    SIGTERMs rank 0. The report has rank 1's exact bytes and tensors, how each rank ended, and torchrun sees exactly
-   what it sees untraced (exit codes -9 and -15, the same job exit code). Both venvs.
+   what it sees untraced (exit codes -9 and -15, the same job exit code). Both venvs, held to one untraced run (what
+   torchrun sees is torch's, the same in both).
 2. the same over OTLP only (no files): rank 0's spans ended by SIGTERM and rank 1's ``loadtrace.rank_exit`` with its
    exact bytes arrive at a receiver.
-3. a real OOM kill in a memory cgroup: rank 1 is told apart as OOM-killed, with its memory limit (the cgroup's); over
-   files and over OTLP only, every span's parent is in the trace.
-4. a rank that raises (a shard missing): the job fails as untraced, and the report has a ``failed_load`` finding.
+3. a real OOM kill in a memory cgroup: rank 1 is told apart as OOM-killed, with its memory limit (the cgroup's); in
+   the files and in what a collector received of the same kill (the first venv's job sends both ways), every span's
+   parent is in the trace.
+4. a rank that raises (a shard missing): the job fails as untraced (one untraced run, as in 1), and the report has a
+   ``failed_load`` finding.
 5. ``torchrun --max-restarts 1``: attempt 0 dies, attempt 1 loads; the report keeps the attempts apart.
 6. two launches with one ``LOADTRACE_JOB_ID`` into one folder: two entries, never summed.
 7. a real job folder with a truncated and a corrupt state file: the report runs, counts them, and ranks that finished
@@ -26,7 +29,8 @@ import re
 import shutil
 import signal
 import subprocess
-import warnings
+from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,9 +38,10 @@ from typing import Any
 import pytest
 from support import field_facts, parents
 from support.cgroups import remove_cgroup
+from support.installed import file_spans, job_dir, report, report_json, require_installed, torchrun_exitcodes
 from support.multirank import COUNT_WORKER, MODE_ENV, TRACE_ROOT
 from support.torchrun import DEFAULT_TIMEOUT_S, TorchrunResult, clean_env, torchrun
-from support.venvs import REPO, Venv, discover, installed_problems, stale_files
+from support.venvs import REPO, Venv, discover
 
 from loadtrace import semconv as sc
 from loadtrace import statefile
@@ -57,18 +62,6 @@ def each_venv():
 # Running jobs and reports ---------------------------------------------------------------------------------------------
 
 
-def require_installed(venv: Venv) -> None:
-    problems = installed_problems(venv)
-    assert not problems, f"loadtrace is not installed (non-editable) in {venv.root}: {problems}; {venv.install_hint()}"
-    stale = stale_files(venv)
-    if stale:
-        warnings.warn(
-            f"loadtrace installed in {venv.root} is older than the tree ({', '.join(stale[:5])}); "
-            f"reinstall with: {venv.install_hint()}",
-            stacklevel=2,
-        )
-
-
 def launch(
     venv: Venv,
     script: Path,
@@ -87,41 +80,8 @@ def launch(
     return result
 
 
-def report(venv: Venv, path: Path, *options: str) -> tuple[int, str, str]:
-    """The installed ``loadtrace report PATH OPTIONS`` as a user runs it: (exit code, stdout, stderr). Never a
-    traceback, whatever the input."""
-    proc = subprocess.run(
-        [str(venv.bin / "loadtrace"), "report", str(path), *options],
-        env=clean_env(venv, {}),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
-    assert proc.returncode in (0, 1), f"loadtrace report {path} exited {proc.returncode}: {proc.stderr}"
-    return proc.returncode, proc.stdout, proc.stderr
-
-
-def report_json(venv: Venv, path: Path) -> dict[str, Any]:
-    _, out, _ = report(venv, path, "--format", "json")
-    return json.loads(out)
-
-
-def job_dir(run: TorchrunResult) -> Path:
-    dirs = sorted(p for p in (run.cwd / TRACE_ROOT).iterdir() if p.is_dir())
-    assert len(dirs) == 1, f"expected one job folder under {run.cwd / TRACE_ROOT}, found {dirs}"
-    return dirs[0]
-
-
 def load_json(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
-
-
-def torchrun_exitcodes(run: TorchrunResult) -> dict[int, int]:
-    """Rank → exit code, from the failure summary torchrun prints when a worker failed."""
-    text = run.log.read_text(errors="replace")
-    found = re.findall(r"rank\s*:\s*(\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)", text)
-    return {int(rank): int(code) for rank, code in found}
 
 
 def ranks_of(rep: dict[str, Any], attempt: int | None = None) -> dict[int, dict[str, Any]]:
@@ -137,31 +97,6 @@ def findings_of(rep: dict[str, Any], kind: str, rank: int, attempt: int | None =
         for f in rep["findings"]
         if f["kind"] == kind and rank in f["ranks"] and (attempt is None or f["attempt"] == attempt)
     ]
-
-
-def file_spans(folder: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """(resource attributes, span) of every span in the OTLP JSON Lines files under ``folder``, values unwrapped."""
-
-    def value(v: dict[str, Any]) -> Any:
-        (kind, inner), *_ = v.items()
-        return int(inner) if kind == "intValue" else inner
-
-    def unwrap(items: list[dict[str, Any]]) -> dict[str, Any]:
-        return {a["key"]: value(a["value"]) for a in items}
-
-    found = []
-    for path in sorted(folder.rglob("*.jsonl")):
-        for text in path.read_text(errors="replace").splitlines():
-            try:
-                data = json.loads(text)
-            except ValueError:
-                continue  # a line cut short by a kill
-            for resource_spans in data.get("resourceSpans", []):
-                resource = unwrap(resource_spans.get("resource", {}).get("attributes", []))
-                for scope_spans in resource_spans.get("scopeSpans", []):
-                    for span in scope_spans.get("spans", []):
-                        found.append((resource, {**span, "attributes": unwrap(span.get("attributes", []))}))
-    return found
 
 
 def state_of(folder: Path, rank: int) -> statefile.State:
@@ -248,17 +183,22 @@ def teardown_job(venv: Venv, checkpoint: Path, cwd: Path, traced: bool) -> Torch
     return launch(venv, WORKER, args, cwd=cwd, env=env)
 
 
+@pytest.fixture(scope="module")
+def untraced_teardown(checkpoint: Path, tmp_path_factory) -> TorchrunResult:
+    """The teardown without loadtrace, once: what torchrun sees of it is torch's (the same torch in every test venv)
+    and the scenario's, whatever the transformers; each venv's traced job is held to it."""
+    return teardown_job(VENVS[0], checkpoint, tmp_path_factory.mktemp("teardown-untraced"), traced=False)
+
+
 @pytest.fixture(scope="module", params=each_venv())
-def teardown(request, checkpoint: Path, tmp_path_factory) -> Teardown:
+def teardown(request, checkpoint: Path, untraced_teardown: TorchrunResult, tmp_path_factory) -> Teardown:
     venv = request.param
     require_installed(venv)
-    base = tmp_path_factory.mktemp(f"teardown-{venv.name}")
-    untraced = teardown_job(venv, checkpoint, base / "untraced", traced=False)
-    traced = teardown_job(venv, checkpoint, base / "traced", traced=True)
+    traced = teardown_job(venv, checkpoint, tmp_path_factory.mktemp(f"teardown-{venv.name}"), traced=True)
     assert (traced.cwd / "out" / "count-rank1.json").exists(), traced.tail()
     folder = job_dir(traced)
     _, table, _ = report(venv, folder)
-    return Teardown(venv, traced, untraced, folder, report_json(venv, folder), table)
+    return Teardown(venv, traced, untraced_teardown, folder, report_json(venv, folder), table)
 
 
 def test_teardown_torchrun_sees_what_it_sees_untraced(teardown: Teardown):
@@ -452,6 +392,13 @@ def memory_cgroup(name: str, limit: int) -> tuple[Path, str]:
 
 
 @dataclass
+class OtlpOom:
+    run: TorchrunResult
+    spans: list[Any]  # _wire.WireSpan
+    rejected: list[str]
+
+
+@dataclass
 class OomRun:
     venv: Venv
     run: TorchrunResult
@@ -459,6 +406,7 @@ class OomRun:
     source: str  # "cgroup v1" / "cgroup v2"
     report: dict[str, Any]
     checkpoint: dict[str, Any]
+    otlp: OtlpOom | None  # the first venv's: what a collector received of the same kill
 
 
 def oom_job(venv: Venv, ckpt: Path, cwd: Path, env: dict[str, str], label: str) -> tuple[TorchrunResult, Path, str]:
@@ -476,14 +424,42 @@ def oom_job(venv: Venv, ckpt: Path, cwd: Path, env: dict[str, str], label: str) 
     return run, cgroup, source
 
 
-@pytest.fixture(scope="module", params=each_venv())
-def oom_run(request, big_checkpoint, tmp_path_factory) -> OomRun:
-    venv = request.param
+def oom_run_in(venv: Venv, big_checkpoint, cwd: Path) -> OomRun:
+    """The OOM kill over files; in the first venv over OTLP as well (``LOADTRACE_DIR`` keeps the files), to a
+    receiver here: one kill, both ways out."""
+    from support.wire import HttpReceiver, wire_spans
+
     require_installed(venv)
     ckpt, summary = big_checkpoint
-    cwd = tmp_path_factory.mktemp(f"oom-{venv.name}")
-    run, cgroup, source = oom_job(venv, ckpt, cwd, {**FSDP_ENV, "LOADTRACE": "1"}, venv.name.lstrip("."))
-    return OomRun(venv, run, cgroup, source, report_json(venv, job_dir(run)), summary)
+    env = {**FSDP_ENV, "LOADTRACE": "1"}
+    receiver = HttpReceiver() if venv == VENVS[0] else None
+    if receiver is not None:
+        env |= {"LOADTRACE_DIR": str(cwd / TRACE_ROOT / "oom"), "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{receiver.port}"
+    with receiver if receiver is not None else nullcontext():
+        run, cgroup, source = oom_job(venv, ckpt, cwd, env, venv.name.lstrip("."))
+    otlp = None
+    if receiver is not None:
+        otlp = OtlpOom(run, wire_spans(receiver.received.arrivals), receiver.received.rejected)
+    return OomRun(venv, run, cgroup, source, report_json(venv, job_dir(run)), summary, otlp)
+
+
+@pytest.fixture(scope="module")
+def oom_runs(big_checkpoint, tmp_path_factory) -> Callable[[Venv], OomRun]:
+    """Each venv's OOM kill, run the first time a test asks for it."""
+    done: dict[Path, OomRun] = {}
+
+    def of(venv: Venv) -> OomRun:
+        if venv.root not in done:
+            done[venv.root] = oom_run_in(venv, big_checkpoint, tmp_path_factory.mktemp(f"oom-{venv.name}"))
+        return done[venv.root]
+
+    return of
+
+
+@pytest.fixture(params=each_venv())
+def oom_run(request, oom_runs) -> OomRun:
+    return oom_runs(request.param)
 
 
 def test_oom_killed_rank_is_told_apart(oom_run: OomRun):
@@ -512,29 +488,12 @@ def test_oom_killed_rank_shows_its_cgroup_limit(oom_run: OomRun):
     assert f"the memory limit was {OOM_LIMIT:,} B" in detail and f"({oom_run.source})" in detail, detail
 
 
-@dataclass
-class OtlpOom:
-    run: TorchrunResult
-    spans: list[Any]  # _wire.WireSpan
-    rejected: list[str]
-
-
-@pytest.fixture(scope="module")
-def otlp_oom(big_checkpoint, tmp_path_factory) -> OtlpOom:
-    """The OOM kill over OTLP only: no trace files, spans (the launcher's included) sent to a receiver here."""
-    from support.wire import HttpReceiver, wire_spans
-
-    venv = VENVS[0]
-    require_installed(venv)
-    ckpt, _ = big_checkpoint
-    cwd = tmp_path_factory.mktemp("oom-otlp")
-    (cwd / "tmp").mkdir()  # the state files' folder when no LOADTRACE_DIR is set
-    env = {**FSDP_ENV, "LOADTRACE": "1", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "TMPDIR": str(cwd / "tmp")}
-    with HttpReceiver() as receiver:
-        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{receiver.port}"
-        run, _, _ = oom_job(venv, ckpt, cwd, env, "otlp")
-    assert not list(cwd.rglob("*.jsonl")), list(cwd.rglob("*.jsonl"))
-    return OtlpOom(run, wire_spans(receiver.received.arrivals), receiver.received.rejected)
+@pytest.fixture
+def otlp_oom(oom_runs) -> OtlpOom:
+    """The first venv's OOM kill as a collector received it: spans, the launcher's included, sent to a receiver."""
+    otlp = oom_runs(VENVS[0]).otlp
+    assert otlp is not None
+    return otlp
 
 
 def test_otlp_oom_killed_rank_s_spans_all_have_their_parent_in_the_trace(otlp_oom: OtlpOom):
@@ -564,20 +523,26 @@ class Failing:
     missing: str
 
 
+def raise_job(venv: Venv, checkpoint: Path, broken: Path, cwd: Path, traced: bool) -> TorchrunResult:
+    args = [str(checkpoint), "--out", str(cwd / "out"), "--scenario", "raise", "--rank1-ckpt", str(broken)]
+    return launch(venv, WORKER, args, cwd=cwd, env={"LOADTRACE": "1"} if traced else {})
+
+
+@pytest.fixture(scope="module")
+def untraced_raise(checkpoint: Path, broken_checkpoint, tmp_path_factory) -> TorchrunResult:
+    """The raising rank without loadtrace, once (as ``untraced_teardown``): the job fails as torch fails it."""
+    return raise_job(VENVS[0], checkpoint, broken_checkpoint[0], tmp_path_factory.mktemp("raise-untraced"), False)
+
+
 @pytest.fixture(scope="module", params=each_venv())
-def failing(request, checkpoint: Path, broken_checkpoint, tmp_path_factory) -> Failing:
+def failing(request, checkpoint: Path, broken_checkpoint, untraced_raise: TorchrunResult, tmp_path_factory) -> Failing:
     venv = request.param
     require_installed(venv)
     broken, missing = broken_checkpoint
-    base = tmp_path_factory.mktemp(f"raise-{venv.name}")
-    runs = {}
-    for traced in (False, True):
-        cwd = base / ("traced" if traced else "untraced")
-        args = [str(checkpoint), "--out", str(cwd / "out"), "--scenario", "raise", "--rank1-ckpt", str(broken)]
-        runs[traced] = launch(venv, WORKER, args, cwd=cwd, env={"LOADTRACE": "1"} if traced else {})
-    folder = job_dir(runs[True])
+    traced = raise_job(venv, checkpoint, broken, tmp_path_factory.mktemp(f"raise-{venv.name}"), True)
+    folder = job_dir(traced)
     _, table, _ = report(venv, folder)
-    return Failing(venv, runs[True], runs[False], report_json(venv, folder), table, missing)
+    return Failing(venv, traced, untraced_raise, report_json(venv, folder), table, missing)
 
 
 def test_a_raising_rank_fails_the_job_as_untraced(failing: Failing):
@@ -607,15 +572,27 @@ def test_a_raising_rank_is_a_failed_load_finding(failing: Failing):
 
 
 @dataclass
-class Restarted:
-    run: TorchrunResult
+class Reported:
+    """A job's runs and what the installed ``loadtrace report`` says of its folder, as JSON and as the table."""
+
+    runs: list[TorchrunResult]
     folder: Path
     report: dict[str, Any]
     table: str
 
+    @property
+    def run(self) -> TorchrunResult:
+        (run,) = self.runs
+        return run
+
+
+def reported(venv: Venv, runs: list[TorchrunResult], folder: Path) -> Reported:
+    _, table, _ = report(venv, folder)
+    return Reported(runs, folder, report_json(venv, folder), table)
+
 
 @pytest.fixture(scope="module")
-def restarted(checkpoint: Path, tmp_path_factory) -> Restarted:
+def restarted(checkpoint: Path, tmp_path_factory) -> Reported:
     venv = VENVS[0]
     require_installed(venv)
     cwd = tmp_path_factory.mktemp("restart")
@@ -624,12 +601,10 @@ def restarted(checkpoint: Path, tmp_path_factory) -> Restarted:
         venv, WORKER, args, cwd=cwd, env={"LOADTRACE": "1"}, launcher_args=("--max-restarts", "1"), static_port=False
     )
     assert run.returncode == 0, run.tail()
-    folder = job_dir(run)  # one run id across restarts: one job, one folder, one trace
-    _, table, _ = report(venv, folder)
-    return Restarted(run, folder, report_json(venv, folder), table)
+    return reported(venv, [run], job_dir(run))  # one run id across restarts: one job, one folder, one trace
 
 
-def test_restart_keeps_the_attempts_apart(restarted: Restarted):
+def test_restart_keeps_the_attempts_apart(restarted: Reported):
     traces = restarted.report["traces"]
     assert sorted(t["attempt"] for t in traces) == [0, 1], traces
     assert len({t["trace_id"] for t in traces}) == 1, "one job id: both attempts are in one trace"
@@ -638,7 +613,7 @@ def test_restart_keeps_the_attempts_apart(restarted: Restarted):
     assert "attempt 0" in restarted.table and "attempt 1" in restarted.table
 
 
-def test_restart_second_attempt_equals_a_clean_run(restarted: Restarted):
+def test_restart_second_attempt_equals_a_clean_run(restarted: Reported):
     out = restarted.run.cwd / "out"
     for rank, row in ranks_of(restarted.report, attempt=1).items():
         count = load_json(out / f"count-a1-rank{rank}.json")
@@ -653,7 +628,7 @@ def test_restart_second_attempt_equals_a_clean_run(restarted: Restarted):
     assert not [f for f in restarted.report["findings"] if f["attempt"] == 1 and f["kind"] == "incomplete_rank"]
 
 
-def test_restart_first_attempt_keeps_its_own_story(restarted: Restarted):
+def test_restart_first_attempt_keeps_its_own_story(restarted: Reported):
     out = restarted.run.cwd / "out"
     first = ranks_of(restarted.report, attempt=0)
     dead = load_json(out / "count-a0-rank1.json")
@@ -665,7 +640,7 @@ def test_restart_first_attempt_keeps_its_own_story(restarted: Restarted):
     assert first[0]["read_bytes"] == field_facts.BYTES
 
 
-def test_restart_a_rank_waiting_in_a_collective_still_stops_at_sigterm(restarted: Restarted):
+def test_restart_a_rank_waiting_in_a_collective_still_stops_at_sigterm(restarted: Reported):
     """Attempt 0's rank 0 has finished its load and waits in C++ (the store, as on a hung collective) when torchrun
     SIGTERMs it: untraced it dies at once; a Python handler of loadtrace's left installed after the load would not run
     until that call returns, and torchrun would SIGKILL the rank after 30 s."""
@@ -676,16 +651,8 @@ def test_restart_a_rank_waiting_in_a_collective_still_stops_at_sigterm(restarted
 # 6. Two launches with one LOADTRACE_JOB_ID into one folder -----------------------------------------------------------
 
 
-@dataclass
-class TwoRuns:
-    runs: list[TorchrunResult]
-    folder: Path
-    report: dict[str, Any]
-    table: str
-
-
 @pytest.fixture(scope="module")
-def two_runs(checkpoint: Path, tmp_path_factory) -> TwoRuns:
+def two_runs(checkpoint: Path, tmp_path_factory) -> Reported:
     venv = VENVS[0]
     require_installed(venv)
     cwd = tmp_path_factory.mktemp("two-runs")
@@ -699,11 +666,10 @@ def two_runs(checkpoint: Path, tmp_path_factory) -> TwoRuns:
         runs.append(run)
     folder = cwd / TRACE_ROOT / "nightly-load-test"
     assert [p for p in (cwd / TRACE_ROOT).iterdir()] == [folder]
-    _, table, _ = report(venv, folder)
-    return TwoRuns(runs, folder, report_json(venv, folder), table)
+    return reported(venv, runs, folder)
 
 
-def test_two_runs_with_one_job_id_are_two_entries(two_runs: TwoRuns):
+def test_two_runs_with_one_job_id_are_two_entries(two_runs: Reported):
     traces = two_runs.report["traces"]
     assert len(traces) == 2, traces
     assert len({t["trace_id"] for t in traces}) == 1, "one job id, one trace id"
@@ -719,7 +685,7 @@ def test_two_runs_with_one_job_id_are_two_entries(two_runs: TwoRuns):
 # 7. Bad input at the CLI on a real job folder ------------------------------------------------------------------------
 
 
-def test_damaged_state_files_of_a_real_job_are_skipped_and_counted(two_runs: TwoRuns, tmp_path):
+def test_damaged_state_files_of_a_real_job_are_skipped_and_counted(two_runs: Reported, tmp_path):
     folder = tmp_path / "job"
     shutil.copytree(two_runs.folder, folder)
     states = sorted(folder.glob(f"*{sc.STATE_SUFFIX}"))

@@ -25,11 +25,11 @@ from typing import Any
 
 import pytest
 from support import parents
+from support.installed import file_spans, require_installed
 from support.multirank import MODE_ENV
 from support.torchrun import clean_env, free_port
 from support.venvs import REPO, discover
 from support.wire import HttpReceiver, wire_spans
-from test_dying_jobs import file_spans, require_installed
 
 from loadtrace import semconv as sc
 from loadtrace.analysis.report import build_report

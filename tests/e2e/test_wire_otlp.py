@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import os
 import socket
-import warnings
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from support import field_facts
+from support.installed import require_installed
 from support.multirank import STRATEGY, WORLD_SIZE, read_spans
 from support.span_reference import documented
-from support.venvs import discover, installed_problems, stale_files
+from support.venvs import discover
 from support.wire import GRPC_METHOD, PROTOCOLS, TRACES_PATH, WIRE_CLUSTER, WireRun, attributes, wire_run
 
 from loadtrace import semconv, statefile
@@ -29,18 +29,6 @@ VENVS = discover()
 MODE = "fsdp"  # rank 1 reads, converts and holds a whole model: every byte counter is non-zero somewhere
 # Added to every Resource by the OpenTelemetry SDK itself (Resource.create): standard, not loadtrace's to document.
 SDK_RESOURCE = {"telemetry.sdk.language", "telemetry.sdk.name", "telemetry.sdk.version"}
-
-
-def require_installed(venv) -> None:
-    problems = installed_problems(venv)
-    assert not problems, f"loadtrace is not installed (non-editable) in {venv.root}: {problems}; {venv.install_hint()}"
-    stale = stale_files(venv)
-    if stale:
-        warnings.warn(
-            f"loadtrace installed in {venv.root} is older than the tree ({', '.join(stale[:5])}); "
-            f"reinstall with: {venv.install_hint()}",
-            stacklevel=2,
-        )
 
 
 @pytest.fixture(scope="module", params=PROTOCOLS)

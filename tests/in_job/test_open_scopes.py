@@ -14,7 +14,7 @@ import struct
 
 from support.otlp_files import read_lines
 from support.paths import SPANS
-from test_witness import DEAD_PID, RANK1_ENV, witness_dir  # noqa: F401 - a fixture
+from support.witnessing import DEAD_PID, RANK1_ENV
 
 from loadtrace import semconv, statefile
 from loadtrace.analysis.report import build_report
@@ -58,7 +58,7 @@ def test_when_every_record_is_taken_no_more_are_kept(tmp_path):
     assert None not in taken and writer.open_scope("one more", TRACE, 1, 10, 99) is None
 
 
-def test_the_witness_ends_each_open_scope_in_its_place(tmp_path, witness_dir):  # noqa: F811
+def test_the_witness_ends_each_open_scope_in_its_place(tmp_path, witness_dir):
     traces = tmp_path / "traces"
     traces.mkdir()
     trace_id, root_id = semconv.job_trace_ids("job-7")

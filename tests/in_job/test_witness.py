@@ -14,21 +14,11 @@ from pathlib import Path
 import pytest
 from support.otlp_files import read_lines
 from support.span_reference import documented
+from support.witnessing import DEAD_PID, RANK1_ENV
 
 from loadtrace import semconv, statefile
 from loadtrace.instrumentation import witness
 from loadtrace.instrumentation.settings import Settings
-
-RANK1_ENV = {
-    "RANK": "1",
-    "LOCAL_RANK": "1",
-    "WORLD_SIZE": "2",
-    "LOCAL_WORLD_SIZE": "2",
-    "GROUP_RANK": "0",
-    "TORCHELASTIC_RESTART_COUNT": "0",
-}
-
-DEAD_PID = 4_000_001  # above any pid_max: never a live process
 
 
 def test_oom_kill_is_read_from_v2_memory_events_and_v1_oom_control():
@@ -152,15 +142,6 @@ def write_state(directory: Path, pid: int = DEAD_PID, cgroup: str = "", oom_befo
     state.add("conversion_bytes", 700)
     state.close()
     return path
-
-
-@pytest.fixture
-def witness_dir(tmp_path, monkeypatch) -> Path:
-    directory = tmp_path / "witness"
-    directory.mkdir(mode=0o700)
-    monkeypatch.setenv(semconv.ENV_WITNESS_DIR, str(directory))
-    monkeypatch.setenv(semconv.ENV_LAUNCH_ID, "launch-abc")
-    return directory
 
 
 def test_a_dead_rank_becomes_one_rank_exit_span_with_its_exact_last_state(tmp_path, witness_dir):

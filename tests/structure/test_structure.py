@@ -42,7 +42,7 @@ def is_analysis(module: str) -> bool:
 
 ANALYSIS = sorted(m for m in MODULES if is_analysis(m))
 
-SHARED_FORMATS = ("loadtrace.semconv", "loadtrace.statefile", "loadtrace.startup_split")
+SHARED_FORMATS = ("loadtrace.semconv", "loadtrace.statefile", "loadtrace.startup_split", "loadtrace.version")
 
 INSTRUMENTATION = sorted(m for m in MODULES if not is_analysis(m) and m not in SHARED_FORMATS)
 

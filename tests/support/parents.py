@@ -19,7 +19,7 @@ def orphans(spans: Iterable[tuple[str, str, str | None, str]]) -> list[tuple[str
 
 
 def from_files(pairs: Iterable[tuple[dict, dict]]) -> list[tuple[str, str, str | None, str]]:
-    """``test_dying_jobs.file_spans``' (resource, span) pairs, in OTLP JSON's own hex."""
+    """``support.installed.file_spans``' (resource, span) pairs, in OTLP JSON's own hex."""
     return [(s["traceId"], s["spanId"], s.get("parentSpanId"), s["name"]) for _, s in pairs]
 
 

@@ -73,7 +73,8 @@ count_load.CountingFile = LockedFile
 
 
 class ScriptedCounts(Counts):
-    """The independent count, calling ``after_read(reads)`` right after each read is counted (``READ_LOCK`` held)."""
+    """The independent count, calling ``after_read(reads, counts)`` right after each read is counted (``READ_LOCK``
+    held)."""
 
     def __init__(self, after_read: Any = None) -> None:
         super().__init__()
@@ -84,7 +85,7 @@ class ScriptedCounts(Counts):
         super().read(path, tensor, how)
         self.reads += 1
         if self.after_read is not None:
-            self.after_read(self.reads)
+            self.after_read(self.reads, self)
 
 
 def write_json(out: str, name: str, data: dict[str, Any]) -> None:
@@ -96,6 +97,7 @@ def write_json(out: str, name: str, data: dict[str, Any]) -> None:
 
 
 def counted_load(load: Any, ckpt: str, after_read: Any = None) -> tuple[Any, Counts]:
+    """``load.from_pretrained(ckpt)`` with this rank's own count, scripted by ``after_read(reads, counts)``."""
     counter = Counter()
     counter.counts = ScriptedCounts(after_read)
     with counter as counts:
@@ -111,32 +113,27 @@ def die_by_sigkill(out: str, name: str, counts: Counts) -> None:
 
 def teardown(args: argparse.Namespace, load: Any, rank: int) -> None:
     marker = Path(args.out) / "rank0-loading.json"
-    counts_ref: list[Counts] = []
 
     if rank == 0:
 
-        def after_read(reads: int) -> None:
+        def after_read(reads: int, counts: Counts) -> None:
             if reads == args.signal_after:
-                write_json(args.out, marker.name, {"pid": os.getpid(), **counts_ref[0].as_dict()})
+                write_json(args.out, marker.name, {"pid": os.getpid(), **counts.as_dict()})
             time.sleep(args.slow)
 
     else:
 
-        def after_read(reads: int) -> None:
+        def after_read(reads: int, counts: Counts) -> None:
             if reads != args.kill_after:
                 return
             deadline = time.monotonic() + HANDSHAKE_TIMEOUT_S
             while not marker.exists() and time.monotonic() < deadline:
                 time.sleep(0.05)
-            die_by_sigkill(args.out, "count-rank1.json", counts_ref[0])
+            die_by_sigkill(args.out, "count-rank1.json", counts)
 
-    counter = Counter()
-    counter.counts = ScriptedCounts(after_read)
-    counts_ref.append(counter.counts)
-    with counter:
-        load.from_pretrained(args.ckpt)
+    _, counts = counted_load(load, args.ckpt, after_read)
     # Not reached by rank 1; rank 0 only if torchrun never stopped it.
-    write_json(args.out, f"finished-rank{rank}.json", {"pid": os.getpid(), **counter.counts.as_dict()})
+    write_json(args.out, f"finished-rank{rank}.json", {"pid": os.getpid(), **counts.as_dict()})
 
 
 def oom(args: argparse.Namespace, load: Any, rank: int) -> None:
@@ -199,32 +196,21 @@ def restart(args: argparse.Namespace, load: Any, rank: int) -> None:
     deadline = time.monotonic() + HANDSHAKE_TIMEOUT_S
     while not rank0_done.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    counts_ref: list[Counts] = []
 
-    def after_read(reads: int) -> None:
+    def after_read(reads: int, counts: Counts) -> None:
         if reads == args.kill_after:
-            die_by_sigkill(args.out, "count-a0-rank1.json", counts_ref[0])
+            die_by_sigkill(args.out, "count-a0-rank1.json", counts)
 
-    counter = Counter()
-    counter.counts = ScriptedCounts(after_read)
-    counts_ref.append(counter.counts)
-    with counter:
-        load.from_pretrained(args.ckpt)
+    counted_load(load, args.ckpt, after_read)
 
 
 def multinode(args: argparse.Namespace, load: Any, rank: int) -> None:
-    counts_ref: list[Counts] = []
-
-    def after_read(reads: int) -> None:
+    def after_read(reads: int, counts: Counts) -> None:
         if rank == args.kill_rank and reads == args.kill_after:
-            die_by_sigkill(args.out, f"count-rank{rank}.json", counts_ref[0])
+            die_by_sigkill(args.out, f"count-rank{rank}.json", counts)
 
-    counter = Counter()
-    counter.counts = ScriptedCounts(after_read)
-    counts_ref.append(counter.counts)
-    with counter:
-        load.from_pretrained(args.ckpt)
-    write_json(args.out, f"finished-rank{rank}.json", {"pid": os.getpid(), **counter.counts.as_dict()})
+    _, counts = counted_load(load, args.ckpt, after_read)
+    write_json(args.out, f"finished-rank{rank}.json", {"pid": os.getpid(), **counts.as_dict()})
 
 
 def main() -> None:

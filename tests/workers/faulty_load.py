@@ -1,23 +1,26 @@
-"""Test worker: ``examples/load.py`` with a fault injected into one kind of loadtrace hook (``LOADTRACE_TEST_FAULT``).
+"""Test worker: ``examples/load.py``, with faults injected into loadtrace's hooks by rank.
 
-The fault is put into loadtrace's own code after activation, in this process only, so the job must go on exactly as
-it would untraced: same weights, exit 0, one line on stderr.
+    torchrun --nproc_per_node 2 tests/workers/faulty_load.py CKPT --out DIR [--faults RANK:KIND,KIND ...] [options]
+
+A fault is put into loadtrace's own code after activation, in this rank only, so the job must go on exactly as it
+would untraced: same weights, exit 0, one line on stderr. Each rank takes the kinds its ``--faults`` names (none when
+it is not named) and writes ``DIR/faults-rank<R>.json``: how many times each injected fault was raised.
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import os
 import sys
+import threading
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from count_load import load_example  # noqa: E402
-
-
-def broken(*args, **kwargs):
-    raise RuntimeError("injected fault")
-
 
 # Each kind of hook code: a handler before the call, a handler after it, a proxy on the per-tensor path, a phase.
 FAULTS = {
@@ -27,6 +30,14 @@ FAULTS = {
     "phase": ("loadtrace.instrumentation.spans", "Tracing.enter_phase"),  # before convert / materialize_missing
     "conversion": ("loadtrace.instrumentation.spans", "Tracing.record_conversion"),  # after each weight conversion
 }
+FIRED: Counter[str] = Counter()  # raises of each injected fault in this process
+_fired_lock = threading.Lock()  # transformers reads from a thread pool
+
+
+def fire(kind: str) -> RuntimeError:
+    with _fired_lock:
+        FIRED[kind] += 1
+    return RuntimeError("injected fault")
 
 
 class BrokenSlot:
@@ -34,15 +45,13 @@ class BrokenSlot:
 
     @property
     def counts(self):
-        raise RuntimeError("injected fault")
+        raise fire("tensor_read")
 
     def add(self, nbytes):
-        raise RuntimeError("injected fault")
+        raise fire("tensor_read")
 
 
 def inject(kind: str) -> None:
-    import importlib
-
     if kind == "tensor_read":  # every per-tensor count fails, on the hot path itself
         from loadtrace.instrumentation.hooks import safetensors as hook
 
@@ -56,6 +65,9 @@ def inject(kind: str) -> None:
         hook.TracedSafeOpen.__init__ = broken_counts
         return
 
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise fire(kind)
+
     module_name, path = FAULTS[kind]
     owner = importlib.import_module(module_name)
     *parents, name = path.split(".")
@@ -64,6 +76,33 @@ def inject(kind: str) -> None:
     setattr(owner, name, broken)
 
 
+def faults_of(rank: int, given: list[str]) -> list[str]:
+    """The kinds ``--faults RANK:KIND,KIND`` gives this rank."""
+    kinds = []
+    for item in given:
+        named, _, listed = item.partition(":")
+        if int(named) == rank:
+            kinds += [kind for kind in listed.split(",") if kind]
+    unknown = sorted(set(kinds) - set(FAULTS))
+    if unknown:
+        raise SystemExit(f"unknown faults {unknown}; known: {sorted(FAULTS)}")
+    return kinds
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--faults", action="append", default=[], help="RANK:KIND,KIND (repeatable)")
+    ours, rest = parser.parse_known_args()
+    load = load_example("load")
+    out = load.parse_args(rest).out
+    rank = int(os.environ["RANK"])
+    kinds = faults_of(rank, ours.faults)
+    for kind in kinds:
+        inject(kind)
+    code = load.main(rest)
+    load.write_json(out, f"faults-rank{rank}.json", {"injected": kinds, "fired": dict(FIRED)})
+    return code
+
+
 if __name__ == "__main__":
-    inject(os.environ["LOADTRACE_TEST_FAULT"])
-    raise SystemExit(load_example("load").main())
+    raise SystemExit(main())
