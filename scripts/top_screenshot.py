@@ -10,7 +10,6 @@ checkpoint of ``examples/make_checkpoint.py``; the capture is taken once rank 1 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -22,19 +21,8 @@ REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "docs" / "samples" / "top" / "capture.txt"
 SESSION = "loadtrace-top-screenshot"
 
-
-def tmux(*args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if k != "TMUX"}
-    return subprocess.run(["tmux", *args], capture_output=True, text=True, env=env).stdout
-
-
-def rank_percent(screen: str, rank: int) -> int | None:
-    """The ``%`` cell of the rank's row while it loads (columns: rank, pid, status, phase, files, read, of, %, ...)."""
-    for line in screen.splitlines():
-        cells = re.split(r"\s{2,}", line.strip())
-        if len(cells) > 7 and cells[0] == str(rank) and cells[2] == "loading" and cells[7].isdigit():
-            return int(cells[7])
-    return None
+sys.path.insert(0, str(REPO / "tests"))
+from support.live import rank_percent, tmux  # noqa: E402 - the terminal test's own helpers, found above
 
 
 def main() -> int:
