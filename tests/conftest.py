@@ -6,6 +6,12 @@ sees), ``fleet/`` (ClickHouse, Jaeger, the collector and dashboard configs) and 
 of every name). The slow tier, marked ``integration`` here once per folder: ``processes/`` (promises that need a
 process of their own: ``LOADTRACE=1`` at interpreter start, signals, forks, the console commands, docker-compose),
 ``e2e/`` (real ``torchrun`` jobs and a real browser) and ``lint/`` (ruff and mypy over the whole tree, also ``lint``).
+
+pytest runs on pytest-xdist workers (``addopts`` in pyproject.toml; ``-n 0`` runs serially), a test file's tests on
+one worker (``--dist loadscope``), so a module-scoped job runs once. The session-wide jobs here (``checkpoint``,
+``jobs``) and in ``support/`` (the killed rank, the watched slow load) are asked for by several files on any worker:
+``support/shared.py`` makes each once and hands the others what it made. Every torchrun (``support/torchrun.py``) is
+run again once when a rank only aborted at exit, a torch/gloo flake that no test is about.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from support import venvs as _venvs  # noqa: E402
 from support.multirank import Jobs  # noqa: E402
+from support.shared import once  # noqa: E402
 from support.torchrun import clean_env  # noqa: E402
 
 NO_VENV = "no venv with torchrun and transformers (see tests/support/venvs.py)"
@@ -51,16 +58,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The default tiny Qwen3-MoE checkpoint (5 shards, 69 tensors), written once per session by
-    ``examples/make_checkpoint.py`` run with the first test venv's Python (not this interpreter's)."""
+    """The default tiny Qwen3-MoE checkpoint (5 shards, 69 tensors), written once per session (whatever the xdist
+    workers) by ``examples/make_checkpoint.py`` run with the first test venv's Python (not this interpreter's)."""
     found = _venvs.discover()
     if not found:
         pytest.skip("no venv with torchrun and transformers (see tests/support/venvs.py)")
-    out = tmp_path_factory.mktemp("checkpoint")
+    return once(tmp_path_factory, "checkpoint", lambda: write_checkpoint(found[0], tmp_path_factory.mktemp("ckpt")))
+
+
+def write_checkpoint(venv: _venvs.Venv, out: Path) -> Path:
     script = _venvs.REPO / "examples" / "make_checkpoint.py"
-    env = clean_env(found[0], {})
+    env = clean_env(venv, {})
     proc = subprocess.run(
-        [str(found[0].python), str(script), str(out)], cwd=out, env=env, capture_output=True, text=True, timeout=300
+        [str(venv.python), str(script), str(out)], cwd=out, env=env, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "wrote 5 shards, 69 tensors, 1,009,152 bytes" in proc.stdout, proc.stdout
@@ -70,4 +80,4 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def jobs(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Jobs:
     """Two-rank torchrun jobs, each run at most once per session and shared by every test that asks for it."""
-    return Jobs(checkpoint, tmp_path_factory.mktemp("jobs"))
+    return Jobs(checkpoint, tmp_path_factory)

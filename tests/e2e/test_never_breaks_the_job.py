@@ -231,16 +231,14 @@ def probe_checkpoint(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_a_hanging_collector_holds_exit_for_at_most_the_exit_timeout(probe_checkpoint, protocol):
     """A collector that accepts and never answers: the process exits within LOADTRACE_EXIT_TIMEOUT (1 s) of the
-    job's last line, beyond what an untraced exit takes (the faster of two, timed just before: on 2 busy cores a
-    reference timed minutes earlier is no reference)."""
-    untraced = min(exit_delay(probe_checkpoint, {}) for _ in range(2))
+    job's last line, beyond what an untraced exit takes. On 2 cores shared with other work (another xdist worker's
+    torchrun job) an exit's wall time grows with whatever else runs at that moment, by more than the bound: each is
+    timed three times, interleaved, and the fastest of each is what the exit itself costs (a hold that is there every
+    time, as a hanging collector's would be, is in the fastest too)."""
+    env = {"LOADTRACE": "1", "OTEL_EXPORTER_OTLP_PROTOCOL": protocol}
+    untraced, traced = [], []
     with Collector("hangs") as collector:
-        traced = exit_delay(
-            probe_checkpoint,
-            {
-                "LOADTRACE": "1",
-                "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
-                "OTEL_EXPORTER_OTLP_ENDPOINT": collector.endpoint,
-            },
-        )
-    assert traced - untraced <= EXIT_TIMEOUT_S + 0.5, (traced, untraced)  # plus scheduling noise
+        for _ in range(3):
+            untraced.append(exit_delay(probe_checkpoint, {}))
+            traced.append(exit_delay(probe_checkpoint, {**env, "OTEL_EXPORTER_OTLP_ENDPOINT": collector.endpoint}))
+    assert min(traced) - min(untraced) <= EXIT_TIMEOUT_S + 0.5, (traced, untraced)  # plus scheduling noise

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from .paths import WORKERS
-from .torchrun import TorchrunResult, once, torchrun
+from .shared import once
+from .torchrun import TorchrunResult, torchrun
 from .venvs import Venv
 
 KILLED_WORKER = WORKERS / "killed_load.py"
@@ -29,4 +30,4 @@ def killed_rank_job(
         env = {"HF_DEACTIVATE_ASYNC_LOAD": "1", "TMPDIR": str(tmp), **({"LOADTRACE": "1"} if traced else {})}
         return torchrun(venv, KILLED_WORKER, [str(checkpoint), "--out", str(cwd)], cwd=cwd, env=env, timeout_s=300)
 
-    return once(("killed", str(venv.root), str(checkpoint), traced), run)
+    return once(tmp_path_factory, ("killed", str(venv.root), str(checkpoint), traced), run)

@@ -27,7 +27,8 @@ from loadtrace import semconv
 
 from .cgroups import memory_cgroup, remove_cgroup
 from .paths import WORKERS
-from .torchrun import command, launch, once
+from .shared import once
+from .torchrun import command, launch
 from .venvs import Venv
 from .wire import HttpReceiver
 
@@ -111,7 +112,9 @@ def loading(venv: Venv, traces: Path, rank: int, at_least: int = 1) -> Callable[
 
 
 def tmux(*args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if k != "TMUX"}
+    # The program in the terminal takes its size from the terminal (-x, -y), as in a person's: pytest-xdist's workers
+    # have COLUMNS=80 and LINES=24 in their environment, which the tmux server would pass on and curses would obey.
+    env = {k: v for k, v in os.environ.items() if k not in ("TMUX", "COLUMNS", "LINES")}
     return subprocess.run(["tmux", *args], capture_output=True, text=True, env=env, timeout=30).stdout
 
 
@@ -234,6 +237,7 @@ def watched_slow_load(venv: Venv, checkpoint: Path, tmp_path_factory: pytest.Tem
     """The slow job (rank 1 sleeps 1 s before each tensor it reads), watched by ``loadtrace top`` and an OTLP receiver
     of its progress metrics every ``PROGRESS_INTERVAL_S``, then rank 1 SIGKILLed: run once per session."""
     return once(
+        tmp_path_factory,
         ("watched", str(venv.root), str(checkpoint)),
         lambda: _watch(venv, checkpoint, tmp_path_factory.mktemp("watched")),
     )
@@ -288,6 +292,7 @@ def heading_for_oom(venv: Venv, checkpoint: Path, tmp_path_factory: pytest.TempP
     """The job whose rank 1 heads for its cgroup's limit until the OOM killer takes it: run once per session (skipped
     where no memory cgroup can be made)."""
     return once(
+        tmp_path_factory,
         ("oom", str(venv.root), str(checkpoint)),
         lambda: _head_for_oom(venv, checkpoint, tmp_path_factory.mktemp("oom")),
     )

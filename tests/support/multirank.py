@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import shutil
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from .shared import once
 from .torchrun import TorchrunResult, torchrun
 from .venvs import REPO, Venv, installed_problems, stale_files
 
@@ -83,24 +85,12 @@ class Job:
         return dict(by_rank)
 
 
-def aborted_at_exit(run: TorchrunResult, out: Path) -> bool:
-    """Both ranks wrote their results, then one died at exit with "terminate called without an active exception"
-    (SIGABRT): seen about once in 20 ZeRO-3 runs of transformers 5.12 on CPU here, with and without LOADTRACE. Not
-    what the tests are about, so such a run is repeated once."""
-    finished = all(
-        (out / f"count-rank{r}.json").exists() or (out / f"digest-rank{r}.json").exists() for r in range(WORLD_SIZE)
-    )
-    log = run.log.read_text(errors="replace") if run.log.exists() else ""
-    return run.returncode != 0 and finished and "terminate called without an active exception" in log
-
-
 class Jobs:
-    """Runs each (venv, mode, traced, script) job at most once per test session."""
+    """Runs each (venv, mode, traced, script) job at most once per test session, whatever the xdist workers."""
 
-    def __init__(self, checkpoint: Path, workdir: Path) -> None:
+    def __init__(self, checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
         self.checkpoint = checkpoint
-        self.workdir = workdir
-        self._jobs: dict[tuple[str, str, bool, str], Job] = {}
+        self.tmp_path_factory = tmp_path_factory
         self._checked_install: dict[str, list[str]] = {}
 
     def require_installed(self, venv: Venv) -> None:
@@ -123,27 +113,20 @@ class Jobs:
             )
 
     def get(self, venv: Venv, mode: str, traced: bool, script: Path = COUNT_WORKER) -> Job:
-        key = (str(venv.root), mode, traced, script.name)
-        if key not in self._jobs:
-            self._jobs[key] = self._run(venv, mode, traced, script)
-        job = self._jobs[key]
+        key = ("multirank", str(venv.root), str(self.checkpoint), mode, traced, script.name)
+        job = once(self.tmp_path_factory, key, lambda: self._run(venv, mode, traced, script))
         job.run.check()
         return job
 
     def _run(self, venv: Venv, mode: str, traced: bool, script: Path) -> Job:
         self.require_installed(venv)
         name = f"{venv.name}-{mode}-{'traced' if traced else 'untraced'}-{script.stem}"
-        cwd = self.workdir / name
+        cwd = self.tmp_path_factory.mktemp(name, numbered=False)
         out = cwd / "out"
         env = dict(MODE_ENV[mode])
         if traced:
             env["LOADTRACE"] = "1"
-        for _attempt in (1, 2):
-            run = torchrun(venv, script, [str(self.checkpoint), "--mode", mode, "--out", str(out)], cwd=cwd, env=env)
-            if not aborted_at_exit(run, out):
-                break
-            print(f"[multirank] {name}: a rank aborted in C++ at exit after finishing; running the job again once")
-            shutil.rmtree(cwd)
+        run = torchrun(venv, script, [str(self.checkpoint), "--mode", mode, "--out", str(out)], cwd=cwd, env=env)
         job = Job(venv=venv, mode=mode, traced=traced, script=script, run=run)
         print(f"[multirank] {job.label}: rc {run.returncode} in {run.seconds:.1f}s, cwd {cwd}")
         if run.returncode == 0:
