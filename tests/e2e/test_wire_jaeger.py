@@ -83,7 +83,7 @@ def wire(checkpoint: Path, tmp_path_factory) -> WireRun:
     venv = VENVS[0]
     problems = installed_problems(venv)
     assert not problems, f"loadtrace is not installed (non-editable) in {venv.root}: {problems}"
-    return wire_run(venv, "http/protobuf", checkpoint, tmp_path_factory.getbasetemp() / "wire", "fsdp")
+    return wire_run(venv, "http/protobuf", checkpoint, tmp_path_factory, "fsdp")
 
 
 @pytest.fixture(scope="module")

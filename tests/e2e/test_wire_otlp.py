@@ -35,7 +35,7 @@ SDK_RESOURCE = {"telemetry.sdk.language", "telemetry.sdk.name", "telemetry.sdk.v
 def wire(request, checkpoint: Path, tmp_path_factory) -> WireRun:
     venv = VENVS[0]
     require_installed(venv)
-    return wire_run(venv, request.param, checkpoint, tmp_path_factory.getbasetemp() / "wire", MODE)
+    return wire_run(venv, request.param, checkpoint, tmp_path_factory, MODE)
 
 
 def by_rank(spans) -> dict[int, list]:

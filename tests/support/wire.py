@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 from google.protobuf.json_format import MessageToDict
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
@@ -26,6 +27,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 from support import loopback
 from support.multirank import EXAMPLE_WORKER, MODE_ENV
 from support.otlp_reference import _hex_ids
+from support.shared import once
 from support.torchrun import TorchrunResult, torchrun
 from support.venvs import Venv
 
@@ -237,17 +239,18 @@ class WireRun:
         return self._spans
 
 
-_RUNS: dict[tuple[str, str, str], WireRun] = {}
 WIRE_CLUSTER = "wire-cluster"  # LOADTRACE_CLUSTER of these runs: on their Resource and their startup metrics
 
 
-def wire_run(venv: Venv, protocol: str, checkpoint: Path, workdir: Path, mode: str = "fsdp") -> WireRun:
+def wire_run(
+    venv: Venv, protocol: str, checkpoint: Path, tmp_path_factory: pytest.TempPathFactory, mode: str = "fsdp"
+) -> WireRun:
     """``torchrun --nproc_per_node 2 examples/load.py CKPT --mode MODE`` with ``LOADTRACE=1``, the OTLP endpoint of a
     receiver started here, and ``LOADTRACE_DIR``; run once per (venv, protocol, mode) and session."""
-    key = (str(venv.root), protocol, mode)
-    if key not in _RUNS:
+
+    def run_it() -> WireRun:
         receiver = GrpcReceiver() if protocol == "grpc" else HttpReceiver()
-        cwd = workdir / f"{venv.name}-{mode}-{protocol.replace('/', '-')}"
+        cwd = tmp_path_factory.mktemp(f"wire-{venv.name}-{mode}-{protocol.replace('/', '-')}")
         files_dir = cwd / "files"
         env = {
             **MODE_ENV[mode],
@@ -267,7 +270,8 @@ def wire_run(venv: Venv, protocol: str, checkpoint: Path, workdir: Path, mode: s
             f"{len(receiver.received.arrivals)} export calls, cwd {cwd}"
         )
         got = receiver.received
-        _RUNS[key] = WireRun(venv, protocol, mode, run, files_dir, got.arrivals, got.rejected, got.metrics)
-    result = _RUNS[key]
+        return WireRun(venv, protocol, mode, run, files_dir, got.arrivals, got.rejected, got.metrics)
+
+    result = once(tmp_path_factory, ("wire", str(venv.root), str(checkpoint), protocol, mode), run_it)
     result.run.check()
     return result
