@@ -7,11 +7,12 @@ of every name). The slow tier, marked ``integration`` here once per folder: ``pr
 process of their own: ``LOADTRACE=1`` at interpreter start, signals, forks, the console commands, docker-compose),
 ``e2e/`` (real ``torchrun`` jobs and a real browser) and ``lint/`` (ruff and mypy over the whole tree, also ``lint``).
 
-pytest runs on pytest-xdist workers (``addopts`` in pyproject.toml; ``-n 0`` runs serially), a test file's tests on
-one worker (``--dist loadscope``), so a module-scoped job runs once. The session-wide jobs here (``checkpoint``,
-``jobs``) and in ``support/`` (the killed rank, the watched slow load) are asked for by several files on any worker:
-``support/shared.py`` makes each once and hands the others what it made. Every torchrun (``support/torchrun.py``) is
-run again once when a rank only aborted at exit, a torch/gloo flake that no test is about.
+pytest runs on three pytest-xdist workers (``addopts`` in pyproject.toml; ``-n 0`` runs serially), a test file's
+tests on one worker (``--dist loadscope``), so a module-scoped job runs once. The session-wide jobs here
+(``checkpoint``, ``jobs``) and in ``support/`` (the killed rank, the watched slow load, the OTLP wire runs) are asked
+for by several files on any worker: ``support/shared.py`` makes each once and hands the others what it made. Every
+torchrun (``support/torchrun.py``) is run again once when a rank only aborted at exit, a torch/gloo flake that no
+test is about.
 """
 
 from __future__ import annotations
