@@ -143,9 +143,9 @@ def main(plan_file: str) -> int:
     # them all and copy every page they sit on (1.8 s of CPU a rank here; 0.6 s with this).
     gc.freeze()
     checkpoint = Path(plan["checkpoint"])
-    child, failed = fork_each([("checkpoint", checkpoint.with_suffix(".log"), lambda: make_checkpoint(plan))], 1)
-    if child or failed:
-        return failed
+    child, status = fork_each([("checkpoint", checkpoint.with_suffix(".log"), lambda: make_checkpoint(plan))], 1)
+    if child or status:  # the checkpoint's child, or its failure: no rank could load
+        return status
     ranks: list[Task] = [
         (
             f"rank {rank['rank']}",
