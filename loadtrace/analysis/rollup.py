@@ -40,7 +40,16 @@ from .jobs import (
     report_of_rows,
 )
 from .ranks import jobs_from_spans
-from .sources.clickhouse import Connection, check_table, parse_target, quote, read, read_since
+from .sources.clickhouse import (
+    Connection,
+    Target,
+    check_table,
+    open_database_alone,
+    parse_target,
+    quote,
+    read,
+    read_since,
+)
 from .sources.files import SourceError
 from .startup import Thresholds
 
@@ -51,31 +60,55 @@ BATCH = 20  # traces read and rolled per query: a few 512-rank jobs' spans at a 
 class Tables:
     spans: str
     traces: str
-    view: str
+    view: str  # in the span table's database, beside it
     jobs: str
 
 
+def rollup_database(target: Target) -> str:
+    """The database of the rollup's two tables in a chDB directory: their own (``default_loadtrace``), so that
+    ``jobs`` opens them without the span table (``sources.clickhouse.open_database_alone``)."""
+    return f"{target.database}_loadtrace"
+
+
+def tables_in(target: Target, database: str) -> Tables:
+    base = f"{target.table}_loadtrace"
+    view = f"{target.database}.{base}_traces_view"
+    return Tables(target.name, f"{database}.{base}_traces", view, f"{database}.{base}_jobs")
+
+
 def tables(connection: Connection) -> Tables:
+    """Where the rollup's tables are: in their own database (a chDB directory's since this version, or a server
+    serving one), else beside the span table (a server's; a chDB directory an older loadtrace rolled up); where
+    there are none yet, where ``ensure`` makes them."""
     target = connection.target
-    base = f"{target.database}.{target.table}_loadtrace"
-    return Tables(target.name, f"{base}_traces", f"{base}_traces_view", f"{base}_jobs")
+    for database in (rollup_database(target), target.database):
+        names = tables_in(target, database)
+        if _exists(connection, names.traces) and _exists(connection, names.jobs):
+            return names
+    return _made_at(target)
+
+
+def _made_at(target: Target) -> Tables:
+    """A chDB directory's rollup in its own database; a server's beside the span table (the one database the
+    collector's user is granted, no second database to create)."""
+    return tables_in(target, rollup_database(target) if target.path is not None else target.database)
 
 
 def _key_columns() -> str:
     return ", ".join(f"`{key}` Nullable(String)" for key in KEYS)
 
 
-DDL = (
+TABLES_DDL = (
     # SimpleAggregateFunction: parts merge by min / max / sum; readers still GROUP BY TraceId (parts not yet merged).
     "CREATE TABLE IF NOT EXISTS {traces} (TraceId String, First SimpleAggregateFunction(min, DateTime64(9)), "
     "LastEnd SimpleAggregateFunction(max, UInt64), Spans SimpleAggregateFunction(sum, UInt64)) "
     "ENGINE = AggregatingMergeTree ORDER BY TraceId",
-    "CREATE MATERIALIZED VIEW IF NOT EXISTS {view} TO {traces} AS " + "{index}",
     # Made: the loadtrace that computed the row; Position: the job's place among its trace's (jobs_from_spans order);
     # Row '': a trace with no job (marked rolled).
     "CREATE TABLE IF NOT EXISTS {jobs} (TraceId String, Spans UInt64, RolledNs UInt64, Limits String, Made String, "
     "Position UInt32, {keys}, Row String) ENGINE = MergeTree ORDER BY (TraceId, RolledNs, Position)",
 )
+VIEW_DDL = "CREATE MATERIALIZED VIEW IF NOT EXISTS {view} TO {traces} AS {index}"
 INDEX = (
     "SELECT TraceId, min(Timestamp) AS First, max(toUInt64(toUnixTimestamp64Nano(Timestamp)) + Duration) AS LastEnd, "
     "count() AS Spans FROM {spans} GROUP BY TraceId"
@@ -96,12 +129,26 @@ def present(connection: Connection) -> bool:
 
 def ensure(connection: Connection) -> None:
     """The tables and the view; the index filled with the spans already there when it is new. (A block inserted
-    between the view and that fill counts twice: harmless, rows compare with the index's own count.)"""
-    names = tables(connection)
-    new = not _exists(connection, names.traces)
+    between the view and that fill counts twice: harmless, rows compare with the index's own count.) A chDB
+    directory an older loadtrace rolled up has its tables moved to their own database."""
+    target, found = connection.target, tables(connection)
+    exists = _exists(connection, found.traces)
+    names = _made_at(target) if target.path is not None else found
+    moving, new = exists and found != names, not exists
+    if target.path is not None:
+        # Ordinary: a database chDB can attach alone (an Atomic one it cannot: its UUID is not mapped then).
+        connection.execute("SET allow_deprecated_database_ordinary = 1")
+        connection.execute(f"CREATE DATABASE IF NOT EXISTS {rollup_database(target)} ENGINE = Ordinary")
+    for statement in TABLES_DDL:
+        connection.execute(statement.format(**dataclasses.asdict(names), keys=_key_columns()))
+    if moving:  # one process holds a chDB directory: no insert lands between the copy and the new view
+        for old, now in ((found.traces, names.traces), (found.jobs, names.jobs)):
+            connection.execute(f"INSERT INTO {now} SELECT * FROM {old}")
+        connection.execute(f"DROP VIEW IF EXISTS {found.view} SYNC")
+        for old in (found.traces, found.jobs):
+            connection.execute(f"DROP TABLE {old} SYNC")
     index = INDEX.format(spans=names.spans)
-    for statement in DDL:
-        connection.execute(statement.format(**dataclasses.asdict(names), index=index, keys=_key_columns()))
+    connection.execute(VIEW_DDL.format(**dataclasses.asdict(names), index=index))
     if new:
         connection.execute(f"INSERT INTO {names.traces} {index}")
 
@@ -243,8 +290,14 @@ def current(connection: Connection, since_seconds: float, pairs: list[tuple[str,
     return Current(latest(f"{keys}, Row"), sorted(rest), int(counts[0]), int(counts[1]))
 
 
+class SpansNeeded(Exception):
+    """A trace of the window has no current rows, and the connection has the rollup's database alone open."""
+
+
 def _computed(connection: Connection, traces: list[str], limits: Thresholds) -> list[JobRow]:
     """The rows of traces the rollup has no current rows for, from their spans."""
+    if traces and not connection.reads_spans:
+        raise SpansNeeded
     rows: list[JobRow] = []
     for start in range(0, len(traces), BATCH):
         rows += [
@@ -366,12 +419,23 @@ def jobs_of_clickhouse(
     groups_only: bool = False,
 ) -> JobsReport | GroupsReport:
     """``loadtrace jobs --clickhouse URL [--groups-only]``: from the rollup where one has run, else from every span of
-    the window."""
-    connection = Connection(parse_target(url, table))
+    the window. A chDB directory's rollup is read first with its database alone open (a fleet's span table is not
+    loaded); only where a trace of the window has no current rows is the directory opened whole."""
+    target = parse_target(url, table)
+    answer = groups_of_rollup if groups_only else jobs_report_of_rollup
+    alone = open_database_alone(target, rollup_database(target)) if target.path is not None else None
+    if alone is not None:
+        try:
+            if present(alone):
+                return answer(alone, since_seconds, where, group_by, limits)
+        except SpansNeeded:
+            pass
+        finally:
+            alone.close()
+    connection = Connection(target)
     try:
         check_table(connection)
         if present(connection):
-            answer = groups_of_rollup if groups_only else jobs_report_of_rollup
             return answer(connection, since_seconds, where, group_by, limits)
         spans = read_since(connection, since_seconds, check_keys(where, []))
     finally:
