@@ -152,7 +152,7 @@ def settle(db: Path, quiet_s: float = 20, most_s: float = 1800) -> str:
             if int(s.query("SELECT count() FROM system.merges", "TSV").bytes()):
                 quiet = time.monotonic()
         parts = s.query(
-            "SELECT table, count() FROM system.parts WHERE active AND database = 'default' GROUP BY 1 ORDER BY 1",
+            "SELECT table, count() FROM system.parts WHERE active AND database LIKE 'default%' GROUP BY 1 ORDER BY 1",
             "TSV",
         ).data()
     waited = time.monotonic() - start
