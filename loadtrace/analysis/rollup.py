@@ -77,15 +77,25 @@ def tables_in(target: Target, database: str) -> Tables:
 
 
 def tables(connection: Connection) -> Tables:
-    """Where the rollup's tables are: in their own database (a chDB directory's since this version, or a server
-    serving one), else beside the span table (a server's; a chDB directory an older loadtrace rolled up); where
-    there are none yet, where ``ensure`` makes them."""
+    """Where the rollup's tables are; where there are none yet, where ``ensure`` makes them."""
+    return _found(connection) or _made_at(connection.target)
+
+
+def _found(connection: Connection) -> Tables | None:
+    """Where both of the rollup's tables are, in one query: in their own database (a chDB directory's since this
+    version, or a server serving one), else beside the span table (a server's; a chDB directory an older loadtrace
+    rolled up)."""
     target = connection.target
-    for database in (rollup_database(target), target.database):
-        names = tables_in(target, database)
-        if _exists(connection, names.traces) and _exists(connection, names.jobs):
-            return names
-    return _made_at(target)
+    places = [tables_in(target, database) for database in (rollup_database(target), target.database)]
+    names = [name for place in places for name in (place.traces, place.jobs)]
+    pairs = ", ".join(f"({quote(database)}, {quote(table)})" for database, table in (n.split(".", 1) for n in names))
+    there = {
+        f"{database}.{table}"
+        for database, table in connection.rows(
+            f"SELECT database, name FROM system.tables WHERE (database, name) IN ({pairs})"
+        )
+    }
+    return next((place for place in places if {place.traces, place.jobs} <= there), None)
 
 
 def _made_at(target: Target) -> Tables:
@@ -123,32 +133,37 @@ def _exists(connection: Connection, name: str) -> bool:
 
 def present(connection: Connection) -> bool:
     """Whether a rollup has run against this table (both of its tables are there)."""
-    names = tables(connection)
-    return _exists(connection, names.traces) and _exists(connection, names.jobs)
+    return _found(connection) is not None
 
 
 def ensure(connection: Connection) -> None:
     """The tables and the view; the index filled with the spans already there when it is new. (A block inserted
     between the view and that fill counts twice: harmless, rows compare with the index's own count.) A chDB
     directory an older loadtrace rolled up has its tables moved to their own database."""
-    target, found = connection.target, tables(connection)
-    exists = _exists(connection, found.traces)
-    names = _made_at(target) if target.path is not None else found
-    moving, new = exists and found != names, not exists
+    target, found = connection.target, _found(connection)
+    names = _made_at(target) if target.path is not None or found is None else found
+    older = tables_in(target, target.database)  # a chDB directory's, before this layout
+    moving = target.path is not None and _exists(connection, older.traces) and _exists(connection, older.jobs)
+    new = not moving and found is None and not _exists(connection, names.traces)
     if target.path is not None:
         # Ordinary: a database chDB can attach alone (an Atomic one it cannot: its UUID is not mapped then).
         connection.execute("SET allow_deprecated_database_ordinary = 1")
         connection.execute(f"CREATE DATABASE IF NOT EXISTS {rollup_database(target)} ENGINE = Ordinary")
     for statement in TABLES_DDL:
         connection.execute(statement.format(**dataclasses.asdict(names), keys=_key_columns()))
-    if moving:  # one process holds a chDB directory: no insert lands between the copy and the new view
-        for old, now in ((found.traces, names.traces), (found.jobs, names.jobs)):
+    if moving:
+        # Done again whole until the older tables are gone (a move that stopped half-way). One process holds a chDB
+        # directory: no insert lands between the copy and the view's new target.
+        for old, now in ((older.traces, names.traces), (older.jobs, names.jobs)):
+            connection.execute(f"TRUNCATE TABLE {now}")
             connection.execute(f"INSERT INTO {now} SELECT * FROM {old}")
-        connection.execute(f"DROP VIEW IF EXISTS {found.view} SYNC")
-        for old in (found.traces, found.jobs):
-            connection.execute(f"DROP TABLE {old} SYNC")
+    if moving or (new and target.path is not None):  # a view an older layout left points at the older index
+        connection.execute(f"DROP VIEW IF EXISTS {names.view} SYNC")
     index = INDEX.format(spans=names.spans)
     connection.execute(VIEW_DDL.format(**dataclasses.asdict(names), index=index))
+    if moving:
+        for old in (older.traces, older.jobs):
+            connection.execute(f"DROP TABLE {old} SYNC")
     if new:
         connection.execute(f"INSERT INTO {names.traces} {index}")
 

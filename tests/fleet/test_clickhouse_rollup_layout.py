@@ -152,3 +152,22 @@ def test_over_http_a_servers_rollup_is_beside_its_spans_and_a_chdb_directorys_is
         with front as http:
             assert run_json(capsys, "jobs", "--clickhouse", http, *SINCE, *GROUPS) == folder
     assert not [sql for sql in front.queries if "FROM default.otel_traces WHERE" in sql], front.queries
+
+
+def test_a_move_that_stopped_half_way_is_done_again_whole(fleet, capsys):
+    files, url = fleet
+    _older_rollup(url)
+    with chdb_session.Session(url.removeprefix("chdb:")) as session:  # stopped after copying the index alone
+        session.query("SET allow_deprecated_database_ordinary = 1")
+        session.query("CREATE DATABASE default_loadtrace ENGINE = Ordinary")
+        for name in ("traces", "jobs"):
+            older = f"default.otel_traces_loadtrace_{name}"
+            session.query(f"CREATE TABLE default_loadtrace.otel_traces_loadtrace_{name} AS {older}")
+        index = "otel_traces_loadtrace_traces"
+        session.query(f"INSERT INTO default_loadtrace.{index} SELECT * FROM default.{index}")
+    out = _rollup(capsys, url)
+    assert out.startswith("loadtrace rollup: 0 jobs of 0 traces rolled up into default_loadtrace."), out  # copied
+    assert "default.otel_traces_loadtrace_jobs" not in _tables(url)
+    _same(capsys, files, url, *GROUPS)
+    _insert_restart(files, url)
+    _same(capsys, files, url, *GROUPS)
