@@ -8,8 +8,9 @@ and ``--groups-only``: the groups computed in the server, from ``chdb:`` and ove
 database open), the dashboard's p50/p95 panel, and the span-reading paths (no rollup; ``jobs DIR``) at FILE_JOBS jobs.
 
 ``--rollup-only``: only jobs 0-20 have spans; the others are in the rollup alone (their trace index rows and job rows
-replicated from those of the same ``job % 21``, as a full run makes them). ``jobs --groups-only`` reads no spans, but
-``chdb:`` reads the metadata of every table's parts when it opens the database, so only a full run times its start.
+replicated from those of the same ``job % 21``, as a full run makes them). ``jobs --clickhouse chdb:`` opens the
+rollup's database alone (not the span table, whose parts chDB would otherwise load), so its start does not grow with
+the span table; a full run shows it.
 ``--scratch`` naming a folder an earlier run left: its databases are timed as they are (so a build can run at a low
 priority, ``nice -n 15 ... --build-only``, and the timings at the user's).
 """
