@@ -30,13 +30,12 @@ def posed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[posing.Pos
     if not found:
         pytest.skip("no venv with transformers (see tests/support/venvs.py)")
     root = tmp_path_factory.mktemp("posed")
-    checkpoint = posing.make_checkpoint(found[0], root / "checkpoint")
     ranks = [posing.Posed(r, posing.WORLD_SIZE, BIG, root / BIG) for r in range(posing.POSED)]
     ranks += [
         posing.Posed(PROBE, posing.WORLD_SIZE, FULL, root / FULL, detail="full"),
         posing.Posed(PROBE, 64, SMALL, root / SMALL),
     ]
-    done = posing.run(found[0], checkpoint, ranks)
+    done = posing.run(found[0], root / "checkpoint", ranks)
     jobs: dict[str, list[posing.Posed]] = {}
     for rank in done:
         jobs.setdefault(rank.job_id, []).append(rank)
