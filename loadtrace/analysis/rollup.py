@@ -40,7 +40,16 @@ from .jobs import (
     report_of_rows,
 )
 from .ranks import jobs_from_spans
-from .sources.clickhouse import Connection, check_table, parse_target, quote, read, read_since
+from .sources.clickhouse import (
+    Connection,
+    Target,
+    check_table,
+    open_database_alone,
+    parse_target,
+    quote,
+    read,
+    read_since,
+)
 from .sources.files import SourceError
 from .startup import Thresholds
 
@@ -51,31 +60,65 @@ BATCH = 20  # traces read and rolled per query: a few 512-rank jobs' spans at a 
 class Tables:
     spans: str
     traces: str
-    view: str
+    view: str  # in the span table's database, beside it
     jobs: str
 
 
+def rollup_database(target: Target) -> str:
+    """The database of the rollup's two tables in a chDB directory: their own (``default_loadtrace``), so that
+    ``jobs`` opens them without the span table (``sources.clickhouse.open_database_alone``)."""
+    return f"{target.database}_loadtrace"
+
+
+def tables_in(target: Target, database: str) -> Tables:
+    base = f"{target.table}_loadtrace"
+    view = f"{target.database}.{base}_traces_view"
+    return Tables(target.name, f"{database}.{base}_traces", view, f"{database}.{base}_jobs")
+
+
 def tables(connection: Connection) -> Tables:
+    """Where the rollup's tables are; where there are none yet, where ``ensure`` makes them."""
+    return _found(connection) or _made_at(connection.target)
+
+
+def _found(connection: Connection) -> Tables | None:
+    """Where both of the rollup's tables are, in one query: in their own database (a chDB directory's since this
+    version, or a server serving one), else beside the span table (a server's; a chDB directory an older loadtrace
+    rolled up)."""
     target = connection.target
-    base = f"{target.database}.{target.table}_loadtrace"
-    return Tables(target.name, f"{base}_traces", f"{base}_traces_view", f"{base}_jobs")
+    places = [tables_in(target, database) for database in (rollup_database(target), target.database)]
+    names = [name for place in places for name in (place.traces, place.jobs)]
+    pairs = ", ".join(f"({quote(database)}, {quote(table)})" for database, table in (n.split(".", 1) for n in names))
+    there = {
+        f"{database}.{table}"
+        for database, table in connection.rows(
+            f"SELECT database, name FROM system.tables WHERE (database, name) IN ({pairs})"
+        )
+    }
+    return next((place for place in places if {place.traces, place.jobs} <= there), None)
+
+
+def _made_at(target: Target) -> Tables:
+    """A chDB directory's rollup in its own database; a server's beside the span table (the one database the
+    collector's user is granted, no second database to create)."""
+    return tables_in(target, rollup_database(target) if target.path is not None else target.database)
 
 
 def _key_columns() -> str:
     return ", ".join(f"`{key}` Nullable(String)" for key in KEYS)
 
 
-DDL = (
+TABLES_DDL = (
     # SimpleAggregateFunction: parts merge by min / max / sum; readers still GROUP BY TraceId (parts not yet merged).
     "CREATE TABLE IF NOT EXISTS {traces} (TraceId String, First SimpleAggregateFunction(min, DateTime64(9)), "
     "LastEnd SimpleAggregateFunction(max, UInt64), Spans SimpleAggregateFunction(sum, UInt64)) "
     "ENGINE = AggregatingMergeTree ORDER BY TraceId",
-    "CREATE MATERIALIZED VIEW IF NOT EXISTS {view} TO {traces} AS " + "{index}",
     # Made: the loadtrace that computed the row; Position: the job's place among its trace's (jobs_from_spans order);
     # Row '': a trace with no job (marked rolled).
     "CREATE TABLE IF NOT EXISTS {jobs} (TraceId String, Spans UInt64, RolledNs UInt64, Limits String, Made String, "
     "Position UInt32, {keys}, Row String) ENGINE = MergeTree ORDER BY (TraceId, RolledNs, Position)",
 )
+VIEW_DDL = "CREATE MATERIALIZED VIEW IF NOT EXISTS {view} TO {traces} AS {index}"
 INDEX = (
     "SELECT TraceId, min(Timestamp) AS First, max(toUInt64(toUnixTimestamp64Nano(Timestamp)) + Duration) AS LastEnd, "
     "count() AS Spans FROM {spans} GROUP BY TraceId"
@@ -90,18 +133,37 @@ def _exists(connection: Connection, name: str) -> bool:
 
 def present(connection: Connection) -> bool:
     """Whether a rollup has run against this table (both of its tables are there)."""
-    names = tables(connection)
-    return _exists(connection, names.traces) and _exists(connection, names.jobs)
+    return _found(connection) is not None
 
 
 def ensure(connection: Connection) -> None:
     """The tables and the view; the index filled with the spans already there when it is new. (A block inserted
-    between the view and that fill counts twice: harmless, rows compare with the index's own count.)"""
-    names = tables(connection)
-    new = not _exists(connection, names.traces)
+    between the view and that fill counts twice: harmless, rows compare with the index's own count.) A chDB
+    directory an older loadtrace rolled up has its tables moved to their own database."""
+    target, found = connection.target, _found(connection)
+    names = _made_at(target) if target.path is not None or found is None else found
+    older = tables_in(target, target.database)  # a chDB directory's, before this layout
+    moving = target.path is not None and _exists(connection, older.traces) and _exists(connection, older.jobs)
+    new = not moving and found is None and not _exists(connection, names.traces)
+    if target.path is not None:
+        # Ordinary: a database chDB can attach alone (an Atomic one it cannot: its UUID is not mapped then).
+        connection.execute("SET allow_deprecated_database_ordinary = 1")
+        connection.execute(f"CREATE DATABASE IF NOT EXISTS {rollup_database(target)} ENGINE = Ordinary")
+    for statement in TABLES_DDL:
+        connection.execute(statement.format(**dataclasses.asdict(names), keys=_key_columns()))
+    if moving:
+        # Done again whole until the older tables are gone (a move that stopped half-way). One process holds a chDB
+        # directory: no insert lands between the copy and the view's new target.
+        for old, now in ((older.traces, names.traces), (older.jobs, names.jobs)):
+            connection.execute(f"TRUNCATE TABLE {now}")
+            connection.execute(f"INSERT INTO {now} SELECT * FROM {old}")
+    if moving or (new and target.path is not None):  # a view an older layout left points at the older index
+        connection.execute(f"DROP VIEW IF EXISTS {names.view} SYNC")
     index = INDEX.format(spans=names.spans)
-    for statement in DDL:
-        connection.execute(statement.format(**dataclasses.asdict(names), index=index, keys=_key_columns()))
+    connection.execute(VIEW_DDL.format(**dataclasses.asdict(names), index=index))
+    if moving:
+        for old in (older.traces, older.jobs):
+            connection.execute(f"DROP TABLE {old} SYNC")
     if new:
         connection.execute(f"INSERT INTO {names.traces} {index}")
 
@@ -243,8 +305,14 @@ def current(connection: Connection, since_seconds: float, pairs: list[tuple[str,
     return Current(latest(f"{keys}, Row"), sorted(rest), int(counts[0]), int(counts[1]))
 
 
+class SpansNeeded(Exception):
+    """A trace of the window has no current rows, and the connection has the rollup's database alone open."""
+
+
 def _computed(connection: Connection, traces: list[str], limits: Thresholds) -> list[JobRow]:
     """The rows of traces the rollup has no current rows for, from their spans."""
+    if traces and not connection.reads_spans:
+        raise SpansNeeded
     rows: list[JobRow] = []
     for start in range(0, len(traces), BATCH):
         rows += [
@@ -366,12 +434,23 @@ def jobs_of_clickhouse(
     groups_only: bool = False,
 ) -> JobsReport | GroupsReport:
     """``loadtrace jobs --clickhouse URL [--groups-only]``: from the rollup where one has run, else from every span of
-    the window."""
-    connection = Connection(parse_target(url, table))
+    the window. A chDB directory's rollup is read first with its database alone open (a fleet's span table is not
+    loaded); only where a trace of the window has no current rows is the directory opened whole."""
+    target = parse_target(url, table)
+    answer = groups_of_rollup if groups_only else jobs_report_of_rollup
+    alone = open_database_alone(target, rollup_database(target)) if target.path is not None else None
+    if alone is not None:
+        try:
+            if present(alone):
+                return answer(alone, since_seconds, where, group_by, limits)
+        except SpansNeeded:
+            pass
+        finally:
+            alone.close()
+    connection = Connection(target)
     try:
         check_table(connection)
         if present(connection):
-            answer = groups_of_rollup if groups_only else jobs_report_of_rollup
             return answer(connection, since_seconds, where, group_by, limits)
         spans = read_since(connection, since_seconds, check_keys(where, []))
     finally:

@@ -88,7 +88,8 @@ COMMAND_HELP: dict[str, tuple[str, str | None]] = {
         "compute each ended job's jobs row once, into a table beside ClickHouse's otel_traces (for a fleet)",
         "Compute the jobs row of every job of --clickhouse URL whose spans stopped arriving --quiet ago, once, and "
         "keep it in <table>_loadtrace_jobs beside the spans (with <table>_loadtrace_traces, an index the server "
-        "keeps); `loadtrace jobs --clickhouse URL` then reads those rows instead of every span. Run it every few "
+        "keeps; in a chDB directory both in database default_loadtrace, opened without the span table); "
+        "`loadtrace jobs --clickhouse URL` then reads those rows instead of every span. Run it every few "
         "minutes (the fleet profile does); a job that gains spans later is computed again.",
     ),
     "ingest": (

@@ -52,7 +52,7 @@ def _same(capsys, files: Path, url: str, *args: str) -> None:
 def _tables(url: str) -> dict[str, int]:
     with chdb_session.Session(url.removeprefix("chdb:")) as session:
         answer = session.query(
-            "SELECT name, total_rows FROM system.tables WHERE database = 'default' AND name LIKE '%loadtrace%'", "JSON"
+            "SELECT name, total_rows FROM system.tables WHERE database = 'default_loadtrace'", "JSON"
         )
         return {row["name"]: int(row["total_rows"] or 0) for row in json.loads(answer.bytes())["data"]}
 
@@ -62,7 +62,9 @@ def test_jobs_from_the_rollup_equal_the_files(fleet, capsys):
     before = run_json(capsys, "jobs", "--clickhouse", url, *SINCE, "--group-by", "cluster")  # no rollup: from spans
     out = _rollup(capsys, url, "--quiet", "1s")
     jobs = len(before["jobs"])
-    assert out.startswith(f"loadtrace rollup: {jobs} jobs of {jobs} traces rolled up into default.otel_traces_")
+    assert out.startswith(
+        f"loadtrace rollup: {jobs} jobs of {jobs} traces rolled up into default_loadtrace.otel_traces_"
+    )
     assert "0 traces still active" in out
     assert set(ROLLUP_TABLES) <= set(_tables(url))
     for args in (
@@ -77,7 +79,7 @@ def test_jobs_from_the_rollup_equal_the_files(fleet, capsys):
     with chdb_session.Session(url.removeprefix("chdb:")) as session:
         # Two rollups at once: an older roll at the same count. And a newer one by another loadtrace version.
         wrong = "replace(Row, 'startup_seconds', 'wrong') AS Row"
-        table = "otel_traces_loadtrace_jobs"
+        table = "default_loadtrace.otel_traces_loadtrace_jobs"
         session.query(f"INSERT INTO {table} SELECT * REPLACE (RolledNs - 1 AS RolledNs, {wrong}) FROM {table}")
         session.query(
             f"INSERT INTO {table} SELECT * REPLACE (RolledNs + 1 AS RolledNs, '0.0.1' AS Made, {wrong}) FROM {table}"

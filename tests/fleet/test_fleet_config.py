@@ -128,7 +128,9 @@ def test_the_dashboards_sql_runs_on_the_engine_and_agrees_with_jobs(tmp_path, ca
     capsys.readouterr()
     with chdb_session.Session(str(tmp_path / "db")) as session:
         # A row rolled up with other thresholds, and an older roll-up of a trace: neither is what the panels show.
-        table, wrong = "otel_traces_loadtrace_jobs", "replace(Row, 'startup_seconds', 'startup_seconds_') AS Row"
+        # A chDB directory keeps the rollup's tables in their own database; a server (the dashboard's) beside the spans.
+        table = "default_loadtrace.otel_traces_loadtrace_jobs"
+        wrong = "replace(Row, 'startup_seconds', 'startup_seconds_') AS Row"
         session.query(
             f"INSERT INTO {table} SELECT * REPLACE (RolledNs + 1 AS RolledNs, '{{}}' AS Limits, {wrong}) FROM {table}"
         )
@@ -140,6 +142,7 @@ def test_the_dashboards_sql_runs_on_the_engine_and_agrees_with_jobs(tmp_path, ca
         for title, (_, sql) in _dashboard_script().PANELS.items():
             sql = sql.replace("$__timeFilter(Timestamp)", "1").replace("$__timeFilter(start)", "1")
             sql = sql.replace("$__timeInterval(start)", "toDate(0)")  # one bucket
+            sql = sql.replace(" otel_traces_loadtrace_jobs", f" {table}")
             answers[title] = json.loads(session.query(sql, "JSON").bytes())["data"]
     report = jobs_report(read_files(files), group_by=["cluster"])
     slowest = answers["Slowest jobs (trace id opens the trace)"]

@@ -126,12 +126,16 @@ def parse_target(url: str, table: str = DEFAULT_TABLE) -> Target:
 
 class Connection:
     """One query at a time, rows back as tuples; each driver error becomes one ``SourceError`` line. ``create``: a
-    ``chdb:`` directory that is not there yet is made (``loadtrace ingest``)."""
+    ``chdb:`` directory that is not there yet is made (``loadtrace ingest``); ``session``: a chDB session already open
+    on the target's directory (``open_database_alone``)."""
 
-    def __init__(self, target: Target, create: bool = False) -> None:
+    def __init__(self, target: Target, create: bool = False, session: Any = None) -> None:
         self.target = target
-        self._chdb: Any = None
+        self._chdb: Any = session
         self._http: Any = None
+        self.reads_spans = session is None  # False: only one database of the directory is open, not the span table's
+        if session is not None:
+            return
         if target.path is not None:
             self._chdb = _open_chdb(target.path, create)
         else:
@@ -222,6 +226,32 @@ def _open_chdb(path: str, create: bool = False) -> Any:
         return session.Session(path)
     except Exception as error:
         raise SourceError(f"chdb:{path}: {_first_line(error)}") from None
+
+
+def open_database_alone(target: Target, database: str) -> Connection | None:
+    """A ``chdb:`` directory opened with ``database`` alone attached (an Ordinary database), none of the other
+    databases' tables loaded: opening a directory otherwise reads the metadata of every part of every table, a
+    fleet's span table's too (docs/report.md, ClickHouse rollup). None where it has no such database, or chDB
+    cannot open it so (the caller then opens the directory whole, which says what is wrong)."""
+    path = str(target.path)
+    # A "?" would start the connection string's parameters.
+    if "?" in path or not os.path.isfile(os.path.join(path, "metadata", f"{database}.sql")):
+        return None
+    try:
+        from chdb import session
+    except ImportError:
+        return None
+    try:
+        # clickhouse-local's --only-system-tables: no database of the directory is loaded until attached.
+        alone = session.Session(f"{path}?only-system-tables=1")
+    except Exception:
+        return None
+    try:
+        alone.query(f"ATTACH DATABASE {database}")
+    except Exception:
+        alone.close()
+        return None
+    return Connection(target, session=alone)
 
 
 def _open_http(target: Target) -> Any:
