@@ -3,9 +3,10 @@
 Ranks of one node share the node's page cache; ranks on different nodes never do (a shared file system serves each
 node). Whether storage had to deliver the checkpoint is read from the checkpoint files themselves: every file span
 carries ``loadtrace.file.cached_bytes_at_open``, the bytes of that file the page cache held just before the library
-opened it (``cachestat`` / ``mincore``, memory.py). Per node, each file counts once, at its first open by any of the
-node's ranks (a later open finds what the first one read): its bytes not held then are *cold*, what storage delivers
-as they are read; the rest was warm.
+opened it (``cachestat`` / ``mincore``, memory.py). Per node, each file counts once, as the node's ranks found it
+coldest (while a checkpoint loads, its files only enter the cache: a later open finds what an earlier one read, so
+the coldest open is the first; the earliest span is not always, as a rank can start its span and lose the CPU before
+it looks): its bytes not held then are *cold*, what storage delivers as they are read; the rest was warm.
 
 ``loadtrace.io.storage_read_bytes`` (the load's delta of ``/proc/self/io`` ``read_bytes``) stays a raw figure,
 summed here: it counts every storage read of the process during the load, libraries imported on the way included, so
@@ -33,11 +34,11 @@ WARM = "warm"  # the page cache held all of it
 
 
 def checkpoint_residency(ranks: list[RankLoad]) -> tuple[int, int, int] | None:
-    """The node's checkpoint files, each at its first open by any of ``ranks``: (files, their bytes, bytes not in the
-    page cache then). None when a file span opened by path lacks its residency (an older loadtrace, not Linux, the
-    calls refused) or no file was opened by path; with loads that left their file spans out, the most of theirs and
-    the spans' (module docstring)."""
-    first: dict[str, tuple[int, int, int | None]] = {}  # path → (start, size, cached at open)
+    """The node's checkpoint files, each as the coldest open by any of ``ranks`` found it: (files, their bytes, bytes
+    not in the page cache then). None when any file span opened by path lacks its residency (an older loadtrace, not
+    Linux, the calls refused) or no file was opened by path; with loads that left their file spans out, the most of
+    theirs and the spans' (module docstring)."""
+    coldest: dict[str, tuple[int, int | None]] = {}  # path → (size, the least cached at any open; None: one unmeasured)
     for rank in ranks:
         for span in rank.spans:
             if span.name not in sc.FILE_SPANS:
@@ -45,17 +46,19 @@ def checkpoint_residency(ranks: list[RankLoad]) -> tuple[int, int, int] | None:
             path, size = span.attributes.get(sc.FILE_PATH), span.attributes.get(sc.FILE_SIZE)
             if not isinstance(path, str) or not isinstance(size, int):
                 continue
-            cached = span.attributes.get(sc.FILE_CACHED_BYTES_AT_OPEN)
-            entry = (span.start_ns, size, cached if isinstance(cached, int) else None)
-            if path not in first or entry[0] < first[path][0]:
-                first[path] = entry
-    if any(cached is None for _, _, cached in first.values()):
+            found = span.attributes.get(sc.FILE_CACHED_BYTES_AT_OPEN)
+            cached = found if isinstance(found, int) else None
+            if path in coldest:
+                known = coldest[path][1]
+                cached = None if known is None or cached is None else min(known, cached)
+            coldest[path] = (size, cached)
+    if any(cached is None for _, cached in coldest.values()):
         return None
     found = [
         (
-            len(first),
-            sum(size for _, size, _ in first.values()),
-            sum(max(0, size - (cached or 0)) for _, size, cached in first.values()),
+            len(coldest),
+            sum(size for size, _ in coldest.values()),
+            sum(max(0, size - (cached or 0)) for size, cached in coldest.values()),
         )
     ]
     loads = summarized.residency(ranks)
