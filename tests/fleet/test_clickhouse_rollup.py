@@ -18,24 +18,12 @@ from pathlib import Path
 import pytest
 from support import otel_traces
 from support.cli import one_line, run, run_json
-from support.clickhouse_fleet import SINCE, copy_of, fleet_of, restart, trace_of, without_skipped
+from support.clickhouse_fleet import SINCE, restart, trace_of, without_skipped
 from support.paths import SPANS
 
 chdb_session = pytest.importorskip("chdb.session")
 
 ROLLUP_TABLES = ("otel_traces_loadtrace_traces", "otel_traces_loadtrace_jobs")
-
-
-@pytest.fixture(scope="module")
-def filled(tmp_path_factory) -> tuple[Path, str]:
-    """The fleet without the restart (tests add it when they need it), filled once."""
-    return fleet_of(tmp_path_factory.mktemp("fleet"), with_restart=False)
-
-
-@pytest.fixture
-def fleet(filled, tmp_path) -> tuple[Path, str]:
-    """A fresh copy per test: a rollup changes the database."""
-    return copy_of(filled, tmp_path)
 
 
 def _rollup(capsys, url: str, *args: str) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from support import otel_traces
 from support.cli import run, run_json
-from support.clickhouse_fleet import SINCE, copy_of, fleet_of, restart, without_skipped
+from support.clickhouse_fleet import SINCE, copy_of, restart, without_skipped
 from support.paths import SPANS
 
 from loadtrace.analysis import rollup
@@ -21,16 +21,6 @@ from loadtrace.analysis.startup import Thresholds
 chdb_session = pytest.importorskip("chdb.session")
 
 GROUPS = ("--group-by", "cluster", "--groups-only")
-
-
-@pytest.fixture(scope="module")
-def filled(tmp_path_factory) -> tuple[Path, str]:
-    return fleet_of(tmp_path_factory.mktemp("fleet"), with_restart=False)
-
-
-@pytest.fixture
-def fleet(filled, tmp_path) -> tuple[Path, str]:
-    return copy_of(filled, tmp_path)
 
 
 def _rollup(capsys, url: str) -> str:
