@@ -308,18 +308,23 @@ def _add_ingest_command(commands: Any) -> None:
     _add_clickhouse_options(ingest_)
 
 
+def _counted(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def run_ingest(args: argparse.Namespace) -> int:
     if args.clickhouse is None:
         raise SourceError("ingest needs --clickhouse URL (http(s)://HOST:8123[/DATABASE] or chdb:PATH)")
     done = ingest.ingest(args.folder, args.clickhouse, args.clickhouse_table)
     skipped = [
-        f"{count} unreadable {what} skipped"
-        for count, what in ((done.skipped_lines, "lines"), (done.skipped_state_files, "state files"))
+        f"{_counted(count, 'unreadable ' + what)} skipped"
+        for count, what in ((done.skipped_lines, "line"), (done.skipped_state_files, "state file"))
         if count
     ]
     print(
-        f"loadtrace ingest: {done.spans} spans and {done.states} state files of {len(done.traces)} traces written "
-        f"into {done.table}{' (created)' if done.created else ''}; {done.present} were there already"
+        f"loadtrace ingest: {_counted(done.spans, 'span')} and {_counted(done.states, 'state file')} of "
+        f"{_counted(len(done.traces), 'trace')} written into {done.table}{' (created)' if done.created else ''}; "
+        f"{done.present} {'was' if done.present == 1 else 'were'} there already"
         + "".join(f"; {text}" for text in skipped)
     )
     return EXIT_OK

@@ -29,8 +29,8 @@ from loadtrace.cli import main
 chdb_session = pytest.importorskip("chdb.session")
 
 INGESTED = re.compile(
-    r"loadtrace ingest: (\d+) spans and (\d+) state files of (\d+) traces written into default\.otel_traces"
-    r"( \(created\))?; (\d+) were there already\n"
+    r"loadtrace ingest: (\d+) spans? and (\d+) state files? of (\d+) traces? written into default\.otel_traces"
+    r"( \(created\))?; (\d+) (?:was|were) there already\n"
 )
 
 
@@ -208,7 +208,7 @@ def test_lines_the_reader_skips_are_skipped_and_counted(tmp_path, capsys):
     (files / "hostile.jsonl").write_text('{"resourceSpans": [{"scopeSpans": 5}]}\n{"trunc\n' + json.dumps(span) + "\n")
     (files / "rank00009-x-1.state").write_bytes(b"not a state file")
     code, out, err = run(capsys, "ingest", str(files), "--clickhouse", f"chdb:{tmp_path / 'db'}")
-    assert code == 0 and out.endswith("; 3 unreadable lines skipped; 1 unreadable state files skipped\n"), out
+    assert code == 0 and out.endswith("; 3 unreadable lines skipped; 1 unreadable state file skipped\n"), out
 
 
 def test_a_state_row_that_does_not_decode_is_a_skipped_state_file():
