@@ -81,21 +81,30 @@ def tables(connection: Connection) -> Tables:
     return _found(connection) or _made_at(connection.target)
 
 
-def _found(connection: Connection) -> Tables | None:
-    """Where both of the rollup's tables are, in one query: in their own database (a chDB directory's since this
-    version, or a server serving one), else beside the span table (a server's; a chDB directory an older loadtrace
-    rolled up)."""
-    target = connection.target
-    places = [tables_in(target, database) for database in (rollup_database(target), target.database)]
+def _places(target: Target) -> list[Tables]:
+    """Where the rollup's tables can be, in the order they are looked for: in their own database (a chDB directory's
+    since this version, or a server serving one), else beside the span table (a server's; a chDB directory an older
+    loadtrace rolled up)."""
+    return [tables_in(target, database) for database in (rollup_database(target), target.database)]
+
+
+def _there(connection: Connection, places: list[Tables]) -> set[str]:
+    """Which of the ``places``' two tables exist, in one query."""
     names = [name for place in places for name in (place.traces, place.jobs)]
     pairs = ", ".join(f"({quote(database)}, {quote(table)})" for database, table in (n.split(".", 1) for n in names))
-    there = {
-        f"{database}.{table}"
-        for database, table in connection.rows(
-            f"SELECT database, name FROM system.tables WHERE (database, name) IN ({pairs})"
-        )
-    }
+    sql = f"SELECT database, name FROM system.tables WHERE (database, name) IN ({pairs})"
+    return {f"{database}.{table}" for database, table in connection.rows(sql)}
+
+
+def _whole(places: list[Tables], there: set[str]) -> Tables | None:
+    """The first of ``places`` where both tables are ``there``."""
     return next((place for place in places if {place.traces, place.jobs} <= there), None)
+
+
+def _found(connection: Connection) -> Tables | None:
+    """Where both of the rollup's tables are (``_places``); None before the first rollup."""
+    places = _places(connection.target)
+    return _whole(places, _there(connection, places))
 
 
 def _made_at(target: Target) -> Tables:
@@ -125,26 +134,18 @@ INDEX = (
 )
 
 
-def _exists(connection: Connection, name: str) -> bool:
-    database, table = name.split(".", 1)
-    sql = f"SELECT count() FROM system.tables WHERE database = {quote(database)} AND name = {quote(table)}"
-    return int(connection.rows(sql)[0][0]) > 0
-
-
-def present(connection: Connection) -> bool:
-    """Whether a rollup has run against this table (both of its tables are there)."""
-    return _found(connection) is not None
-
-
-def ensure(connection: Connection) -> None:
-    """The tables and the view; the index filled with the spans already there when it is new. (A block inserted
-    between the view and that fill counts twice: harmless, rows compare with the index's own count.) A chDB
-    directory an older loadtrace rolled up has its tables moved to their own database."""
-    target, found = connection.target, _found(connection)
+def ensure(connection: Connection) -> Tables:
+    """The tables and the view, and where they are; the index filled with the spans already there when it is new. (A
+    block inserted between the view and that fill counts twice: harmless, rows compare with the index's own count.) A
+    chDB directory an older loadtrace rolled up has its tables moved to their own database."""
+    target = connection.target
+    places = _places(target)
+    there = _there(connection, places)
+    found = _whole(places, there)
     names = _made_at(target) if target.path is not None or found is None else found
     older = tables_in(target, target.database)  # a chDB directory's, before this layout
-    moving = target.path is not None and _exists(connection, older.traces) and _exists(connection, older.jobs)
-    new = not moving and found is None and not _exists(connection, names.traces)
+    moving = target.path is not None and {older.traces, older.jobs} <= there
+    new = not moving and found is None and names.traces not in there
     if target.path is not None:
         # Ordinary: a database chDB can attach alone (an Atomic one it cannot: its UUID is not mapped then).
         connection.execute("SET allow_deprecated_database_ordinary = 1")
@@ -166,6 +167,7 @@ def ensure(connection: Connection) -> None:
             connection.execute(f"DROP TABLE {old} SYNC")
     if new:
         connection.execute(f"INSERT INTO {names.traces} {index}")
+    return names
 
 
 def _window(since_seconds: float) -> str:
@@ -201,8 +203,7 @@ def roll_up(connection: Connection, limits: Thresholds, since_seconds: float, qu
     """Every trace of the window whose last span ended ``quiet_seconds`` ago and whose rows are missing or older than
     its spans: its rows computed and stored."""
     check_table(connection)
-    ensure(connection)
-    names = tables(connection)
+    names = ensure(connection)
     quiet = int(quiet_seconds * 1e9)
     stored = f"SELECT TraceId, Spans FROM {names.jobs} WHERE {_ours(limits)}"
     found = connection.rows(
@@ -281,8 +282,9 @@ class Current:
     unmatched: int  # of those, the ones that do not match
 
 
-def current(connection: Connection, since_seconds: float, pairs: list[tuple[str, str]], limits: Thresholds) -> Current:
-    names = tables(connection)
+def current(
+    connection: Connection, names: Tables, since_seconds: float, pairs: list[tuple[str, str]], limits: Thresholds
+) -> Current:
     window = f"SELECT TraceId, sum(Spans) AS spans FROM {names.traces} GROUP BY TraceId HAVING {_window(since_seconds)}"
 
     def latest(columns: str) -> str:
@@ -323,6 +325,7 @@ def _computed(connection: Connection, traces: list[str], limits: Thresholds) -> 
 
 def jobs_report_of_rollup(
     connection: Connection,
+    names: Tables,
     since_seconds: float,
     where: list[str],
     group_by: list[str],
@@ -330,7 +333,7 @@ def jobs_report_of_rollup(
 ) -> JobsReport:
     """``jobs_report`` of the window's traces: their stored rows where current, filtered in SQL (only the rows that
     match leave the server, as one JSON array), and the other traces' rows from their spans."""
-    now = current(connection, since_seconds, check_keys(where, group_by), limits)
+    now = current(connection, names, since_seconds, check_keys(where, group_by), limits)
     text = connection.text(
         "SELECT concat('[', arrayStringConcat(arrayMap(row -> row.3, arraySort(row -> (row.1, row.2), "
         f"groupArrayIf((TraceId, Position, Row), Row != '' AND matched))), ','), ']') FROM ({now.latest})"
@@ -378,6 +381,7 @@ GROUPS = (
 
 def groups_of_rollup(
     connection: Connection,
+    names: Tables,
     since_seconds: float,
     where: list[str],
     group_by: list[str],
@@ -386,7 +390,7 @@ def groups_of_rollup(
     """``jobs --groups-only`` of the window's traces: the groups' statistics computed in the server, over the stored
     rows where current and, sent with the query, the rows of the other traces computed from their spans."""
     pairs = check_keys(where, group_by)
-    now = current(connection, since_seconds, pairs, limits)
+    now = current(connection, names, since_seconds, pairs, limits)
     computed = _computed(connection, now.rest, limits)
     matching = [row for row in computed if matches(row, pairs)]
     columns = ", ".join(f"`{key}`" for key in KEYS)
@@ -441,8 +445,8 @@ def jobs_of_clickhouse(
     alone = open_database_alone(target, rollup_database(target)) if target.path is not None else None
     if alone is not None:
         try:
-            if present(alone):
-                return answer(alone, since_seconds, where, group_by, limits)
+            if (names := _found(alone)) is not None:
+                return answer(alone, names, since_seconds, where, group_by, limits)
         except SpansNeeded:
             pass
         finally:
@@ -450,8 +454,8 @@ def jobs_of_clickhouse(
     connection = Connection(target)
     try:
         check_table(connection)
-        if present(connection):
-            return answer(connection, since_seconds, where, group_by, limits)
+        if (names := _found(connection)) is not None:
+            return answer(connection, names, since_seconds, where, group_by, limits)
         spans = read_since(connection, since_seconds, check_keys(where, []))
     finally:
         connection.close()
