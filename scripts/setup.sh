@@ -1,25 +1,56 @@
 #!/usr/bin/env bash
 # Set up everything loadtrace's demo and tests need, from a fresh machine with Python 3.11 and pip:
-#   .venv     torch (CPU), the latest transformers, accelerate, deepspeed, and loadtrace installed from its wheel
+#   .venv     torch, transformers 5.24.0, accelerate, deepspeed, and loadtrace installed from its wheel
 #   .venv512  the same with transformers 5.12.0: the release in which both public reports were made (regression matrix)
+# transformers is pinned to the releases whose field facts the tests hold (tests/support/field_facts.py); moving to a
+# new release is a deliberate step, not whatever PyPI serves today.
 # loadtrace itself is installed as users get it (a built wheel, not editable), so its .pth activation is what is tested.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
-# Installed first and explicitly: a bare `torch` requirement would pull a multi-GB CUDA build.
+# Installed first and explicitly: a bare `torch` requirement would pull another multi-GB build.
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
+TRANSFORMERS_LATEST=${TRANSFORMERS_LATEST:-transformers==5.24.0}
+
+# torch once per machine, shared by both venvs and by every clone on this machine: where no local CPU build is offered,
+# PyPI's is a CUDA build of about 4.6 GB installed. It lives in one folder outside the clone; each venv finds it through
+# a .pth line placed after its own site-packages, so a package a venv installs itself still wins.
+PY_TAG=$("$PYTHON" -c 'import sys; print(f"py{sys.version_info[0]}{sys.version_info[1]}")')
+TORCH_NAME=${TORCH_SPEC//==/-}
+SHARED_TORCH=${LOADTRACE_SHARED_TORCH:-${XDG_CACHE_HOME:-$HOME/.cache}/loadtrace/${TORCH_NAME//[^A-Za-z0-9.-]/_}-$PY_TAG}
+
+shared_torch() {
+  mkdir -p "$(dirname "$SHARED_TORCH")"
+  # One installer at a time (two clones set up at once); the folder appears whole or not at all.
+  exec 9>"$SHARED_TORCH.lock"
+  flock 9
+  if [ ! -f "$SHARED_TORCH/.complete" ]; then
+    rm -rf "$SHARED_TORCH.partial"
+    "$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore --target "$SHARED_TORCH.partial" "$TORCH_SPEC"
+    touch "$SHARED_TORCH.partial/.complete"
+    rm -rf "$SHARED_TORCH" && mv "$SHARED_TORCH.partial" "$SHARED_TORCH"
+  fi
+  flock -u 9
+}
 
 make_venv() {
   local dir=$1 transformers_spec=$2
   [ -x "$dir/bin/python" ] || "$PYTHON" -m venv "$dir"
-  "$dir/bin/pip" install -q --disable-pip-version-check "$TORCH_SPEC"
+  local site
+  site=$("$dir/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  echo "$SHARED_TORCH" >"$site/_loadtrace_shared_torch.pth"
+  # torch's console script, which pip wrote into the shared folder for the interpreter that installed it.
+  printf '#!%s\nimport sys\nfrom torch.distributed.run import main\nsys.exit(main())\n' "$(cd "$dir" && pwd)/bin/python" \
+    >"$dir/bin/torchrun"
+  chmod +x "$dir/bin/torchrun"
   "$dir/bin/pip" install -q --disable-pip-version-check "$transformers_spec" ".[test]"
   # Re-install loadtrace itself every time: the source may have changed since the last build.
   "$dir/bin/pip" install -q --disable-pip-version-check --no-deps --force-reinstall .
 }
 
-make_venv .venv transformers &
+shared_torch
+make_venv .venv "$TRANSFORMERS_LATEST" &
 latest=$!
 make_venv .venv512 transformers==5.12.0 &
 legacy=$!
