@@ -27,7 +27,7 @@ EXPECTED_FINDINGS = {
     ("5.24", "plain"): {("replicated_load", "info", (1,))},
     ("5.12", "fsdp"): FSDP_FINDINGS,  # rank 1 reads, converts, and zeros_like fills a second model
     ("5.24", "fsdp"): FSDP_FINDINGS,  # zeros_like is gone, but rank 1 still reads everything and keeps it
-    ("5.12", "zero3"): {("duplicate_checkpoint_read", WARN, (1,))},
+    ("5.12", "zero3"): {("duplicate_checkpoint_read", WARN, (1,)), ("duplicate_conversion", WARN, (1,))},
     ("5.24", "zero3"): set(),  # rank 1 opens the files and reads 0 B
 }
 
@@ -58,6 +58,10 @@ def test_report_totals_equal_the_independent_count(job: Job, capsys):
         ), where
         cpu = count["materialized"].get("cpu", {}).get("bytes", 0)
         assert rank["materialized_bytes"].get("cpu", 0) == cpu, where
+        # Every conversion, ZeRO-3's path included (the tiny MoE renames no key: every one is a WeightConverter's).
+        assert (rank["conversions"], rank["conversion_bytes"]) == (count["conversions"], count["conversion_bytes"]), (
+            where
+        )
         assert (rank["world_size"], rank["strategy"]) == (WORLD_SIZE, STRATEGY[job.mode]), where
         assert rank["load_seconds"] > 0 and rank["peak_rss_bytes"] > 0 and rank["host"], where
 
