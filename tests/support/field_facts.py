@@ -49,6 +49,18 @@ EXPECTED: dict[tuple[str, str], tuple[Rank, Rank]] = {
     ("5.12", "zero3"): (ZERO3_FULL_READ, ZERO3_FULL_READ),  # rank 1 reads and converts everything, keeps nothing
 }
 
+WARN, INFO = "warning", "info"
+_FSDP = {("duplicate_checkpoint_read", WARN), ("nonzero_rank_materialization", WARN), ("duplicate_conversion", WARN)}
+# (release, mode) → the findings ``loadtrace report`` must make of that job, (kind, severity), each on rank 1 alone.
+FINDINGS: dict[tuple[str, str], set[tuple[str, str]]] = {
+    ("5.24", "plain"): {("replicated_load", INFO)},
+    ("5.24", "fsdp"): _FSDP,  # zeros_like is gone, but rank 1 still reads everything and keeps it
+    ("5.24", "zero3"): set(),  # rank 1 opens the files, reads 0 B, converts meta tensors
+    ("5.12", "plain"): {("replicated_load", INFO)},
+    ("5.12", "fsdp"): _FSDP,  # rank 1 reads, converts, and zeros_like fills a second model
+    ("5.12", "zero3"): {("duplicate_checkpoint_read", WARN), ("duplicate_conversion", WARN)},  # keeps a partition
+}
+
 
 def expected(release: str, mode: str, rank: int) -> Rank | None:
     pair = EXPECTED.get((release, mode))
