@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything loadtrace's demo and tests need, from a fresh machine with Python 3.11 and pip:
-#   .venv     torch (CPU), the latest transformers, accelerate, deepspeed, and loadtrace installed from its wheel
+#   .venv     torch (CPU), transformers 5.24.0 (the latest release whose facts the tests record), accelerate, deepspeed,
+#             and loadtrace installed from its wheel; `python scripts/new_release.py VERSION` moves it to a new release
 #   .venv512  the same with transformers 5.12.0: the release in which both public reports were made (regression matrix)
 # loadtrace itself is installed as users get it (a built wheel, not editable), so its .pth activation is what is tested.
 set -euo pipefail
@@ -19,7 +20,7 @@ make_venv() {
   "$dir/bin/pip" install -q --disable-pip-version-check --no-deps --force-reinstall .
 }
 
-make_venv .venv transformers &
+make_venv .venv transformers==5.24.0 &
 latest=$!
 make_venv .venv512 transformers==5.12.0 &
 legacy=$!
