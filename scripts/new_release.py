@@ -43,6 +43,8 @@ sys.path.insert(0, str(REPO / "scripts"))
 from forecast_runs import clean_env  # noqa: E402
 from support import field_facts  # noqa: E402
 
+Counted = tuple[list[dict], list[dict]]  # each rank's independent count, the report's findings
+
 
 def sh(*cmd: str | Path, **kwargs) -> subprocess.CompletedProcess:
     print("+", " ".join(map(str, cmd)), flush=True)
@@ -59,11 +61,11 @@ def make_checkpoint(venv: Path, out: Path, *args: str) -> Path:
     return out
 
 
-def job(venv: Path, checkpoint: Path, mode: str, work: Path) -> tuple[list[dict], list[dict]]:
+def job(venv: Path, checkpoint: Path, mode: str, work: Path) -> Counted:
     """One two-rank job with ``LOADTRACE=1``: each rank's independent count, and the report's findings."""
     work.mkdir(parents=True)
     env = clean_env(venv, {**MODE_ENV[mode], "LOADTRACE": "1"})
-    args = [checkpoint, "--mode", mode, "--out", work / "out"]
+    args: list[str | Path] = [checkpoint, "--mode", mode, "--out", work / "out"]
     sh(venv / "bin" / "torchrun", "--nproc_per_node", "2", WORKER, *args, cwd=work, env=env)
     counts = [json.loads((work / "out" / f"count-rank{rank}.json").read_text()) for rank in (0, 1)]
     report = subprocess.run(
@@ -75,7 +77,7 @@ def job(venv: Path, checkpoint: Path, mode: str, work: Path) -> tuple[list[dict]
     return counts, json.loads(report.stdout)["findings"]
 
 
-def record(release: str, version: str, facts: dict[str, tuple[list[dict], list[dict]]], seed2: list[dict]) -> str:
+def record(release: str, version: str, facts: dict[str, Counted], seed2: Counted) -> str:
     """The release's facts as Python appended to field_facts.py."""
     lines = [f"\n\n# transformers {version}, recorded by scripts/new_release.py (review before committing)."]
     for mode, (counts, findings) in facts.items():
