@@ -5,6 +5,10 @@ The numbers of ``shared/notes/field-facts.md`` ("The two reported problems, repr
 and 2 non-persistent rotary buffers of 32 bytes each). Counted by ``tests/workers/count_load.py``, independently of
 loadtrace. A release not listed here is still checked (loadtrace against the independent count), just not against
 these.
+
+``FINDINGS`` says what ``loadtrace report`` must make of each (release, mode), and ``SEED2`` what each rank converts
+of the public ZeRO-3 report's own model. ``scripts/new_release.py VERSION`` records ``EXPECTED``, ``FINDINGS`` and
+``SEED2`` for a new release.
 """
 
 from __future__ import annotations
