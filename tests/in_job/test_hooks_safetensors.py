@@ -190,11 +190,12 @@ def test_without_a_gil_reads_count_under_the_files_lock(checkpoint, monkeypatch)
     assert span.attributes["loadtrace.read.bytes"] == 50 * total + 10 + total
 
 
+@pytest.mark.parametrize("detail", ["default", "tensor"])
 @pytest.mark.parametrize("framework", ["pt", "np"])
-def test_every_framework_counts_reads_by_their_own_size(checkpoint, framework):
+def test_every_framework_counts_reads_by_their_own_size(checkpoint, framework, detail):
     """safetensors hands out torch tensors or numpy arrays (the frameworks it offers without extra packages): a read
-    through either counts its own bytes, whole or sliced, with no hook fault."""
-    with traced() as t:
+    through either counts its own bytes, whole or sliced, with no hook fault, at either detail."""
+    with traced(detail=detail) as t:
         with safetensors.safe_open(str(checkpoint), framework=framework) as handle:
             whole = handle.get_tensor("a")
             rows = handle.get_slice("c")[1:2]
