@@ -14,7 +14,9 @@ each rank's OTLP JSON Lines file and rank 0's closing line (``summary.txt``), ex
 (``--record``: ``examples/load.py`` under ``LOADTRACE=1 torchrun --nproc_per_node 2``, on the 1 MB checkpoint of
 ``examples/make_checkpoint.py``). The samples are then the installed ``loadtrace`` CLI's output over those files, so a
 change to the report's output shows up in the documents by rerunning this script, and
-``tests/cli/test_docs_samples.py`` fails until it has been rerun.
+``tests/cli/test_docs_samples.py`` fails until it has been rerun. One edit since recording: ``zero3_524``'s rank 1
+converted only ``meta`` tensors, which loadtrace then counted by their size; its conversion bytes were set to 0, what
+loadtrace writes now (issue 39).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything loadtrace's demo and tests need, from a fresh machine with Python 3.11 and pip:
-#   .venv     torch, transformers 5.24.0, accelerate, deepspeed, and loadtrace installed from its wheel
+#   .venv     torch, transformers 5.24.0 (the latest release whose facts the tests record), accelerate, deepspeed,
+#             and loadtrace installed from its wheel; `python scripts/new_release.py VERSION` moves it to a new release
 #   .venv512  the same with transformers 5.12.0: the release in which both public reports were made (regression matrix)
 # transformers is pinned to the releases whose field facts the tests hold (tests/support/field_facts.py); moving to a
 # new release is a deliberate step, not whatever PyPI serves today.
@@ -11,7 +12,6 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 # Installed first and explicitly: a bare `torch` requirement would pull another multi-GB build.
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
-TRANSFORMERS_LATEST=${TRANSFORMERS_LATEST:-transformers==5.24.0}
 
 # torch once per machine, shared by both venvs and by every clone on this machine: where no local CPU build is offered,
 # PyPI's is a CUDA build of about 4.6 GB installed. It lives in one folder outside the clone; each venv finds it through
@@ -50,7 +50,7 @@ make_venv() {
 }
 
 shared_torch
-make_venv .venv "$TRANSFORMERS_LATEST" &
+make_venv .venv transformers==5.24.0 &
 latest=$!
 make_venv .venv512 transformers==5.12.0 &
 legacy=$!

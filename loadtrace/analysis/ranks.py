@@ -482,7 +482,6 @@ def _reads(spans: list[Span], loads: list[Span], pretrained: list[Span]) -> dict
     # Read bytes outside every load: a bare file span, or ``safetensors.torch.load(bytes)`` without a file of its own.
     stray_files = [s for s in spans if s.name in sc.FILE_SPANS | sc.BYTES_SPANS and not inside_any(s, loads)]
     readers = loads + stray_files
-    converts = [s for s in spans if s.name == sc.SPAN_CONVERT]
     renamed = sc.convert_op_key(sc.RENAME_OP, "bytes")
     materialized: dict[str, int] = {}
     held: dict[str, int] = {}
@@ -495,13 +494,15 @@ def _reads(spans: list[Span], loads: list[Span], pretrained: list[Span]) -> dict
         "files_opened": files_opened + sum(1 for s in stray_files if s.name in sc.FILE_SPANS),
         "tensors_read": sum(int_attr(s.attributes, sc.READ_TENSORS) for s in readers),
         "read_bytes": sum(int_attr(s.attributes, sc.READ_BYTES) for s in readers),
-        "conversions": sum(int_attr(s.attributes, sc.CONVERT_COUNT) for s in converts),
-        "conversion_bytes": sum(int_attr(s.attributes, sc.CONVERT_BYTES) for s in converts),
+        # A load counts each conversion made under it once, in whichever phase: ZeRO-3 converts outside
+        # ``transformers.convert``.
+        "conversions": sum(int_attr(s.attributes, sc.CONVERT_COUNT) for s in loads),
+        "conversion_bytes": sum(int_attr(s.attributes, sc.CONVERT_BYTES) for s in loads),
         "materialized_bytes": dict(sorted(materialized.items())),
         "materialized_sites": merge_sites(loads),
         "held_bytes": dict(sorted(held.items())),
         "hook_errors": sum(int_attr(s.attributes, sc.HOOK_ERRORS) for s in loads),
-        "rename_bytes": sum(int_attr(s.attributes, renamed) for s in converts),
+        "rename_bytes": sum(int_attr(s.attributes, renamed) for s in loads),
         "partial_tensors": sum(int_attr(s.attributes, sc.READ_PARTIAL_TENSORS) for s in readers),
         "partial_bytes": sum(int_attr(s.attributes, sc.READ_PARTIAL_BYTES) for s in readers),
         "storage_read_bytes": sum_known(loads, sc.IO_STORAGE_READ_BYTES),

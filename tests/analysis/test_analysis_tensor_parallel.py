@@ -79,9 +79,11 @@ def test_parts_that_do_not_make_up_the_model_are_no_sharded_read():
 
 
 def with_renames(spans: list[dict], rename_bytes: int) -> list[dict]:
-    """The convert span says how many of its bytes were plain renames (``loadtrace.convert.op.Rename.bytes``)."""
-    (convert,) = [s for s in spans if s["name"] == "transformers.convert"]
-    convert["attributes"] += attributes({"loadtrace.convert.op.Rename.bytes": rename_bytes})
+    """The load and its convert span say how many of their bytes were plain renames
+    (``loadtrace.convert.op.Rename.bytes``)."""
+    for span in spans:
+        if span["name"] in ("transformers.convert", "transformers.from_pretrained"):
+            span["attributes"] += attributes({"loadtrace.convert.op.Rename.bytes": rename_bytes})
     return spans
 
 

@@ -16,6 +16,9 @@ in seconds under one unit. And once more (issue 34): the JSON by added fields (e
 ranks' ``partial``, each trace's ``partial_files``), ``slowest_phase`` null where the ranks are within a second of each
 other, the forecast's confidence saying where its rates come from (``calibrated (...)``) and its basis saying the rate
 is the rank's own where it read enough; the table's storage column is ``storage, all files``. No number changed.
+And once more (issue 39): a rank's conversions are its loads' (ZeRO-3 converts outside ``transformers.convert``), so
+``zero3_524`` counts 4 conversions per rank; its rank 1 converted only ``meta`` tensors, which the hook of the day
+counted by their would-be size: that file's conversion bytes were set to 0, what loadtrace writes now.
 """
 
 from __future__ import annotations

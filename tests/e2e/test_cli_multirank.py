@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from support import field_facts
 from support.multirank import MODES, STRATEGY, WORLD_SIZE, Job
 from support.venvs import discover
 
@@ -15,21 +16,7 @@ from loadtrace.cli import main
 
 VENVS = discover()
 CASES = [(venv, mode) for venv in VENVS for mode in MODES]
-WARN = "warning"
-# (release, mode) → {(kind, severity, ranks)}: what each release really does (shared/notes/field-facts.md).
-FSDP_FINDINGS = {
-    ("duplicate_checkpoint_read", WARN, (1,)),
-    ("nonzero_rank_materialization", WARN, (1,)),
-    ("duplicate_conversion", WARN, (1,)),
-}
-EXPECTED_FINDINGS = {
-    ("5.12", "plain"): {("replicated_load", "info", (1,))},
-    ("5.24", "plain"): {("replicated_load", "info", (1,))},
-    ("5.12", "fsdp"): FSDP_FINDINGS,  # rank 1 reads, converts, and zeros_like fills a second model
-    ("5.24", "fsdp"): FSDP_FINDINGS,  # zeros_like is gone, but rank 1 still reads everything and keeps it
-    ("5.12", "zero3"): {("duplicate_checkpoint_read", WARN, (1,))},
-    ("5.24", "zero3"): set(),  # rank 1 opens the files and reads 0 B
-}
+WARN = field_facts.WARN
 
 
 @pytest.fixture(params=CASES, ids=[f"{venv.id}-{mode}" for venv, mode in CASES])
@@ -58,6 +45,10 @@ def test_report_totals_equal_the_independent_count(job: Job, capsys):
         ), where
         cpu = count["materialized"].get("cpu", {}).get("bytes", 0)
         assert rank["materialized_bytes"].get("cpu", 0) == cpu, where
+        # Every conversion, ZeRO-3's path included (the tiny MoE renames no key: every one is a WeightConverter's).
+        assert (rank["conversions"], rank["conversion_bytes"]) == (count["conversions"], count["conversion_bytes"]), (
+            where
+        )
         assert (rank["world_size"], rank["strategy"]) == (WORLD_SIZE, STRATEGY[job.mode]), where
         assert rank["load_seconds"] > 0 and rank["peak_rss_bytes"] > 0 and rank["host"], where
 
@@ -65,9 +56,10 @@ def test_report_totals_equal_the_independent_count(job: Job, capsys):
 def test_report_findings_match_what_each_release_really_does(job: Job, capsys):
     code, result = report(capsys, job, "--fail-on-findings")
     found = {(f["kind"], f["severity"], tuple(f["ranks"])) for f in result["findings"]}
-    expected = EXPECTED_FINDINGS.get((job.venv.release, job.mode))
-    if expected is None:
+    facts = field_facts.FINDINGS.get((job.venv.release, job.mode))
+    if facts is None:
         pytest.skip(f"no field facts for transformers {job.venv.transformers}")
+    expected = {(kind, severity, (1,)) for kind, severity in facts}
     assert found == expected, f"{job.label}: {[f['detail'] for f in result['findings']]}"
     assert code == (1 if any(severity == WARN for _, severity, _ in expected) else 0)
 

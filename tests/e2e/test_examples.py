@@ -28,14 +28,7 @@ EXAMPLES = {
     "zero3": REPO / "examples" / "zero3_duplicate_reads.py",
 }
 CASES = [(venv, example) for venv in VENVS for example in EXAMPLES]
-FSDP = {"duplicate_checkpoint_read", "nonzero_rank_materialization", "duplicate_conversion"}
-# (transformers major.minor, example) → finding kinds, all on rank 1 (docs/report.md, shared field facts).
-EXPECTED = {
-    ("5.12", "fsdp2"): FSDP,  # reads, converts, and zeros_like fills a whole second model on CPU
-    ("5.24", "fsdp2"): FSDP,  # zeros_like only for buffers now, but it still reads everything and keeps it
-    ("5.12", "zero3"): {"duplicate_checkpoint_read"},  # reads everything, keeps only its partition
-    ("5.24", "zero3"): set(),  # opens the files, reads 0 B
-}
+MODE = {"fsdp2": "fsdp", "zero3": "zero3"}  # the example → the load.py mode it reproduces (field_facts.FINDINGS)
 
 
 @dataclass
@@ -97,9 +90,10 @@ def test_the_example_runs_and_reports_one_job_of_two_ranks(example: ExampleRun):
 
 
 def test_the_report_shows_what_this_release_does(example: ExampleRun):
-    expected = EXPECTED.get((example.venv.release, example.example))
-    if expected is None:
+    facts = field_facts.FINDINGS.get((example.venv.release, MODE[example.example]))
+    if facts is None:
         pytest.skip(f"no field facts for transformers {example.venv.transformers}")
+    expected = {kind for kind, _ in facts}
     findings = example.report["findings"]
     assert {f["kind"] for f in findings} == expected, [f["detail"] for f in findings]
     assert all(f["ranks"] == [1] and f["severity"] == "warning" for f in findings), findings
@@ -114,3 +108,6 @@ def test_the_report_shows_what_this_release_does(example: ExampleRun):
     else:
         assert rank1["read_bytes"] == (field_facts.BYTES if example.venv.release == "5.12" else 0)
         assert rank1["files_opened"] == field_facts.FILES
+        # It converts on both releases; on 5.24 only meta tensors: no bytes.
+        assert rank1["conversions"] == field_facts.CONVERSIONS
+        assert rank1["conversion_bytes"] == (field_facts.CONVERSION_BYTES if example.venv.release == "5.12" else 0)

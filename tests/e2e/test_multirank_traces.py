@@ -114,6 +114,12 @@ def test_from_pretrained_totals_equal_independent_count(job: Job, checkpoint: Pa
             where
         )
         assert a.get("loadtrace.hook_errors", 0) == 0, where
+        # Every ``WeightConverter.convert`` on the rank, ZeRO-3's path included (renames are counted apart).
+        converted = (
+            a.get("loadtrace.convert.count", 0) - a.get("loadtrace.convert.op.Rename.count", 0),
+            a.get("loadtrace.convert.bytes", 0) - a.get("loadtrace.convert.op.Rename.bytes", 0),
+        )
+        assert converted == (count["conversions"], count["conversion_bytes"]), where
         for key in ("loadtrace.rss.before", "loadtrace.rss.after", "loadtrace.rss.peak"):
             assert isinstance(a.get(key), int) and a[key] > 0, f"{where}: {key}={a.get(key)!r}"
         assert a["loadtrace.rss.peak"] >= max(a["loadtrace.rss.before"], a["loadtrace.rss.after"]), where

@@ -188,3 +188,24 @@ def test_without_a_gil_reads_count_under_the_files_lock(checkpoint, monkeypatch)
     total = sum(x.nbytes for x in TENSORS.values())
     assert span.attributes["loadtrace.read.tensors"] == 50 * 3 + 1 + 3
     assert span.attributes["loadtrace.read.bytes"] == 50 * total + 10 + total
+
+
+@pytest.mark.parametrize("detail", ["default", "tensor"])
+@pytest.mark.parametrize("framework", ["pt", "np"])
+def test_every_framework_counts_reads_by_their_own_size(checkpoint, framework, detail):
+    """safetensors hands out torch tensors or numpy arrays (the frameworks it offers without extra packages): a read
+    through either counts its own bytes, whole or sliced, with no hook fault, at either detail."""
+    with traced(detail=detail) as t:
+        with safetensors.safe_open(str(checkpoint), framework=framework) as handle:
+            whole = handle.get_tensor("a")
+            rows = handle.get_slice("c")[1:2]
+            part = handle.get_slice("a")[1:3]
+    span = t.one("safetensors.open")
+    assert span.attributes["loadtrace.read.tensors"] == 3
+    assert span.attributes["loadtrace.read.bytes"] == whole.nbytes + rows.nbytes + part.nbytes == 48 + 168 + 32
+    assert (span.attributes["loadtrace.read.partial_tensors"], span.attributes["loadtrace.read.partial_bytes"]) == (
+        2,
+        168 + 32,
+    )
+    assert type(part).__module__.split(".")[0] == ("torch" if framework == "pt" else "numpy")
+    assert "loadtrace.hook_errors" not in span.attributes

@@ -180,3 +180,43 @@ def test_a_renaming_hook_counts_a_changed_key_and_passes_a_kept_one():
         with loadtrace.traced_load("renames"):
             assert weight_renaming(kept, (), {}) is None
             assert weight_renaming(changed, (), {}).operations == (semconv.RENAME_OP,)
+
+
+def _checkpoint_state_dict(path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    state: dict[str, torch.Tensor] = {}
+    for file in sorted(path.glob("*.safetensors")):
+        state.update(load_file(str(file)))
+    return state
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_zero3s_conversions_count_on_the_load_and_meta_outputs_count_0_bytes(checkpoint, device):
+    """ZeRO-3's path (``integrations.deepspeed._apply_weight_conversions_to_state_dict``, outside
+    ``convert_and_load_state_dict_in_model``) converts through the same ``WeightConverter.convert``: each conversion
+    counts once on the load; a rank that converts ``meta`` tensors (5.24's ZeRO-3 rank 1) converts 0 B."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.integrations.deepspeed import _apply_weight_conversions_to_state_dict
+
+    import loadtrace
+
+    path, _ = checkpoint
+    state = _checkpoint_state_dict(path)
+    state = {key: tensor.to(device) for key, tensor in state.items()}
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
+    converted = {name: p for name, p in model.named_parameters() if name not in state}
+    assert converted, "the tiny MoE merges its experts on load"
+    with traced() as t:
+        with loadtrace.traced_load("zero3-like"):
+            result = _apply_weight_conversions_to_state_dict(model, state, get_model_conversion_mapping(model))
+            produced = [result] if isinstance(result, dict) else list(result)  # 5.24: a generator
+    load = t.one("loadtrace.load")
+    outputs = {name: tensor for part in produced for name, tensor in part.items() if name in converted}
+    assert set(outputs) == set(converted)
+    assert load.attributes["loadtrace.convert.count"] == len(converted)
+    real = sum(p.nbytes for p in converted.values()) if device == "cpu" else 0
+    assert load.attributes["loadtrace.convert.bytes"] == real
+    assert load.attributes["loadtrace.hook_errors"] == 0

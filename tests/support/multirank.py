@@ -120,7 +120,8 @@ class Jobs:
 
     def _run(self, venv: Venv, mode: str, traced: bool, script: Path) -> Job:
         self.require_installed(venv)
-        name = f"{venv.name}-{mode}-{'traced' if traced else 'untraced'}-{script.stem}"
+        # The checkpoint's folder in the name: the same worker and mode also run on other checkpoints (seed 2's).
+        name = f"{self.checkpoint.name}-{venv.name}-{mode}-{'traced' if traced else 'untraced'}-{script.stem}"
         cwd = self.tmp_path_factory.mktemp(name, numbered=False)
         out = cwd / "out"
         env = dict(MODE_ENV[mode])

@@ -127,6 +127,8 @@ def rank_load(
         totals["loadtrace.materialized.site_bytes"] = [size for _, size in sites]
     for device, size in (held or {}).items():
         totals[f"loadtrace.model.held_bytes.{device}"] = size
+    if conversions or conversion_bytes:  # a load carries its conversions, as its convert phase does
+        totals.update({"loadtrace.convert.count": conversions, "loadtrace.convert.bytes": conversion_bytes})
     totals.update(memory or {})
     result = [span("transformers.from_pretrained", trace_id, start, end, sid=load_id, **totals)]
     step = (end - start) // (files + 3)

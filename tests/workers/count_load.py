@@ -10,7 +10,10 @@ checked against). While ``from_pretrained`` runs it
   counts per file: opens, tensors and bytes returned by ``get_tensor`` and by indexing ``get_slice`` results;
 - wraps ``torch.zeros_like`` / ``torch.empty_like`` and counts calls and result bytes by device type;
 - counts calls of transformers' loading phases (``load_state_dict``, ``convert_and_load_state_dict_in_model``,
-  ``_load_state_dict_into_zero3_model``, ``_move_missing_keys_from_meta_to_device``).
+  ``_load_state_dict_into_zero3_model``, ``_move_missing_keys_from_meta_to_device``);
+- wraps ``WeightConverter.convert`` (whoever calls it: the usual path, or ZeRO-3's
+  ``_apply_weight_conversions_to_state_dict``) and counts conversions, the bytes of the real tensors they produced and
+  the outputs on ``meta``.
 
 After loading it records the bytes the returned model holds per device type, and whether loadtrace was imported and
 ``torch.zeros_like`` patched before the counters went in (the activation checks).
@@ -51,6 +54,7 @@ class Counts:
         self.materialized_by_function: dict[str, int] = defaultdict(int)
         self.threads: set[str] = set()
         self.phases: dict[str, int] = defaultdict(int)
+        self.conversions = self.conversion_bytes = self.meta_outputs = 0
 
     def opened(self, path: str) -> None:
         with self.lock:
@@ -79,6 +83,13 @@ class Counts:
         with self.lock:
             self.phases[name] += 1
 
+    def converted(self, produced: dict[str, Any]) -> None:
+        tensors = [t for value in produced.values() for t in (value if isinstance(value, list) else [value])]
+        with self.lock:
+            self.conversions += 1
+            self.conversion_bytes += sum(int(t.nbytes) for t in tensors if t.device.type != "meta")
+            self.meta_outputs += sum(1 for t in tensors if t.device.type == "meta")
+
     def as_dict(self) -> dict[str, Any]:
         files = {path: dict(entry) for path, entry in sorted(self.files.items())}
         return {
@@ -92,6 +103,9 @@ class Counts:
             "materialized": {device: dict(entry) for device, entry in sorted(self.materialized.items())},
             "materialized_by_function": dict(sorted(self.materialized_by_function.items())),
             "phases": dict(sorted(self.phases.items())),
+            "conversions": self.conversions,
+            "conversion_bytes": self.conversion_bytes,
+            "conversion_meta_outputs": self.meta_outputs,
         }
 
 
@@ -213,6 +227,16 @@ class Counter:
                 return _original.__get__(self_, type(self_))(*args, **kwargs)
 
             self._replace(owner, phase, counting_method)
+
+        converter = sys.modules["transformers.core_model_loading"].WeightConverter
+        convert = converter.__dict__["convert"]
+
+        def counting_convert(self_: Any, *args: Any, **kwargs: Any) -> Any:
+            produced = convert.__get__(self_, type(self_))(*args, **kwargs)
+            counts.converted(produced)
+            return produced
+
+        self._replace(converter, "convert", counting_convert)
         return self.counts
 
     def __exit__(self, *exc: Any) -> None:

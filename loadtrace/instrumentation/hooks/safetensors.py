@@ -206,7 +206,7 @@ def partial_read(piece: Any, tensor: Any, nbytes: int, partial: list[int]) -> No
     """An index other than ``...``: if it returned less than the whole tensor (a tensor-parallel rank reading its
     slice), its bytes go to the file's ``partial`` list (one ``append``, atomic). Not the hot path: transformers reads
     whole tensors with ``[...]``."""
-    whole = tensor.element_size()
+    whole = tensor.itemsize  # torch, numpy, jax and mlx arrays alike (``element_size`` is torch's alone)
     for size in piece.get_shape():
         whole *= size
     if nbytes < whole:

@@ -282,10 +282,11 @@ def _phase(name: str):
 
 
 class Conversion:
-    """A converted weight: ``done`` counts it with the bytes it produced. It holds only the tracing and its operations'
-    names, so one per distinct chain of operations serves every call (``_conversion``): the conversion hooks of a MoE
-    load run just after a tensor copy has pushed loadtrace's objects out of the CPU's caches, where every object made
-    or looked at, and every function called, per conversion is paid as cache misses (so ``done`` is one function)."""
+    """A converted weight: ``done`` counts it with the real bytes it produced (an output on ``meta`` is 0 B). It holds
+    only the tracing and its operations' names, so one per distinct chain of operations serves every call
+    (``_conversion``): the conversion hooks of a MoE load run just after a tensor copy has pushed loadtrace's objects
+    out of the CPU's caches, where every object made or looked at, and every function called, per conversion is paid
+    as cache misses (so ``done`` is one function)."""
 
     __slots__ = ("tracing", "operations")
 
@@ -298,7 +299,8 @@ class Conversion:
             nbytes = 0
             for value in produced.values():
                 for tensor in value if isinstance(value, list) else (value,):
-                    nbytes += tensor_bytes(tensor)
+                    if not tensor.is_meta:  # ZeRO-3 on 5.24, rank 1: a conversion of shapes, no bytes
+                        nbytes += tensor_bytes(tensor)
             self.tracing.record_conversion(self.operations, nbytes)
         return produced
 
@@ -316,7 +318,10 @@ def renames(transform: Any) -> bool:
 
 def weight_conversion(transform, args, kwargs):
     """One checkpoint entry turned into model parameters: a chain of ``ConversionOps``, a rename that changes the key,
-    and a quantization op if any. A key kept as it is (most of them) is no conversion and is not counted."""
+    and a quantization op if any. A key kept as it is (most of them) is no conversion and is not counted. Counted on
+    every load and phase open, whoever calls it: ``convert_and_load_state_dict_in_model``, and under ZeRO-3
+    ``integrations.deepspeed._apply_weight_conversions_to_state_dict`` (5.12, 5.24; a generator from 5.24 on, so no
+    phase could hold its conversions), each conversion once."""
     if not spans.active():
         return None
     operations = getattr(transform, "operations", None)
