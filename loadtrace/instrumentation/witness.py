@@ -393,7 +393,7 @@ class Witness:
             if settings.otlp_endpoint:
                 try:
                     if self._otlp is None:
-                        export.route_otel_logs()
+                        export.route_otel_logs(settings)
                         self._otlp = export._otlp_exporter(settings)
                     self._otlp.export(every)
                 except Exception as error:
