@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from .. import semconv
-from ._log import say_for_the_job, warn_once
+from ._log import warn_once
 from .settings import Settings, speaks_for_the_node
 
 DEFAULT_ROOT = "loadtrace-traces"
@@ -283,12 +283,13 @@ def cause(message: str) -> str | None:
     for pattern, template in CAUSES:
         found = pattern.search(line)
         if found:
-            return found.expand(template).strip()
-    if any(words in line for words in NO_CAUSE):
-        return None
-    line = re.sub(
-        r"^Transient error |,? ?(encountered while|retrying in) .*$", "", line.splitlines()[0] if line else ""
-    )
+            line = found.expand(template).strip()
+            break
+    else:
+        if any(words in line for words in NO_CAUSE):
+            return None
+        first = line.splitlines()[0] if line else ""
+        line = re.sub(r"^Transient error |,? ?(encountered while|retrying in) .*$", "", first)
     return line if len(line) <= CAUSE_CHARS else line[: CAUSE_CHARS - 1].rstrip() + "…"
 
 
@@ -317,8 +318,10 @@ class Failures:
             speaks = not self.forked and speaks_for_the_node()
         except Exception:
             speaks = True
-        # One problem, a collector down or refusing, whichever of its spans or metrics meets it first.
-        say_for_the_job("export", f"{ONCE_PREFIX[kind]}: {where}: {said}", speaks)
+        # One problem, a collector down or refusing, whichever of its spans or metrics meets it first. Said from the
+        # exporter's thread: never through the environment (``say_for_the_job``), which another thread may be reading.
+        if speaks:
+            warn_once("export", f"{ONCE_PREFIX[kind]}: {where}: {said}")
 
     def cause(self) -> str | None:
         return self.causes.get("export") or self.causes.get("metrics-export")

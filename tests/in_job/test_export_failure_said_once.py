@@ -43,7 +43,6 @@ def test_the_cause_in_an_exporters_line_short(message, expected):
 def fresh(monkeypatch, capsys):
     """Nothing said yet in this process or its job; the spans' endpoint is the dead one."""
     monkeypatch.setattr(_log, "_said", set())
-    monkeypatch.setenv(semconv.ENV_SAID, "")  # and whatever is said into it goes with the test
     monkeypatch.setattr(export, "failures", export.Failures())
     export.failures.configure(settings.from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": DEAD}))
     capsys.readouterr()
