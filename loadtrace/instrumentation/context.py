@@ -82,19 +82,112 @@ class Rank:
         return (self.world_size or 1) > 1
 
 
-def rank_from_env(env: Mapping[str, str]) -> Rank:
+# The launchers that set torchrun's variables (RANK, ...), by what they run: a program's name, or a Python module.
+PROGRAMS = {
+    "torchrun": "torchrun",
+    "torch.distributed.run": "torchrun",
+    "torch.distributed.launch": "torchrun",
+    "accelerate": "accelerate",  # ``accelerate launch`` runs torchelastic's agent in its own process
+    "accelerate.commands.launch": "accelerate",
+    "accelerate.commands.accelerate_cli": "accelerate",
+    "deepspeed": "deepspeed",  # its runner starts ``deepspeed.launcher.launch`` on each node, which starts the ranks
+    "deepspeed.launcher.launch": "deepspeed",
+    "deepspeed.launcher.runner": "deepspeed",
+}
+ANCESTORS = 3  # how far up a rank's launcher is looked for: a shell wrapper, a forked DataLoader worker's rank
+
+
+def rank_from_env(env: Mapping[str, str], launched_by: str | None = None) -> Rank:
+    """The rank as the launcher's variables give it. ``launched_by``: the launcher the process tree names
+    (``launcher``), which names a torchrun-style launch; without it, the launcher's own variables do: torchelastic's
+    (torchrun, ``accelerate launch``) or deepspeed's launcher's, never a setting any job may put in its environment
+    (``ACCELERATE_USE_FSDP=true`` under a plain torchrun is the job's)."""
     for launcher, names in LAUNCHERS:
         if names[0] in env:
             rank, local, world, local_world, node = (_int(env.get(n)) if n else None for n in names)
-            if "ACCELERATE_MIXED_PRECISION" in env or "ACCELERATE_USE_FSDP" in env or "ACCELERATE_USE_DEEPSPEED" in env:
-                launcher = "accelerate" if launcher == "torchrun" else launcher
+            if launcher == "torchrun":
+                launcher = launched_by or ("deepspeed" if _deepspeed_launched(env) else launcher)
             return Rank(launcher, rank, local, world, local_world, node)
-    return Rank()
+    return Rank(launched_by or "none")
+
+
+def _deepspeed_launched(env: Mapping[str, str]) -> bool:
+    """What ``deepspeed.launcher.launch`` gives every rank it starts, and torchelastic never does."""
+    return "TORCHELASTIC_RUN_ID" not in env and all(name in env for name in ("CROSS_RANK", "CROSS_SIZE", "LOCAL_SIZE"))
+
+
+def program(argv: list[str]) -> str | None:
+    """What a command line runs: its executable's name or, for a Python interpreter, its script's name or ``-m``
+    module (``python -u -m deepspeed.launcher.launch``, ``python /venv/bin/torchrun``)."""
+    if not argv:
+        return None
+    name = os.path.basename(argv[0])
+    if not name.startswith("python"):
+        return name
+    args = iter(argv[1:])
+    for arg in args:
+        if arg == "-m":
+            return next(args, None)
+        if arg.startswith("-m"):
+            return arg[2:]
+        if arg == "-c":
+            return None
+        if arg in ("-W", "-X", "--check-hash-based-pycs"):
+            next(args, None)  # the option's value
+        elif not arg.startswith("-"):
+            return os.path.basename(arg)
+    return None
+
+
+def launcher(pid: int | str = "self") -> str | None:
+    """The launcher ``pid`` is (``self``: this process), from its command line (Linux); None for any other program."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            argv = [arg.decode(errors="replace") for arg in file.read().split(b"\0") if arg]
+    except OSError:
+        return None
+    name = program(argv)
+    return PROGRAMS.get(name) if name is not None else None
+
+
+_launched: dict[int, str | None] = {}  # this process's pid → its launcher (a forked child looks again)
+
+
+def launched_by() -> str | None:
+    """The launcher that started this process: the nearest of its ancestors (up to ``ANCESTORS``) that is one; None
+    where none is, or where the tree cannot be read (not Linux)."""
+    pid = os.getpid()
+    if pid not in _launched:
+        _launched.clear()
+        _launched[pid] = _nearest_launcher()
+    return _launched[pid]
+
+
+def _nearest_launcher() -> str | None:
+    pid = os.getppid()
+    for _ in range(ANCESTORS):
+        if pid <= 1:
+            return None
+        found = launcher(pid)
+        if found is not None:
+            return found
+        pid = _parent(pid)
+    return None
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            stat = file.read()
+        return int(stat[stat.rindex(b")") + 2 :].split()[1])  # after the command's name, which may hold spaces
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def current_rank(env: Mapping[str, str] | None = None) -> Rank:
-    """Rank from torch.distributed when the job initialised it, else from the launcher's variables."""
-    found = rank_from_env(os.environ if env is None else env)
+    """Rank from torch.distributed when the job initialised it, else from the launcher's variables; the launcher from
+    the process tree."""
+    found = rank_from_env(os.environ if env is None else env, launched_by())
     dist = sys.modules.get("torch.distributed")
     try:
         if dist is not None and dist.is_available() and dist.is_initialized():

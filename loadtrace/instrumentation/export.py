@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 
 from .. import semconv
 from ._log import warn_once
-from .settings import Settings
+from .settings import Settings, speaks_for_the_node
 
 DEFAULT_ROOT = "loadtrace-traces"
 
@@ -263,32 +263,138 @@ ONCE_PREFIX = {
     "metrics-export": "metrics export failing",
     "opentelemetry": "OpenTelemetry setup",
 }
-# A collector that is down or refuses is one problem: the first of its spans' or metrics' failures says it.
-ONCE_KEY = {"metrics-export": "export"}
+
+# What the exporters' own lines say went wrong, made short: the first pattern that matches gives the cause.
+CAUSES = (
+    (re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)"), r"\1"),  # Connection refused, Name or service not known
+    (re.compile(r"code: (\d+), reason: ([^,\n]+)"), r"HTTP \1 \2"),  # a refusal: HTTP 500 Internal Server Error
+    (re.compile(r"code: None, reason: (.+)"), r"\1"),  # no answer at all: why not
+    (re.compile(r"StatusCode\.([A-Z_]+).*: ([^:]+)$", re.S), r"\1: \2"),  # gRPC: UNAVAILABLE: Connection refused
+    (re.compile(r"(?i)(read timed out|timed out)"), "no answer (timed out)"),
+)
+NO_CAUSE = ("due to timeout, max retries or shutdown", "aborting retry", "already shutdown")  # say what, not why
+CAUSE_CHARS = 120
+
+
+def cause(message: str) -> str | None:
+    """The cause in an exporter's line, short: ``Connection refused``, ``HTTP 503 Service Unavailable``, ...; None
+    for a line that says only that it gave up."""
+    line = message.strip()
+    for pattern, template in CAUSES:
+        found = pattern.search(line)
+        if found:
+            line = found.expand(template).strip()
+            break
+    else:
+        if any(words in line for words in NO_CAUSE):
+            return None
+        first = line.splitlines()[0] if line else ""
+        line = re.sub(r"^Transient error |,? ?(encountered while|retrying in) .*$", "", first)
+    return line if len(line) <= CAUSE_CHARS else line[: CAUSE_CHARS - 1].rstrip() + "…"
+
+
+class Failures:
+    """What this process's exports met (the first cause of each kind) and who says it: one short line with the
+    endpoint and the cause, for the whole node, by the process that speaks for it (settings.speaks_for_the_node; a
+    forked child never: its parent speaks for it), not one long line from each of 1,024 ranks."""
+
+    def __init__(self) -> None:
+        self.causes: dict[str, str] = {}
+        self.endpoints: dict[str, str] = {}
+        self.forked = False
+
+    def configure(self, settings: Settings) -> None:
+        endpoint = settings.otlp_endpoint or ""
+        metrics = os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        self.endpoints = {"export": endpoint, "metrics-export": metrics or endpoint}
+
+    def met(self, kind: str, why: str | None) -> None:
+        """An export of ``kind`` (``export``: spans, ``metrics-export``) failed, or is retrying, because of ``why``."""
+        if why is not None:
+            self.causes.setdefault(kind, why)
+        said = self.causes.get(kind, why or "gave up")
+        where = self.endpoints.get(kind) or "the OTLP endpoint"
+        try:
+            speaks = not self.forked and speaks_for_the_node()
+        except Exception:
+            speaks = True
+        # One problem, a collector down or refusing, whichever of its spans or metrics meets it first. Said from the
+        # exporter's thread: never through the environment (``say_for_the_job``), which another thread may be reading.
+        if speaks:
+            warn_once("export", f"{ONCE_PREFIX[kind]}: {where}: {said}")
+
+    def cause(self) -> str | None:
+        return self.causes.get("export") or self.causes.get("metrics-export")
+
+
+failures = Failures()
+
+
+def _after_fork_in_child() -> None:
+    failures.forked = True
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class _OnceHandler(logging.Handler):
     """OpenTelemetry's exporters log each failed batch and retry, often with a traceback. In someone else's job that
-    becomes one line per problem kind, said once: the job's owner needs to know, not to read a log flood."""
+    becomes one short line per problem kind: the job's owner needs to know, not to read a log flood."""
 
     def emit(self, record: logging.LogRecord) -> None:
         if record.levelno < logging.WARNING:
             return
-        kind = "opentelemetry"
-        if ".export" in record.name:  # the metrics SDK's reader and exporters too: progress and startup metrics
-            kind = "metrics-export" if "metric" in record.name else "export"
         try:
-            message = record.getMessage().splitlines()[0]
+            message = record.getMessage()
         except Exception:
             message = str(record.msg)
-        warn_once(ONCE_KEY.get(kind, kind), f"{ONCE_PREFIX[kind]}: {message}")
+        if ".export" in record.name:  # the metrics SDK's reader and exporters too: progress and startup metrics
+            failures.met("metrics-export" if "metric" in record.name else "export", cause(message))
+            return
+        warn_once("opentelemetry", f"{ONCE_PREFIX['opentelemetry']}: {message.splitlines()[0] if message else ''}")
 
 
-def route_otel_logs() -> None:
+def route_otel_logs(settings: Settings) -> None:
+    failures.configure(settings)
     otel = logging.getLogger("opentelemetry")
     if not any(isinstance(h, _OnceHandler) for h in otel.handlers):
         otel.addHandler(_OnceHandler())
         otel.propagate = False
+
+
+class Delivery(SpanExporter):
+    """The OTLP span exporter, watched: whether every batch it was given arrived, so that rank 0's closing line never
+    says "sent" when sending failed (``failure``)."""
+
+    def __init__(self, exporter: SpanExporter):
+        self.exporter = exporter
+        self.sent = 0
+        self.failed = 0
+        self.gave_up = False  # a bounded flush (exit, signal) stopped waiting for it
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        try:
+            result = self.exporter.export(spans)
+        except Exception as error:  # the SDK's exporters return FAILURE; any other must not reach the job either
+            failures.met("export", f"{type(error).__name__}: {error}")
+            result = SpanExportResult.FAILURE
+        if result is SpanExportResult.SUCCESS:
+            self.sent += 1
+        else:
+            self.failed += 1
+        return result
+
+    def shutdown(self) -> None:
+        self.exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.exporter.force_flush(timeout_millis)
+
+    def failure(self) -> str | None:
+        """Why some spans did not arrive (the first cause the exporter gave); None when every batch did."""
+        if not (self.failed or self.gave_up):
+            return None
+        return failures.cause() or ("no answer in time" if self.gave_up else "refused")
 
 
 def state_file_path(settings: Settings, resource: dict[str, Any], trace_file: str | None) -> str:
@@ -314,16 +420,18 @@ def private_temp_dir() -> str:
     return path
 
 
-def span_processors(settings: Settings, trace_file: str | None) -> list[SpanProcessor]:
+def span_processors(settings: Settings, trace_file: str | None) -> tuple[list[SpanProcessor], Delivery | None]:
+    """The span processors, and the OTLP exporter's ``Delivery`` (None without one)."""
     processors: list[SpanProcessor] = []
+    delivery = None
     if trace_file is not None:
         processors.append(WriteAsItEnds(JsonLinesExporter(trace_file)))
     if settings.otlp_endpoint:
         try:
-            exporter = _otlp_exporter(settings)
+            delivery = Delivery(_otlp_exporter(settings))
             processors.append(
                 BatchSpanProcessor(
-                    exporter,
+                    delivery,
                     schedule_delay_millis=settings.bsp_schedule_delay_ms,
                     max_export_batch_size=settings.bsp_max_export_batch_size,
                 )
@@ -333,4 +441,4 @@ def span_processors(settings: Settings, trace_file: str | None) -> list[SpanProc
                 "otlp-export",
                 f"cannot export to {settings.otlp_endpoint} ({type(error).__name__}: {error}); spans are not sent",
             )
-    return processors
+    return processors, delivery

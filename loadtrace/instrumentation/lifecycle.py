@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 from .. import semconv
 from . import summary, termination
-from ._log import warn_once
 from .context import Job
 from .ending import Ends
 from .memory import process_memory
@@ -65,7 +64,8 @@ class Lifecycle:
         if exported and state is not None and not (said or self.forked):
             rank = None if state["rank"] < 0 else state["rank"]
             job_id = self.job.id or self.job.fallback_id()
-            summary.say(self.settings, job_id, rank, state["local_world_size"], trace_file)
+            failure = provider.send_failure()
+            summary.say(self.settings, job_id, rank, state["local_world_size"], trace_file, failure)
 
     def after_fork(self) -> None:
         """In a forked child: its parent's open files, loads and state are not its own. A slot of a file still open
@@ -98,7 +98,9 @@ class Lifecycle:
                 provider.force_flush(max(0.0, deadline - time.monotonic()))
 
         if not termination.bounded(work, timeout_s, "loadtrace-signal-flush"):
-            warn_once("export", f"span export failing: gave up flushing after {timeout_s:g} s on {name}")
+            provider = self.provider()
+            if provider is not None:
+                provider.gave_up(f"no answer within LOADTRACE_EXIT_TIMEOUT={timeout_s:g} s on {name}")
 
     def end_open_scopes(self, signal_name: str) -> None:
         """Files, then phases, then loads (innermost first): each with its attributes so far."""

@@ -68,6 +68,7 @@ class Provider:
         self._resource_made: Resource | None = None
         self.exporting = False  # our own SDK exports this process's spans (to trace_file, OTLP, or both)
         self.trace_file: str | None = None
+        self.delivery: export.Delivery | None = None  # the OTLP exporter's record: did every batch arrive
         self.phases: PhaseRecorder | None = None  # what the startup span's phase split is made of (our own SDK only)
 
     @property
@@ -89,7 +90,7 @@ class Provider:
                 self._watch()
                 atexit.register(self._at_exit)
                 return self._given.get_tracer(semconv.SCOPE_NAME, __version__)
-            export.route_otel_logs()
+            export.route_otel_logs(self.settings)
             resource = self._resource()
             attributes = dict(resource.attributes)
             path = export.trace_file_path(self.settings, attributes) if self.settings.writes_files else None
@@ -97,7 +98,7 @@ class Provider:
             if path is not None and problem is not None:  # no trace file; the state file goes where OTLP-only's goes
                 say_traces_not_written(self.settings, os.path.dirname(path), problem)
                 path = None
-            processors = export.span_processors(self.settings, path)
+            processors, self.delivery = export.span_processors(self.settings, path)
             self.state = self._open_state(path)
             self._resource_made = resource
             self._watch()
@@ -274,7 +275,19 @@ class Provider:
                 sdk.shutdown()
 
         if not bounded(flush, timeout_s, "loadtrace-exit-flush"):
-            warn_once("export", f"span export failing: gave up flushing after {timeout_s:g} s at exit")
+            self.gave_up(f"no answer within LOADTRACE_EXIT_TIMEOUT={timeout_s:g} s at exit")
+
+    def gave_up(self, why: str) -> None:
+        """A bounded flush stopped waiting: what was still on its way is lost, and said so (once for the node)."""
+        if self.delivery is not None:
+            self.delivery.gave_up = True
+        export.failures.met("export", why)
+
+    def send_failure(self) -> str | None:
+        """Why spans meant for the OTLP endpoint did not all arrive; None when they did or none was set."""
+        if self.delivery is not None:
+            return self.delivery.failure()
+        return "no exporter" if self.settings.otlp_endpoint and self._given is None else None
 
     def force_flush(self, timeout_s: float) -> None:
         """Send what has ended now (the caller bounds the wait: see ``bounded``); the SDK stays up."""
@@ -295,6 +308,7 @@ class Provider:
         self.progress = None
         self.startup_metrics = None
         self.exporting, self.trace_file = False, None
+        self.delivery = None
         self._lock = threading.Lock()
 
 

@@ -118,7 +118,13 @@ def say_traces_not_written(settings: Settings, folder: str, problem: str) -> Non
     sent = f"; spans still go to {settings.otlp_endpoint}" if settings.otlp_endpoint else ""
     message = f"cannot write traces to {where} ({problem}): this job's trace files are not being written{sent}"
     key = f"trace-dir:{hashlib.sha256(os.path.abspath(folder).encode(errors='surrogateescape')).hexdigest()[:12]}"
-    say_for_the_job(key, message, speaks=_rank(os.environ, local=True) in (None, 0))
+    say_for_the_job(key, message, speaks=speaks_for_the_node())
+
+
+def speaks_for_the_node() -> bool:
+    """Whether this process says what every process of its node meets alike: the launcher, a plain process, or the
+    node's first rank (local rank 0)."""
+    return _rank(os.environ, local=True) in (None, 0)
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:

@@ -32,15 +32,23 @@ PEER_WAIT_S = 2.0
 POLL_S = 0.05
 
 
-def say(settings: Settings, job_id: str, rank: int | None, local_world_size: int, trace_file: str | None) -> None:
+def say(
+    settings: Settings,
+    job_id: str,
+    rank: int | None,
+    local_world_size: int,
+    trace_file: str | None,
+    failure: str | None = None,
+) -> None:
     """Print the line on stderr when this process is rank 0 and its spans went somewhere; never raises. A process
-    without a rank (a plain ``python`` run) says nothing, as before."""
+    without a rank (a plain ``python`` run) says nothing, as before. ``failure``: why spans meant for the OTLP
+    endpoint did not all arrive."""
     try:
         if settings.quiet or rank != 0:
             return
         if trace_file is None and not settings.otlp_endpoint:
             return
-        text = line(job_id, trace_file, settings.otlp_endpoint, max(1, local_world_size))
+        text = line(job_id, trace_file, settings.otlp_endpoint, max(1, local_world_size), failure=failure)
         sys.stderr.write(semconv.redact_secrets(text) + "\n")  # the endpoint may carry user info
         sys.stderr.flush()
     except Exception:  # a closed stderr, an odd file system: the job's exit goes on
@@ -53,11 +61,16 @@ def line(
     otlp_endpoint: str | None,
     local_world_size: int,
     timeout_s: float = TIMEOUT_S,
+    failure: str | None = None,
 ) -> str:
-    """The line to print (without a newline)."""
+    """The line to print (without a newline). Spans only over OTLP: "sent" only when they all arrived; else why not,
+    and how to keep them next time."""
     from .export import safe_name  # the file names export gave (imported here: only rank 0, only at exit, needs it)
 
     trace_id = format(semconv.job_trace_ids(job_id)[0], "032x")
+    if trace_file is None and failure is not None:
+        keep = "set LOADTRACE_DIR to keep trace files as well"
+        return f"loadtrace: job {job_id}, trace {trace_id}: sending to {otlp_endpoint} failed ({failure}); {keep}"
     if trace_file is None:
         return f"loadtrace: job {job_id}, trace {trace_id} sent to {otlp_endpoint} → {jaeger_command(otlp_endpoint)}"
     folder = os.path.dirname(os.path.abspath(trace_file))

@@ -9,6 +9,12 @@ there, except where the signal is ignored (SIG_IGN: the job asked not to be stop
 handler that was there (the job's own, or ``signal.default_int_handler`` for SIGINT) is called with the same
 arguments; the default action is restored and the signal sent again, so the process dies *by* the signal and its
 launcher sees it (torchrun reports -15).
+
+A process forked while ours are installed (a ``Pool`` or DataLoader worker) starts with what the job had before them
+(``after_fork``): a Python-level handler can lose a signal that arrives just before a blocking call, where the default
+action would have killed the worker, so ``Pool.terminate()`` could wait forever on it (issue 40). The signals are held
+back across the fork, so one sent to the child before it gave ours back meets the job's own disposition. The child
+installs ours again only when it loads itself.
 """
 
 from __future__ import annotations
@@ -60,15 +66,29 @@ class Handlers:
                 continue  # set outside Python (cannot be given back), or ignored on purpose
             signal.signal(signo, self.handle)
             self._previous[signo] = current
+            _installed.add(self)
 
     def restore(self) -> None:
         """Put back what ours replaced, where ours is still the handler; a handler the job installed since stays."""
         if not self._main_thread():
             return
+        self._give_back()
+
+    def _give_back(self) -> None:
         for signo, previous in list(self._previous.items()):
             if signal.getsignal(signo) == self.handle:
                 signal.signal(signo, previous)
                 del self._previous[signo]
+        if not self._previous:
+            _installed.discard(self)
+
+    def after_fork(self) -> None:
+        """In a forked child (its only thread is the main one): the dispositions the job had before ours; never
+        raises."""
+        try:
+            self._give_back()
+        except Exception:
+            pass  # the child goes on with ours: as before, never worse
 
     def watch(self) -> None:
         """``install``; where it cannot (a job that replaced the signal module, a platform without the signals), says
@@ -101,6 +121,44 @@ class Handlers:
         except Exception:
             pass
         return None
+
+
+# The handlers with ours installed in this process now; a fork holds the signals back while there are any.
+_installed: set[Handlers] = set()
+_held: dict[int, set[int | signal.Signals]] = {}  # forking thread → its signal mask before the fork
+
+
+def _before_fork() -> None:
+    if _installed:
+        try:
+            _held[threading.get_ident()] = signal.pthread_sigmask(signal.SIG_BLOCK, numbers())
+        except Exception:
+            pass  # no signal mask here: the fork goes ahead unheld
+
+
+def _unhold(mask: set[int | signal.Signals] | None) -> None:
+    """The forking thread's mask as it was: a signal sent meanwhile arrives now."""
+    if mask is not None:
+        try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        except Exception:
+            pass
+
+
+def _after_fork_in_parent() -> None:
+    _unhold(_held.pop(threading.get_ident(), None))
+
+
+def _after_fork_in_child() -> None:
+    mask = _held.pop(threading.get_ident(), None)
+    _held.clear()  # other threads' forks are the parent's
+    for handlers in list(_installed):
+        handlers.after_fork()
+    _unhold(mask)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
 
 
 def bounded(work: Callable[[], None], timeout_s: float, name: str) -> bool:

@@ -120,7 +120,7 @@ def resource_attributes(
     """The dead rank's own resource, as it would have put on its spans: rank and attempt as the launcher gave them
     (the state's when the launcher's are missing), the rest from the state."""
     env = death.env
-    launched = context.rank_from_env(env)
+    launched = context.rank_from_env(env, context.launcher())  # this process is the dead rank's launcher
     host = state.texts.get("host") or socket.gethostname()
     pid = state["pid"] if state["pid"] > 0 else death.pid
     rank = launched.rank if launched.rank is not None else state.rank
@@ -393,7 +393,7 @@ class Witness:
             if settings.otlp_endpoint:
                 try:
                     if self._otlp is None:
-                        export.route_otel_logs()
+                        export.route_otel_logs(settings)
                         self._otlp = export._otlp_exporter(settings)
                     self._otlp.export(every)
                 except Exception as error:

@@ -6,11 +6,10 @@ use it (each node's launcher has its own): they still join through the process g
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
-from support.torchrun import clean_env, free_port, torchrun
+from support.torchrun import accelerate_launch, torchrun
 from support.venvs import discover
 
 from loadtrace.analysis.sources import read_files
@@ -39,29 +38,6 @@ def venv_or_skip():
     if not found:
         pytest.skip("no venv with torchrun and transformers (see tests/support/venvs.py)")
     return found[0]
-
-
-def accelerate_launch(venv, script: Path, args: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str]:
-    cwd.mkdir(parents=True, exist_ok=True)
-    cmd = [
-        str(venv.bin / "accelerate"),
-        "launch",
-        "--multi_gpu",  # torchelastic's agent; on a CPU-only torch the workers use gloo
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        "--main_process_port",
-        str(free_port()),
-        str(script),
-        *args,
-    ]
-    proc = subprocess.run(cmd, cwd=cwd, env=clean_env(venv, env), capture_output=True, text=True, timeout=420)
-    return proc.returncode, proc.stdout + proc.stderr
 
 
 def assert_one_trace(traces: Path, output: str, source: str) -> None:

@@ -58,7 +58,7 @@ SCENARIOS = {
     ),
     "disk-and-otel": Scenario(
         {"OTEL_RESOURCE_ATTRIBUTES": "team=ml,,=oops,%zz", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://not a url:43"},
-        {"OpenTelemetry setup": PROCESS, "export failing": PROCESS, "cannot write traces": PROCESS},
+        {"OpenTelemetry setup": PROCESS, "export failing": JOB, "cannot write traces": PROCESS},
         full_disk=True,
     ),
     "faults": Scenario(
@@ -69,7 +69,7 @@ SCENARIOS = {
     **{
         f"{protocol}-{behaviour}": Scenario(
             {"OTEL_EXPORTER_OTLP_PROTOCOL": protocol},
-            {"export failing": PROCESS},
+            {"export failing": JOB},  # once for the node, by its first rank (issue 40)
             collector=(protocol, behaviour),
         )
         for protocol in PROTOCOLS

@@ -96,7 +96,7 @@ def test_resource_says_which_rank(wire: WireRun):
         where = f"{wire.label} rank {rank}"
         assert (r["loadtrace.rank"], r["loadtrace.local_rank"]) == (rank, rank), where
         assert (r["loadtrace.world_size"], r["loadtrace.local_world_size"]) == (WORLD_SIZE, WORLD_SIZE), where
-        assert r["loadtrace.launcher"] in ("torchrun", "accelerate"), where
+        assert r["loadtrace.launcher"] == "torchrun", where
         assert r["service.name"] == "loadtrace", where
         assert r["service.instance.id"] == f"{r['loadtrace.job.id']}/rank-{rank}", where
         assert r["host.name"] == host, where

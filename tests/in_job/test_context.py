@@ -45,7 +45,6 @@ def test_trace_id_is_a_pure_function_of_the_job_id():
             {"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4"},
             ("mpi", 2, 0, 4, None, None),
         ),
-        ({"RANK": "1", "WORLD_SIZE": "2", "ACCELERATE_USE_FSDP": "true"}, ("accelerate", 1, None, 2, None, None)),
         ({}, ("none", None, None, None, None, None)),
     ],
 )

@@ -53,7 +53,7 @@ def test_forked_children_write_their_own_spans_once(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LOADTRACE", "OTEL_"))}
     env.update(LOADTRACE="1", LOADTRACE_DIR=str(traces))
     result = subprocess.run(
-        [sys.executable, "-c", FORKING_JOB, str(ckpt)], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", FORKING_JOB, str(ckpt)], env=env, capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr
     parent = int(result.stdout.split()[1])

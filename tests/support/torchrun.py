@@ -186,3 +186,28 @@ def torchrun(
         aside = set_aside(cwd, before)
         print(f"[torchrun] {cwd}: a rank aborted in C++ at exit; running the job again once (the first: {aside})")
     return TorchrunResult(cmd, cwd, dict(env or {}), returncode, time.monotonic() - start, log)
+
+
+def accelerate_launch(venv: Venv, script: Path, args: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str]:
+    """``accelerate launch`` of 2 processes on this node (torchelastic's agent in accelerate's own process), with
+    ``venv``'s clean environment plus ``env``: (its exit code, its output)."""
+    cwd.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        str(venv.bin / "accelerate"),
+        "launch",
+        "--multi_gpu",  # torchelastic's agent; on a CPU-only torch the workers use gloo
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(free_port()),
+        str(script),
+        *args,
+    ]
+    proc = subprocess.run(cmd, cwd=cwd, env=clean_env(venv, env), capture_output=True, text=True, timeout=420)
+    return proc.returncode, proc.stdout + proc.stderr
