@@ -15,7 +15,7 @@ from typing import Any
 
 from ... import semconv
 from .. import spans
-from ._common import tensor_bytes
+from ._common import checkpoint_path, tensor_bytes
 from .registry import Hook
 
 TRUE = ("1", "true", "yes", "on")
@@ -221,7 +221,7 @@ class Load:
         how = strategy(kwargs)
         attributes: dict[str, Any] = {
             semconv.MODEL_CLASS: getattr(cls, "__name__", str(cls)),
-            semconv.CHECKPOINT: tracing.path(checkpoint),
+            semconv.CHECKPOINT: tracing.path(checkpoint_path(checkpoint)),
             semconv.DTYPE: str(dtype) if dtype is not None else "default",
             semconv.STRATEGY: how,
         }
