@@ -22,7 +22,8 @@ def tensor_bytes(tensor: Any) -> int:
 
 def checkpoint_path(checkpoint: Any) -> Any:
     """A checkpoint as ``loadtrace.checkpoint`` names it: a local one by its resolved path (``mistral`` and
-    ``../mistral`` from another folder are one model to ``jobs --group-by model``), anything else (a hub id) as given."""
+    ``../mistral`` from another folder are one model to ``jobs --group-by model``), anything else (a hub id) as
+    given."""
     if isinstance(checkpoint, (str, os.PathLike)):
         try:
             if os.path.exists(checkpoint):
