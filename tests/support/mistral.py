@@ -3,7 +3,7 @@ bfloat16), the forecast's second family (its calibration is Qwen3-MoE). Run with
 
     python tests/support/mistral.py OUT_DIR small|large [bf16]
 
-``small``: 37.6 MB of tensors in 10 shards; ``large``: 1.33 GB in ~50 (the stored runs of
+``small``: 37.6 MB of tensors in 8 shards; ``large``: 1.34 GB in 60 (the stored runs of
 tests/fixtures/forecast-mistral were measured on these, scripts/forecast_runs.py).
 """
 
