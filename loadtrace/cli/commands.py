@@ -32,6 +32,7 @@ from loadtrace.analysis.sources import SourceError, SpanSet, clickhouse, jaeger,
 from loadtrace.analysis.startup import Thresholds, job_startup
 from loadtrace.analysis.timeline import timeline
 from loadtrace.cli import render, render_timeline
+from loadtrace.cli.top import DEFAULT_FOLDER_HELP, default_folder
 from loadtrace.semconv import redact_secrets
 from loadtrace.version import __version__
 
@@ -546,15 +547,6 @@ def _spans_from_path(path: str, parallel: bool = False) -> SpanSet:
         states = f" and {spans.skipped_state_files} unreadable state files" if spans.skipped_state_files else ""
         raise SourceError(f"{path}: no spans found ({spans.skipped_lines} unreadable lines{states} skipped)")
     return spans
-
-
-DEFAULT_FOLDER_HELP = "default: $LOADTRACE_DIR, else ./loadtrace-traces (where a job writes its traces)"
-
-
-def default_folder() -> str:
-    """Where a job's ranks write their files: ``LOADTRACE_DIR``, else ``./loadtrace-traces``: what ``report``,
-    ``timeline`` and ``top`` read when given no source."""
-    return os.environ.get("LOADTRACE_DIR") or "loadtrace-traces"
 
 
 def _source_or_default(args: argparse.Namespace) -> str:

@@ -24,7 +24,6 @@ from loadtrace.analysis.model import to_json
 from loadtrace.analysis.sources import SourceError, StateFile
 from loadtrace.analysis.top import History, TopRow, rows
 from loadtrace.cli import render_top
-from loadtrace.cli.commands import default_folder
 
 REFRESH_S = 1.0
 MAX_STATE_FILES = 10_000
@@ -82,6 +81,15 @@ def cgroup_usage(directory: str) -> int | None:
 def snapshot(folder: Path, history: History | None = None) -> tuple[list[TopRow], int]:
     now = time.time_ns()
     return rows(state_files(folder), now, socket.gethostname(), alive, history, cgroup_usage), now
+
+
+DEFAULT_FOLDER_HELP = "default: $LOADTRACE_DIR, else ./loadtrace-traces (where a job writes its traces)"
+
+
+def default_folder() -> str:
+    """Where a job's ranks write their files: ``LOADTRACE_DIR``, else ``./loadtrace-traces``: what ``report``,
+    ``timeline`` and ``top`` read when given no source."""
+    return os.environ.get("LOADTRACE_DIR") or "loadtrace-traces"
 
 
 def run(folder_text: str | None, once: bool, form: str) -> int:
