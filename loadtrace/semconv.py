@@ -301,6 +301,12 @@ def materialized_bytes_key(device: str) -> str:
 CONVERT_COUNT = "loadtrace.convert.count"
 CONVERT_BYTES = "loadtrace.convert.bytes"
 CONVERT_OP_PREFIX = "loadtrace.convert.op."  # + operation + ".count" / ".bytes"
+# On a load span: the read tensors transformers cast to the model's dtype or copied to another device as it
+# materialised them (``_materialize_copy``), their bytes after it, and when (ns since the epoch, start and end pairs,
+# overlapping calls of its thread pool merged): that time is ``convert`` in the startup split, never ``read``.
+CAST_COUNT = "loadtrace.cast.count"
+CAST_BYTES = "loadtrace.cast.bytes"
+CAST_INTERVALS = "loadtrace.cast.intervals"
 RENAME_OP = "Rename"  # the operation name of a plain rename
 
 

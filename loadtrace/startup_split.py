@@ -93,6 +93,35 @@ def overlap(a: list[Interval], b: list[Interval]) -> int:
     return total
 
 
+def subtract(a: list[Interval], b: list[Interval]) -> list[Interval]:
+    """The instants of the disjoint sorted intervals ``a`` that are in none of ``b`` (disjoint and sorted too)."""
+    found: list[Interval] = []
+    j = 0
+    for start, end in a:
+        while j < len(b) and b[j][1] <= start:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < end:
+            if b[k][0] > start:
+                found.append((start, b[k][0]))
+            start = max(start, b[k][1])
+            k += 1
+        if end > start:
+            found.append((start, end))
+    return found
+
+
+def cast_intervals(spans: Iterable[PhaseSpan]) -> list[Interval]:
+    """When the loads among ``spans`` cast or copied read tensors (``loadtrace.cast.intervals``): not reading."""
+    found: list[Interval] = []
+    for span in spans:
+        if span.name in sc.LOAD_SPANS:
+            times = span.attributes.get(sc.CAST_INTERVALS)
+            if isinstance(times, (list, tuple)) and all(whole_int(t) is not None for t in times):
+                found += [(int(times[i]), int(times[i + 1])) for i in range(0, len(times) - 1, 2)]
+    return union(found)
+
+
 def clip(intervals: list[Interval], bounds: Interval) -> list[Interval]:
     return [(max(s, bounds[0]), min(e, bounds[1])) for s, e in intervals if min(e, bounds[1]) > max(s, bounds[0])]
 
@@ -117,7 +146,8 @@ def imports(start_ns: int, times: Any) -> list[Interval]:
 
 def phase_intervals(spans: Iterable[PhaseSpan]) -> dict[str, list[Interval]]:
     """Each phase's instants on one rank. ``open``: a file span's time before its first read span (only at tensor
-    detail do reads have spans; at default detail a file's whole span is read time, its tensors read inside it)."""
+    detail do reads have spans; at default detail a file's whole span is read time, its tensors read inside it, but
+    for the instants its load cast or copied tensors, which are ``convert``)."""
     spans = list(spans)
     found: dict[str, list[Interval]] = {phase: [] for phase in PRIORITY}
     first_read: dict[Any, int] = {}
@@ -134,7 +164,12 @@ def phase_intervals(spans: Iterable[PhaseSpan]) -> dict[str, list[Interval]]:
             found["imports"] += imports(span.start_ns, span.attributes.get(sc.STARTUP_IMPORTS))
         if span.name in sc.LOAD_SPANS and (opened := whole_int(span.attributes.get(sc.LOAD_FIRST_FILE_OPEN))):
             found["construct"].append((span.start_ns, min(opened, span.end_ns)))
-    return {phase: union(intervals) for phase, intervals in found.items()}
+    # A cast or device copy runs while its file is open: its instants are ``convert``, taken out of ``read``.
+    casts = cast_intervals(spans)
+    found["convert"] += casts
+    merged = {phase: union(intervals) for phase, intervals in found.items()}
+    merged["read"] = subtract(merged["read"], casts)
+    return merged
 
 
 def split(bounds: Interval, spans: Iterable[PhaseSpan]) -> dict[str, int]:

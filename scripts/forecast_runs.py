@@ -37,15 +37,22 @@ MATRIX = {".venv512": ("fsdp", "plain"), ".venv": ("fsdp", "plain", "zero3")}
 SIZES = ("tiny", "eighth", "full")
 
 
-def worker(checkpoint: str, mode: str) -> int:
-    """One rank: join the process group, set the mode up as examples/load.py does, load, and leave."""
+def worker(checkpoint: str, mode: str, dtype: str | None = None) -> int:
+    """One rank: join the process group, set the mode up as examples/load.py does, load (as ``dtype``, a torch dtype's
+    name, when given: a bf16 checkpoint loaded as float32), and leave."""
     sys.path.insert(0, str(REPO / "examples"))
     import load  # examples/load.py: the same set-up a user's job has
     import torch.distributed as dist
 
     rank, world = load.init_distributed()
     keep_alive = load.prepare(mode)
-    model = load.from_pretrained(checkpoint)
+    if dtype is None:
+        model = load.from_pretrained(checkpoint)
+    else:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=getattr(torch, dtype))
     del keep_alive
     print(f"rank {rank}/{world} mode {mode} loaded {sum(p.numel() for p in model.parameters()):,} parameters")
     dist.barrier()
@@ -155,7 +162,7 @@ def checkpoint_summary(checkpoint: Path) -> dict[str, int]:
     return {"bytes": summary["bytes"], "tensors": summary["tensors"], "files": len(summary["files"])}
 
 
-def run(out: Path, venv: Path, mode: str, checkpoint: Path, nproc: int, name: str) -> Path:
+def run(out: Path, venv: Path, mode: str, checkpoint: Path, nproc: int, name: str, dtype: str | None = None) -> Path:
     target = out / name
     work = Path(f"/tmp/loadtrace-forecast-runs/{name}-{uuid.uuid4().hex[:8]}")
     work.mkdir(parents=True)
@@ -169,6 +176,7 @@ def run(out: Path, venv: Path, mode: str, checkpoint: Path, nproc: int, name: st
         str(29500 + os.getpid() % 1000),
     ]
     cmd += [str(Path(__file__).resolve()), "worker", str(checkpoint.resolve()), "--mode", mode]
+    cmd += ["--dtype", dtype] if dtype else []
     start = time.monotonic()
     with open(work / "torchrun.log", "wb") as log:
         proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -189,6 +197,7 @@ def run(out: Path, venv: Path, mode: str, checkpoint: Path, nproc: int, name: st
     truth = {
         "name": name,
         "mode": mode,
+        **({"dtype": dtype} if dtype else {}),
         "nproc": nproc,
         "versions": versions(venv),
         "checkpoint": checkpoint_summary(checkpoint),
@@ -217,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     one.add_argument("--checkpoint", type=Path, required=True)
     one.add_argument("--nproc", type=int, default=2)
     one.add_argument("--name")
+    one.add_argument("--dtype", help="load as this torch dtype (float32: a bf16 checkpoint loaded as fp32)")
     every = commands.add_parser("all")
     every.add_argument("out", type=Path)
     every.add_argument("--checkpoints", type=Path, required=True, help="holds tiny/, eighth/ and full/")
@@ -224,12 +234,13 @@ def main(argv: list[str] | None = None) -> int:
     rank = commands.add_parser("worker")
     rank.add_argument("checkpoint")
     rank.add_argument("--mode", choices=tuple(MODE_ENV))
+    rank.add_argument("--dtype")
     args = parser.parse_args(argv)
     if args.command == "worker":
-        return worker(args.checkpoint, args.mode)
+        return worker(args.checkpoint, args.mode, args.dtype)
     if args.command == "run":
         name = args.name or f"{args.venv.name.lstrip('.')}-{args.mode}-{args.checkpoint.name}"
-        run(args.out, args.venv.resolve(), args.mode, args.checkpoint, args.nproc, name)
+        run(args.out, args.venv.resolve(), args.mode, args.checkpoint, args.nproc, name, args.dtype)
         return 0
     for size in SIZES:  # small first: a failure shows early
         for venv, modes in MATRIX.items():

@@ -7,6 +7,9 @@ What scales is told apart from what does not (docs/report.md, Forecast, has the 
   categories by what the job's strategy expects of this rank (its *share* ``P`` is ``M / W`` under a sharded strategy,
   ``zero3`` or ``fsdp_cpu_ram_efficient``, and the whole model ``M`` otherwise, a replica):
 
+  (``M`` being the model as the ranks hold it: the larger of the checkpoint's bytes and a rank's real held bytes, so
+  a bf16 checkpoint loaded as fp32 is no duplicate)
+
   ``once_per_job``  the loading rank's (rank 0's) copy under a sharded strategy: ``min(T_s, M_s)``
   ``per_rank``      its own share: ``min(rest, P_s)``, where ``rest`` is ``T_s`` less ``once_per_job``
   ``duplicated``    beyond its share: ``rest − per_rank``
@@ -17,6 +20,9 @@ What scales is told apart from what does not (docs/report.md, Forecast, has the 
 - What those bytes cost in RSS is *calibrated*, not taken from the small run: RSS (and anonymous RSS) per load byte,
   measured on real runs at three sizes per transformers release, strategy and role (loading rank or not), kept in
   ``forecast_calibration.json`` (made by ``scripts/forecast_calibration.py``) as a low, mid and high value.
+- A rank that grew by less than its load bytes (``MAPPED_RATE``) cannot have copied them: its load kept the
+  checkpoint memory-mapped, and its growth is kept as it is at the low and mid ends, scaled with the model only at
+  the high end (``mapped_behaviour``); the confidence is then ``medium``.
 - ``not model`` = the measured growth those bytes do not explain (allocator pools, lazily imported code, threads,
   the conversion machinery): ``growth − per_byte × T_s``, kept as it is at the target (the high end allows for the
   calibration runs' largest such remainder: it grows with the tensor count, which the target's size does not tell).
@@ -69,6 +75,7 @@ ENDS = ("low", "mid", "high")
 CALIBRATION_FILE = "forecast_calibration.json"
 DUPLICATE_FLOOR = 0.01  # bytes beyond a rank's share count as whole-model work from 1% of the model up
 MEASURABLE = 2  # a rank's own rate is used from this many times its calibration's most not-model growth up
+MAPPED_RATE = 1.0  # a rank that grew by less than this many RSS bytes per load byte cannot have copied its load bytes
 
 
 class ForecastError(ValueError):
@@ -108,6 +115,7 @@ class Behaviour:
     note: str | None  # why not, when not
     most_not_model_rss: int = 0  # the most growth any of its calibration runs showed beyond its load bytes (mid rate)
     measured: bool = False  # the rates are the rank's own growth over its load bytes
+    mapped: bool = False  # the load kept its bytes memory-mapped: they cost no RSS at the low and mid ends
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -184,6 +192,33 @@ def own_behaviour(calibrated: Behaviour, growth: int, anon_growth: int | None, l
         note=None,
         most_not_model_rss=calibrated.most_not_model_rss,
         measured=True,
+    )
+
+
+def mapped_behaviour(calibrated: Behaviour, growth: int, anon_growth: int | None, load_bytes: int) -> Behaviour | None:
+    """A load that kept the checkpoint memory-mapped (transformers 5 on CPU, in the checkpoint's own dtype: each
+    tensor a view of the file's pages, which the load never touches): the rank grew by less than its load bytes
+    (``MAPPED_RATE``), so it cannot have copied them, where the copying loads the calibration measured (conversions,
+    casts) grew by 1.5 to 4 times theirs. Its growth is then the load's machinery (allocator pools, threads, the
+    tensors' Python objects), which one run cannot tell from model bytes: low and mid take none of it as scaling with
+    the model (a Mistral grew 17.6 MB at 37.6 MB and 20.0 MB at 35 times that, plain and FSDP alike:
+    tests/fixtures/forecast-mistral), high all of it (the rank's own growth over its load bytes). None for a rank that
+    grew by its load bytes or more."""
+    if load_bytes <= 0 or growth >= MAPPED_RATE * load_bytes:
+        return None
+    rate = max(0, growth) / load_bytes
+    anon = min(rate, anon_growth / load_bytes) if anon_growth is not None else rate
+    return Behaviour(
+        key="mapped (its own growth, not scaled; all of it scaled for the high end)",
+        rss=(0.0, 0.0, rate),
+        anon=(0.0, 0.0, anon),
+        not_model_rss=0,  # the low and mid ends keep the whole growth as it is; the high end scales it all
+        not_model_anon=0,
+        exact=True,
+        note=None,
+        most_not_model_rss=calibrated.most_not_model_rss,
+        measured=True,
+        mapped=True,
     )
 
 
@@ -338,7 +373,10 @@ def profile(
     calibrated = behaviour(calibration, release, rank.strategy, rank.rank == LOADING_RANK)
     anon_peak, anon_before = rank.peak_rss_anon_bytes, rank.rss_anon_before_bytes
     anon_growth = max(0, anon_peak - anon_before) if anon_peak is not None and anon_before is not None else None
-    own = own_behaviour(calibrated, peak - fixed, anon_growth, sum(measured.values()))
+    load_bytes = sum(measured.values())
+    own = mapped_behaviour(calibrated, peak - fixed, anon_growth, load_bytes) or own_behaviour(
+        calibrated, peak - fixed, anon_growth, load_bytes
+    )
     return Profile(
         rank=rank,
         fixed=fixed,
@@ -394,11 +432,12 @@ def confidence(node: list[Profile], calibration: Mapping[str, Any]) -> tuple[Con
     calibration's threshold of a rank's growth, and when the calibration does not cover the job."""
     threshold, step = float(calibration["explained_threshold"]), float(calibration["widen"])
     distinct = list({id(p): p for p in node}.values())
-    own = [p for p in distinct if p.behaviour.measured]
+    mapped = [p for p in distinct if p.behaviour.mapped]
+    own = [p for p in distinct if p.behaviour.measured and not p.behaviour.mapped]
     calibrated = [p for p in distinct if not p.behaviour.measured]
     small = [p for p in calibrated if p.explained < threshold]
     inexact = [p for p in calibrated if not p.behaviour.exact]
-    source = _rate_source(own, calibrated)
+    source = _rate_source(own, calibrated, mapped)
     reasons = []
     if small:
         worst = min(small, key=lambda p: p.explained)
@@ -413,6 +452,8 @@ def confidence(node: list[Profile], calibration: Mapping[str, Any]) -> tuple[Con
         notes = sorted({p.behaviour.note or "" for p in inexact})
         reasons.append("; ".join(notes) + f"; range widened by {100 * step:.0f}%")
     widen = step * len(reasons)
+    if not reasons and mapped:  # the point is shown right on one family's mapped loads; the range holds either way
+        return Confidence("medium", source), widen
     if not reasons:
         reason = source
         if calibrated:
@@ -424,9 +465,17 @@ def confidence(node: list[Profile], calibration: Mapping[str, Any]) -> tuple[Con
     return Confidence(level, "; ".join([source, *reasons])), widen
 
 
-def _rate_source(own: list[Profile], calibrated: list[Profile]) -> str:
-    """Where the RSS per load byte comes from, in words: the ranks' own growth, the calibration, or both."""
+def _rate_source(own: list[Profile], calibrated: list[Profile], mapped: list[Profile] | None = None) -> str:
+    """Where the RSS per load byte comes from, in words: the ranks' own growth, the calibration, or both; and which
+    ranks kept the checkpoint memory-mapped."""
     parts = []
+    if mapped:
+        grew = ", ".join(f"{p.rank.label} {human_bytes(p.growth)} for {human_bytes(p.load_bytes)}" for p in mapped)
+        parts.append(
+            f"the load kept the checkpoint memory-mapped ({grew} of load bytes: less growth than load bytes, so they"
+            " were not copied); its growth is taken as not scaling with the model (right at 35 times the size for"
+            " a Mistral, plain and FSDP), all of it scaled for the high end"
+        )
     if own:
         rates = ", ".join(f"{p.rank.label} {p.behaviour.rss[1]:.2f}" for p in own)
         parts.append(
@@ -510,7 +559,12 @@ def forecast(job: Job, target: Target) -> Forecast:
     measured_model, loading, world_s, per_node, world_t = _shapes(job, target)
     calibration = target.calibration if target.calibration is not None else packaged_calibration()
     scale = target.model_bytes / measured_model
-    profiles, left_out, first = _profiles(job, loading, measured_model, scale, (world_s, world_t), calibration)
+    # The model as the ranks hold it, for their shares: a bf16 checkpoint loaded as fp32 is twice its file bytes in
+    # memory, all of it a replica's own share (not "duplicated").
+    held = max((real_bytes(r.held_bytes) for r in job.ranks), default=0)
+    profiles, left_out, first = _profiles(
+        job, loading, max(measured_model, held), scale, (world_s, world_t), calibration
+    )
     others = [p for p in profiles if p is not first]
     worst = max(others, key=lambda p: (p.at_target("mid")[0], -(p.rank.rank or 0)), default=None)
     stand_in = worst or first

@@ -541,8 +541,10 @@ class NodeStartup:
     ranks: list[int | None]
     checkpoint: str | None  # cold | partly_cold | warm; None without residency
     storage_bytes: int | None  # checkpoint bytes not in the page cache at first open (what storage delivered)
-    reading_seconds: float | None  # time any of the node's ranks had a checkpoint file open or a read span running
+    reading_seconds: float | None  # time any of the node's ranks had a checkpoint file open or a read span running,
+    # casts and device copies of read tensors left out
     storage_bytes_per_second: float | None  # None when warm (storage delivered nothing) or unknown
+    cast_seconds: float | None = None  # time any of them cast or copied read tensors (inside their files' spans)
 
 
 @dataclass

@@ -16,7 +16,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .. import semconv as sc
-from ..startup_split import READ_SPANS, STARTUP_PHASES, Interval, PhaseSpan, length, split, union
+from ..startup_split import (
+    READ_SPANS,
+    STARTUP_PHASES,
+    Interval,
+    PhaseSpan,
+    cast_intervals,
+    length,
+    split,
+    subtract,
+    union,
+)
 from . import summarized
 from .attrs import opt_int_attr
 from .hosts import natural_key
@@ -92,6 +102,10 @@ def node_startup(host: str | None, ranks: list[RankLoad]) -> NodeStartup:
         [(span.start_ns, span.end_ns) for r in ranks for span in r.spans if span.name in READ_SPANS | sc.FILE_SPANS]
         + summarized.reading(ranks)
     )
+    # Reading, not casting: a dtype cast or device copy inside a file's span is its own time (``convert``).
+    casts = union([interval for r in ranks for interval in cast_intervals(phase_spans(r.spans))])
+    cast_seconds = length(casts) / 1e9 if casts else None
+    reading = subtract(reading, casts)
     seconds = length(reading) / 1e9 if reading else None
     rate = storage / seconds if storage and seconds else None
     return NodeStartup(
@@ -101,6 +115,7 @@ def node_startup(host: str | None, ranks: list[RankLoad]) -> NodeStartup:
         storage_bytes=storage,
         reading_seconds=round(seconds, 6) if seconds is not None else None,
         storage_bytes_per_second=round(rate, 1) if rate is not None else None,
+        cast_seconds=round(cast_seconds, 6) if cast_seconds is not None else None,
     )
 
 

@@ -9,14 +9,14 @@ the files, asks whether a pid is alive on this host, and draws. docs/report.md d
   under tensor parallelism (each rank reads slices) and on the non-loading ranks of a sharded strategy.
 - read rate: over the last ``RATE_WINDOW_S`` of the live view's samples; in a single snapshot, since the rank's own
   sample of up to 10 s ago (its monitor thread keeps one), else since the load began.
-- marks: ``slowest`` (of a job's loading ranks, the latest to finish by its ETA, else the least far), ``stuck`` (no
-  progress for ``STUCK_SECONDS`` while loading), ``oom_ahead`` (the memory its limit applies to, rising as its RSS has
-  since the load began, reaches the limit before its load can end: before its ETA, or within ``OOM_HORIZON_S`` when
-  the ETA is unknown), ``near_limit`` (that memory at ``NEAR_LIMIT_SHARE`` of the limit or more, while loading),
-  ``behind`` (loading, and it has read under ``BEHIND_SHARE`` of the median of its job's loading ranks, when there are
-  three or more: of their percentages where every one is known, else of their bytes). Under a cgroup limit on this
-  host that memory is the cgroup's usage (all its processes: the OOM killer counts them together), else the rank's
-  own RSS.
+- marks: ``slowest`` (of a job's loading ranks, the latest to finish by its ETA, else the least far; none where
+  several are equally late), ``stuck`` (no progress for ``STUCK_SECONDS`` while loading), ``oom_ahead`` (the memory
+  its limit applies to, rising as its RSS has since the load began, reaches the limit before its load can end:
+  before its ETA, or within ``OOM_HORIZON_S`` when the ETA is unknown), ``near_limit`` (that memory at
+  ``NEAR_LIMIT_SHARE`` of the limit or more, while loading), ``behind`` (loading, and it has read under
+  ``BEHIND_SHARE`` of the median of its job's loading ranks, when there are three or more: of their percentages where
+  every one is known, else of their bytes). Under a cgroup limit on this host that memory is the cgroup's usage (all
+  its processes: the OOM killer counts them together), else the rank's own RSS.
 - needs attention (``needs_attention``): a rank that is dead or signalled, raised, or carries a mark: what the screen
   shows first, one row each, however many ranks the job has.
 """
@@ -207,7 +207,8 @@ def mark(rows: list[TopRow]) -> None:
         if len(members) < 2 or not loading:
             continue
         slowest = max(loading, key=_lateness)
-        slowest.marks.insert(0, sc.MARK_SLOWEST)
+        if sum(_lateness(item) == _lateness(slowest) for item in loading) == 1:  # a tie has no slowest
+            slowest.marks.insert(0, sc.MARK_SLOWEST)
         _mark_behind(loading)
 
 

@@ -27,11 +27,12 @@ from loadtrace.analysis.forecast import DTYPE_BYTES, ForecastError, Target
 from loadtrace.analysis.jobs import KEYS, GroupsReport, JobsReport, check_keys, jobs_report, jobs_report_of_tree
 from loadtrace.analysis.model import to_json
 from loadtrace.analysis.ranks import Job, jobs_from_spans
-from loadtrace.analysis.report import report
+from loadtrace.analysis.report import report, select_jobs
 from loadtrace.analysis.sources import SourceError, SpanSet, clickhouse, jaeger, read_files
 from loadtrace.analysis.startup import Thresholds, job_startup
 from loadtrace.analysis.timeline import timeline
 from loadtrace.cli import render, render_timeline
+from loadtrace.cli.top import DEFAULT_FOLDER_HELP, default_folder
 from loadtrace.semconv import redact_secrets
 from loadtrace.version import __version__
 
@@ -144,7 +145,9 @@ def _command(commands: Any, name: str, run: Any) -> argparse.ArgumentParser:
 def _add_report_command(commands: Any) -> None:
     report_ = _command(commands, "report", run_report)
     report_.add_argument(
-        "source", nargs="?", help="a .jsonl or .state file, or a directory of them (not with --jaeger)"
+        "source",
+        nargs="?",
+        help=f"a .jsonl or .state file, or a directory of them (not with --jaeger); {DEFAULT_FOLDER_HELP}",
     )
     _add_jaeger_options(report_, line=True)
     report_.add_argument("--job", metavar="ID", help=f"report one job of SOURCE: {PICK_HELP}")
@@ -236,9 +239,12 @@ def _add_ranks_option(parser: argparse.ArgumentParser) -> None:
 
 def _add_timeline_command(commands: Any) -> None:
     timeline_ = _command(commands, "timeline", run_timeline)
-    timeline_.add_argument("source", nargs="?", help="a .jsonl or .state file, or a directory of them")
+    timeline_.add_argument(
+        "source", nargs="?", help=f"a .jsonl or .state file, or a directory of them; {DEFAULT_FOLDER_HELP}"
+    )
     _add_clickhouse_options(timeline_)
     timeline_.add_argument("--job", metavar="ID", help=f"which job when SOURCE holds several: {PICK_HELP}")
+    timeline_.add_argument("--latest", action="store_true", help="the job that started last")
     timeline_.add_argument(
         "-o", "--output", metavar="FILE", help="where to write it (default: <job id>.html or .trace.json; - for stdout)"
     )
@@ -257,7 +263,7 @@ def _add_view_command(commands: Any) -> None:
 
 def _add_top_command(commands: Any) -> None:
     top = _command(commands, "top", run_top)
-    top.add_argument("dir", nargs="?", metavar="DIR", help="default: $LOADTRACE_DIR, else ./loadtrace-traces")
+    top.add_argument("dir", nargs="?", metavar="DIR", help=DEFAULT_FOLDER_HELP)
     top.add_argument("--once", action="store_true", help="print one snapshot and exit (for scripts)")
     top.add_argument(
         "--format", choices=("table", "json"), default="table", help='with --once: json prints {"ranks": [...]}'
@@ -543,17 +549,28 @@ def _spans_from_path(path: str, parallel: bool = False) -> SpanSet:
     return spans
 
 
+def _source_or_default(args: argparse.Namespace) -> str:
+    """The SOURCE given, else the default folder (one line where it is not there)."""
+    if args.source is not None:
+        return str(args.source)
+    folder = default_folder()
+    if not os.path.exists(folder):
+        raise SourceError(
+            f"{folder}: no such folder; give a SOURCE (a .jsonl file or directory; {DEFAULT_FOLDER_HELP})"
+            " or --jaeger URL"
+        )
+    return folder
+
+
 def _report_source(args: argparse.Namespace) -> SpanSet:
     if args.job is not None and args.latest:
         raise SourceError("give either --job ID or --latest, not both")
     if args.clickhouse is not None:
         return _clickhouse_job(args, args.source is not None or args.jaeger is not None)
     if args.jaeger is None:
-        if args.source is None:
-            raise SourceError("report needs a SOURCE (a .jsonl file or directory) or --jaeger URL")
         if args.trace_id or args.service:
             raise SourceError("--trace-id and --service go with --jaeger")
-        return _spans_from_path(args.source)
+        return _spans_from_path(_source_or_default(args))
     if args.source is not None:
         raise SourceError("give either a SOURCE path or --jaeger, not both")
     if args.latest and not args.trace_id and not args.service:
@@ -589,7 +606,7 @@ def _compare_jobs(source: str, args: argparse.Namespace) -> tuple[list[Job], int
 
 def run_report(args: argparse.Namespace) -> int:
     target = forecast_target(args)  # flags first: a contradiction needs no source read
-    source = args.source or args.jaeger or args.clickhouse
+    source = args.source or args.jaeger or args.clickhouse or default_folder()
     result = report(_report_source(args), target, thresholds(args), pick=args.job, latest=args.latest, source=source)
     if args.format == "json":
         print(json.dumps(to_json(result), indent=2))
@@ -686,11 +703,13 @@ def slower_verdict(job_a: Job, job_b: Job, percent: float) -> int:
 def run_timeline(args: argparse.Namespace) -> int:
     if args.clickhouse is not None:
         spans, where = _clickhouse_job(args, args.source is not None), args.clickhouse
-    elif args.source is None:
-        raise SourceError("timeline needs a SOURCE (a .jsonl file or directory) or --clickhouse URL --job ID")
     else:
-        spans, where = _spans_from_path(args.source), args.source
-    job = pick_job(jobs_from_spans(spans.spans, spans.states, spans.damaged_files), args.job, where, "--job")
+        if args.job is not None and args.latest:
+            raise SourceError("give either --job ID or --latest, not both")
+        where = _source_or_default(args)
+        spans = _spans_from_path(where)
+    jobs = jobs_from_spans(spans.spans, spans.states, spans.damaged_files)
+    job = pick_job(select_jobs(jobs, None, True, where) if args.latest else jobs, args.job, where, "--job")
     picture = timeline(job)
     if args.format == "chrome":
         trace = render_timeline.chrome_trace(picture)

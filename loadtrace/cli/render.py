@@ -281,6 +281,8 @@ def storage_line(nodes: list[NodeStartup]) -> str:
     if node.storage_bytes_per_second is not None:
         rates = [round(n.storage_bytes_per_second) for n in nodes if n.storage_bytes_per_second is not None]
         text += f" = {spread_text(rates, human_bytes)}/s"
+    if node.cast_seconds is not None:  # inside the files' spans, but not reading: startup's convert
+        text += f" (+ {spread_text([n.cast_seconds for n in nodes], number)} s casting read tensors: convert)"
     return text
 
 

@@ -81,27 +81,37 @@ def top_row(item: TopRow) -> list[str]:
     ]
 
 
+def job_of(item: TopRow) -> str:
+    """A rank's job as the ``job`` column shows it: its id, and ``@ATTEMPT`` for a restart of it."""
+    job = item.job_id or "?"
+    return f"{job}@{item.attempt}" if item.attempt else job
+
+
 def top_lines(rows: list[TopRow], where: str, now_ns: int, live: bool = True) -> list[str]:
-    """The whole screen: a header line, then one table per node (its ranks by job and rank)."""
+    """The whole screen: a header line, then one table per node (its ranks by job and rank); a ``job`` column first
+    where the folder holds several jobs (a rank number alone would not say whose it is)."""
     clock = time.strftime("%H:%M:%S", time.localtime(now_ns / 1e9))
     nodes = len({item.host for item in rows})
+    jobs = len({job_of(item) for item in rows})
     loading = sum(item.status == "loading" for item in rows)
-    ranks = f"{len(rows)} rank{'s' * (len(rows) != 1)} on {nodes} node{'s' * (nodes != 1)}"
+    of_jobs = f" of {jobs} jobs" if jobs > 1 else ""
+    ranks = f"{len(rows)} rank{'s' * (len(rows) != 1)}{of_jobs} on {nodes} node{'s' * (nodes != 1)}"
     header = f"loadtrace top  {where}  {clock}  {ranks}, {loading} loading"
     lines = [header + ("  (q: quit)" if live else ""), ""]
     if not rows:
         lines.append("no rank has begun a load here yet (state files: *.state under this folder)")
     if len(rows) > FULL_VIEW_RANKS:
-        return lines + _at_scale(rows)
+        return lines + _at_scale(rows, jobs > 1)
+    columns = ("job", *TOP_COLUMNS) if jobs > 1 else TOP_COLUMNS
     for host, members in groupby(rows, key=lambda item: item.host):
         lines.append(f"node {host or '?'}")
-        text = table(TOP_COLUMNS, [top_row(item) for item in members], left=4)
+        text = table(columns, [[job_of(item)] * (jobs > 1) + top_row(item) for item in members], left=4 + (jobs > 1))
         lines += ["  " + line for line in text.splitlines()]
         lines.append("")
     return lines
 
 
-def _at_scale(rows: list[TopRow]) -> list[str]:
+def _at_scale(rows: list[TopRow], several_jobs: bool = False) -> list[str]:
     """The ranks that need attention, one row each (the worst first), then the others summed by status and node."""
     flagged = sorted((item for item in rows if needs_attention(item)), key=_urgency)
     others = [item for item in rows if not needs_attention(item)]
@@ -109,7 +119,9 @@ def _at_scale(rows: list[TopRow]) -> list[str]:
     if flagged:
         shown = flagged[:ATTENTION_ROWS]
         lines.append(f"need attention: {len(flagged)} rank{'s' * (len(flagged) != 1)}")
-        text = table(("node", *TOP_COLUMNS), [[item.host or "?", *top_row(item)] for item in shown], left=5)
+        columns = ("node", "job", *TOP_COLUMNS) if several_jobs else ("node", *TOP_COLUMNS)
+        found = [[item.host or "?", *[job_of(item)] * several_jobs, *top_row(item)] for item in shown]
+        text = table(columns, found, left=5 + several_jobs)
         lines += ["  " + line for line in text.splitlines()]
         if len(flagged) > len(shown):
             lines.append(f"  ... and {len(flagged) - len(shown)} more (--once --format json lists every rank)")

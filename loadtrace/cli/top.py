@@ -83,8 +83,12 @@ def snapshot(folder: Path, history: History | None = None) -> tuple[list[TopRow]
     return rows(state_files(folder), now, socket.gethostname(), alive, history, cgroup_usage), now
 
 
+DEFAULT_FOLDER_HELP = "default: $LOADTRACE_DIR, else ./loadtrace-traces (where a job writes its traces)"
+
+
 def default_folder() -> str:
-    """Where the ranks' files are, as the jobs put them: ``LOADTRACE_DIR``, else ``./loadtrace-traces``."""
+    """Where a job's ranks write their files: ``LOADTRACE_DIR``, else ``./loadtrace-traces``: what ``report``,
+    ``timeline`` and ``top`` read when given no source."""
     return os.environ.get("LOADTRACE_DIR") or "loadtrace-traces"
 
 

@@ -11,6 +11,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from .. import semconv, statefile
+from ..startup_split import union
 from ..statefile import ReadSlot
 from .ledger import Ledger
 from .memory import Limits, Memory, Peak, limits
@@ -42,7 +43,35 @@ def load_end(scope: Scope, extra: dict[str, Any]) -> dict[str, Any]:
     attributes.update(materialized(scope.ledger))
     if scope.ledger.conversions:
         attributes.update(conversions(scope.ledger))
+    if scope.ledger.casts:
+        attributes.update(casts(scope.ledger))
     return attributes
+
+
+MAX_CAST_INTERVALS = 512  # pairs on a load span; past it the shortest gaps between them are closed
+
+
+def casts(ledger: Ledger) -> dict[str, Any]:
+    """The read tensors cast or copied as transformers materialised them: how many, their bytes, and when (the union
+    of the calls' times: the thread pool's overlapping calls once). Past ``MAX_CAST_INTERVALS`` the gaps are closed
+    from the shortest up: the time counted as casting grows by those gaps, and never overlaps reading."""
+    done = list(ledger.casts)  # a copy: a worker thread may still append
+    intervals = union((start, end) for start, end, _ in done)
+    while len(intervals) > MAX_CAST_INTERVALS:
+        gaps = sorted(later[0] - earlier[1] for earlier, later in zip(intervals, intervals[1:], strict=False))
+        closed = gaps[len(intervals) - MAX_CAST_INTERVALS - 1]
+        merged = [intervals[0]]
+        for start, end in intervals[1:]:
+            if start - merged[-1][1] <= closed:
+                merged[-1] = (merged[-1][0], end)
+            else:
+                merged.append((start, end))
+        intervals = merged
+    return {
+        semconv.CAST_COUNT: len(done),
+        semconv.CAST_BYTES: sum(nbytes for _, _, nbytes in done),
+        semconv.CAST_INTERVALS: [at for interval in intervals for at in interval],
+    }
 
 
 def checkpoint_residency(files: list[Scope]) -> dict[str, int]:

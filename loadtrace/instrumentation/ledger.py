@@ -9,15 +9,16 @@ from __future__ import annotations
 
 
 class Ledger:
-    """What happened under one span: tensors materialised, conversions, faults."""
+    """What happened under one span: tensors materialised, conversions, casts, faults."""
 
-    __slots__ = ("materialized", "conversions", "errors", "partial_reads")
+    __slots__ = ("materialized", "conversions", "errors", "partial_reads", "casts")
 
     def __init__(self) -> None:
         self.materialized: list[tuple[str, str, int]] = []  # (call site, device type, bytes)
         self.conversions: list[tuple[tuple[str, ...], int]] = []  # (operation names, bytes produced)
         self.errors: list[str] = []  # loadtrace faults swallowed
         self.partial_reads: list[int] = []  # files: bytes of each read that returned only part of a tensor
+        self.casts: list[tuple[int, int, int]] = []  # loads: (start ns, end ns, bytes) of each read tensor cast
 
     def add_materialized(self, site: str, device: str, nbytes: int) -> None:
         self.materialized.append((site, device, nbytes))

@@ -295,6 +295,14 @@ class Tracing:
             except Exception as error:
                 self.state_file.failed(error)
 
+    def record_cast(self, scope: Scope | None, start_ns: int, end_ns: int, nbytes: int) -> None:
+        """A read tensor cast to the model's dtype or copied to a device as transformers materialised it, in a worker
+        thread of its pool (no active scopes there): charged to the load of the file it came from (``scope``), else to
+        this thread's."""
+        load = current_load() if scope is None else scope if scope.kind is ScopeKind.LOAD else scope.load
+        if load is not None:
+            load.ledger.casts.append((start_ns, end_ns, nbytes))
+
     def record_fault(self, where: str, scope: Scope | None = None) -> None:
         """Count a fault on the load it belongs to: the scope's (a file read in a worker thread), else this thread's."""
         if scope is None:

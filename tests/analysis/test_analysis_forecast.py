@@ -324,32 +324,43 @@ def plain_job(name: str, read: int, rate: float):
 
 
 def test_a_run_that_read_enough_is_forecast_with_its_own_rate():
-    """A family the calibration never saw: 0.5 B of RSS per load byte, where the calibration says 2."""
-    measured = plain_job("own-rate", BIG, 0.5)
+    """A family the calibration never saw: 1.5 B of RSS per load byte, where the calibration says 2."""
+    measured = plain_job("own-rate", BIG, 1.5)
     same = forecast(measured, Target(model_bytes=BIG, ranks_per_node=2))
-    assert same["per_rank_peak_bytes"] == {"0": BEFORE + BIG // 2, "1": BEFORE + BIG // 2}  # its measured peaks
-    assert same["per_rank_peak_range_bytes"]["0"] == [BEFORE + BIG // 2, BEFORE + BIG // 2]
+    assert same["per_rank_peak_bytes"] == {"0": BEFORE + 3 * BIG // 2, "1": BEFORE + 3 * BIG // 2}  # measured peaks
+    assert same["per_rank_peak_range_bytes"]["0"] == [BEFORE + 3 * BIG // 2, BEFORE + 3 * BIG // 2]
     result = forecast(measured, Target(model_bytes=10 * BIG, ranks_per_node=2))
-    assert result["per_rank_peak_bytes"]["0"] == BEFORE + 5 * BIG  # not BEFORE + 20 x BIG at the calibration's 2
+    assert result["per_rank_peak_bytes"]["0"] == BEFORE + 15 * BIG  # not BEFORE + 20 x BIG at the calibration's 2
     # Low end: the calibration's most not-model growth (10 MB) taken out of the rate and kept as it is.
-    low_rate = (BIG // 2 - NOT_MODEL) / BIG
+    low_rate = (3 * BIG // 2 - NOT_MODEL) / BIG
     assert result["per_rank_peak_range_bytes"]["0"] == [
         BEFORE + NOT_MODEL + round(low_rate * 10 * BIG),
-        BEFORE + 5 * BIG,
+        BEFORE + 15 * BIG,
     ]
     rank = result["basis"]["ranks"]["0"]
     assert rank["calibration"] == "measured; 5.24.0 plain/loading for the low end"
-    assert rank["rss_per_load_byte"] == [low_rate, 0.5, 0.5] and rank["load_bytes_explain"] == 1.0
+    assert rank["rss_per_load_byte"] == [low_rate, 1.5, 1.5] and rank["load_bytes_explain"] == 1.0
     assert result["confidence"] == {
         "level": "high",
-        "reason": "RSS per load byte measured on this job (rank 0 0.50, rank 1 0.50: the load's growth over its load"
+        "reason": "RSS per load byte measured on this job (rank 0 1.50, rank 1 1.50: the load's growth over its load"
         " bytes, enough to measure it)",
     }
 
 
+def test_a_rank_that_grew_less_than_its_load_bytes_kept_them_mapped():
+    """0.5 B of RSS per load byte: the rank cannot have copied its load bytes (a memory-mapped checkpoint). Its growth
+    is kept as it is for the point and the low end, scaled with the model for the high end; medium, and why."""
+    result = forecast(plain_job("mapped", BIG, 0.5), Target(model_bytes=10 * BIG, ranks_per_node=2))
+    assert result["per_rank_peak_bytes"]["0"] == BEFORE + BIG // 2
+    assert result["per_rank_peak_range_bytes"]["0"] == [BEFORE + BIG // 2, BEFORE + 5 * BIG]
+    assert result["basis"]["ranks"]["0"]["calibration"].startswith("mapped")
+    assert result["confidence"]["level"] == "medium"
+    assert result["confidence"]["reason"].startswith("the load kept the checkpoint memory-mapped (rank 0 ")
+
+
 @pytest.mark.parametrize("read, own", [(2 * NOT_MODEL, True), (2 * NOT_MODEL - 1, False)])
 def test_a_rank_is_forecast_with_its_own_rate_from_twice_its_calibrations_most_not_model_growth(read, own):
-    result = forecast(plain_job(f"edge-{read}", read, 0.5), Target(model_bytes=1000 * M, ranks_per_node=2))
+    result = forecast(plain_job(f"edge-{read}", read, 1.5), Target(model_bytes=1000 * M, ranks_per_node=2))
     assert result["basis"]["ranks"]["0"]["calibration"].startswith("measured") is own
     assert result["confidence"]["reason"].startswith("RSS per load byte measured on this job" if own else "calibrated")
 
@@ -358,7 +369,7 @@ def test_a_rank_that_read_too_little_is_calibrated_beside_one_that_read_enough()
     """FSDP: rank 0 reads the model; rank 1 holds 5 MB, too little to measure: the confidence says which is which."""
     trace = trace_id_of("mixed")
     ranks = {
-        0: rank_spans(trace, 0, FSDP, BIG, BIG // 2, held=BIG),
+        0: rank_spans(trace, 0, FSDP, BIG, 3 * BIG // 2, held=BIG),
         1: rank_spans(trace, 1, FSDP, 0, 3 * 5 * M, held=5 * M),
     }
     result = forecast(job("mixed", ranks), Target(model_bytes=10 * BIG, ranks_per_node=2))
@@ -367,7 +378,7 @@ def test_a_rank_that_read_too_little_is_calibrated_beside_one_that_read_enough()
         "5.24.0 fsdp_cpu_ram_efficient/other",
     ]
     assert result["confidence"]["reason"].startswith(
-        "RSS per load byte measured on this job (rank 0 0.50: the load's growth over its load bytes, enough to measure"
+        "RSS per load byte measured on this job (rank 0 1.50: the load's growth over its load bytes, enough to measure"
         " it); calibrated (5.24.0 fsdp_cpu_ram_efficient/other) for rank 1 (too little read to measure)"
     )
 

@@ -102,9 +102,10 @@ def test_the_users_llama_forecast_at_its_own_size_holds_each_ranks_measured_peak
     forecast, report = own_size_forecast(LLAMA, capsys)
     assert_each_rank_measured_peak_in_its_range(forecast, report)
     assert forecast["per_rank_peak_bytes"] == {str(r["rank"]): r["peak_rss_bytes"] for r in report["ranks"]}
-    assert forecast["confidence"]["level"] == "high"
-    assert forecast["basis"]["ranks"]["0"]["calibration"] == "measured; 5.24.0 plain/loading for the low end"
-    assert forecast["basis"]["ranks"]["0"]["rss_per_load_byte"][1] == 0.5462
+    # Its 0.55 RSS byte per load byte: the load kept the checkpoint memory-mapped (issue 40), medium and why.
+    assert forecast["confidence"]["level"] == "medium"
+    assert forecast["basis"]["ranks"]["0"]["calibration"].startswith("mapped")
+    assert forecast["basis"]["ranks"]["0"]["rss_per_load_byte"] == [0.0, 0.0, 0.5462]
 
 
 def test_a_run_too_small_to_measure_its_rate_says_it_is_calibrated():

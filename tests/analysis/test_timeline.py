@@ -331,7 +331,7 @@ def test_a_source_of_several_jobs_needs_job(tmp_path, capsys, monkeypatch):
         ([str(SPANS / "fsdp524"), "--job", "nope", "-o", "x.html"], "no job of"),
         ([str(SPANS / "fsdp524"), "-o", "/no/such/dir/x.html"], "No such file or directory"),
         ([str(SPANS / "fsdp524"), "--format", "svg"], "invalid choice"),
-        ([], "timeline needs a SOURCE (a .jsonl file or directory) or --clickhouse URL --job ID"),
+        ([], "loadtrace-traces: no such folder; give a SOURCE"),  # the default folder, not here
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, says, tmp_path, capsys, monkeypatch):

@@ -16,9 +16,11 @@ NOW = 1_800_000_000 * S
 GB = 10**9
 
 
-def state_file(tmp_path, rank: int, pid: int, read: int, *, status=statefile.STATUS_LOADING, host="node-a", **live):
+def state_file(
+    tmp_path, rank: int, pid: int, read: int, *, status=statefile.STATUS_LOADING, host="node-a", job="job-1", **live
+):
     path = tmp_path / f"rank{rank:05d}-{host}-{pid}.state"
-    writer = statefile.Writer(str(path), {"pid": pid, "rank": rank, "world_size": 2}, {"job_id": "job-1", "host": host})
+    writer = statefile.Writer(str(path), {"pid": pid, "rank": rank, "world_size": 2}, {"job_id": job, "host": host})
     writer["created_ns"] = NOW - 60 * S
     writer.load_started()
     writer["load_start_ns"] = live.pop("load_start", NOW - 10 * S)
@@ -88,6 +90,21 @@ def test_slowest_and_stuck(tmp_path):
     found = by_rank(rows(states, NOW, "node-a", everyone_alive))
     assert found[1].marks == [semconv.MARK_SLOWEST, semconv.MARK_STUCK] and found[0].marks == []
     assert found[1].seconds_since_progress == 40.0
+
+
+def test_no_slowest_among_ranks_equally_late(tmp_path):
+    """Two ranks at the same bytes and ETA: neither is the slowest (a mark on one of a tie would point at a rank
+    that is no worse than the other)."""
+    states = [state_file(tmp_path, 0, 10, 500), state_file(tmp_path, 1, 11, 500)]
+    found = by_rank(rows(states, NOW, "node-a", everyone_alive))
+    assert found[0].eta_seconds == found[1].eta_seconds and found[0].marks == found[1].marks == []
+
+
+def test_slowest_is_per_job_in_a_folder_of_several(tmp_path):
+    states = [state_file(tmp_path, rank, 10 + rank, 100 * (rank + 1)) for rank in (0, 1)]
+    states += [state_file(tmp_path, rank, 20 + rank, 500, job="job-2") for rank in (0, 1)]
+    found = {(row.job_id, row.rank): row.marks for row in rows(states, NOW, "node-a", everyone_alive)}
+    assert found == {("job-1", 0): [semconv.MARK_SLOWEST], ("job-1", 1): [], ("job-2", 0): [], ("job-2", 1): []}
 
 
 def test_oom_ahead_when_the_memory_trend_reaches_the_limit_before_the_load_ends(tmp_path):

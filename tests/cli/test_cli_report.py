@@ -220,7 +220,7 @@ def test_corrupt_lines_are_counted_in_the_report(tmp_path, capsys):
         (["report", "{tmp}/empty"], "no *.jsonl trace files"),
         (["report", "{tmp}/garbage.jsonl"], "no spans found (2 unreadable lines skipped)"),
         (["report", "/dev/zero"], "not a regular file or directory"),
-        (["report"], "report needs a SOURCE"),
+        (["report"], "loadtrace-traces: no such folder; give a SOURCE"),  # the default folder, not here
         (["report", "{tmp}/empty", "--jaeger", "http://127.0.0.1:1"], "either a SOURCE path or --jaeger"),
         (["report", "--jaeger", "http://127.0.0.1:1"], "either --trace-id ID or --service NAME"),
         (["report", "--jaeger", "localhost:16686", "--trace-id", "ab"], "bad Jaeger URL"),
@@ -229,7 +229,9 @@ def test_corrupt_lines_are_counted_in_the_report(tmp_path, capsys):
         (["frobnicate"], "invalid choice"),
     ],
 )
-def test_bad_input_is_one_line_on_stderr_and_exit_2(tmp_path, capsys, argv, message):
+def test_bad_input_is_one_line_on_stderr_and_exit_2(tmp_path, capsys, monkeypatch, argv, message):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("LOADTRACE_DIR", raising=False)
     (tmp_path / "empty").mkdir()
     (tmp_path / "garbage.jsonl").write_bytes(b"\x00\xff nonsense\n{\n")
     assert message in one_line(capsys, *(arg.format(tmp=tmp_path) for arg in argv))

@@ -19,6 +19,9 @@ is the rank's own where it read enough; the table's storage column is ``storage,
 And once more (issue 39): a rank's conversions are its loads' (ZeRO-3 converts outside ``transformers.convert``), so
 ``zero3_524`` counts 4 conversions per rank; its rank 1 converted only ``meta`` tensors, which the hook of the day
 counted by their would-be size: that file's conversion bytes were set to 0, what loadtrace writes now.
+And once more (issue 40): each node's ``cast_seconds`` (null: these jobs cast nothing); the forecast's shares count the
+model as the ranks hold it (its 64 B of buffers are a rank's own share, not ``duplicated``), which moved rank 0's FSDP
+forecast at 54 GB by 6 MB (0.006%).
 """
 
 from __future__ import annotations

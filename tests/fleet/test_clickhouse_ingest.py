@@ -250,6 +250,22 @@ def test_ingest_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     assert "(it lacks Links.TraceId Array(String)" in older  # a column only the writer needs
 
 
+def test_a_long_driver_error_is_its_first_line_cut_at_a_word_with_an_ellipsis(tmp_path, capsys):
+    """The driver's first line, whole where it is short; else cut after a whole word and marked "…" (a message cut
+    mid-word, "Unknown tab", reads as another error). The real one: the official driver's, at a dead port."""
+    words = "Code: 60. DB::Exception: Unknown table expression identifier 'default.otel_traces' in scope. " * 5
+    line = clickhouse._first_line(RuntimeError(words + "\nStack trace: ..."))
+    assert line.endswith("…") and len(line) <= clickhouse.FIRST_LINE_CHARS and words[len(line) - 1] == " "
+    assert words.startswith(line[:-1])
+    short = "Code: 81. DB::Exception: Database nowhere does not exist."
+    assert clickhouse._first_line(RuntimeError(f"{short}\nStack trace: ...")) == short
+    pytest.importorskip("clickhouse_connect")
+    shutil.copytree(SPANS / "plain524", tmp_path / "files")
+    said = one_line(capsys, "ingest", str(tmp_path / "files"), "--clickhouse", "http://127.0.0.1:9").rstrip("\n")
+    assert "cannot reach ClickHouse at http://127.0.0.1:9: " in said and "Connection refused" in said
+    assert not said.endswith("…") or said[-2].isalnum() or said[-2] in ")'\"", said  # after a whole word
+
+
 def test_rows_sent_with_the_query_may_exceed_the_servers_default_query_size(tmp_path, capsys):
     """A trace not rolled up yet goes to the server as a row in the query; a row of 300 kB (a checkpoint named at
     length) is over ClickHouse's default ``max_query_size`` (256 KiB): the query says how large it is."""

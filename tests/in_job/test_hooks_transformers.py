@@ -220,3 +220,23 @@ def test_zero3s_conversions_count_on_the_load_and_meta_outputs_count_0_bytes(che
     real = sum(p.nbytes for p in converted.values()) if device == "cpu" else 0
     assert load.attributes["loadtrace.convert.bytes"] == real
     assert load.attributes["loadtrace.hook_errors"] == 0
+
+
+def test_a_local_checkpoint_is_named_by_its_resolved_path_a_hub_id_as_given(checkpoint, tmp_path, monkeypatch):
+    """``mistral`` from its parent folder, ``../mistral`` from a sibling and a symlink to it are one model to
+    ``jobs --group-by model``: ``loadtrace.checkpoint`` is the resolved path of a local checkpoint."""
+    from transformers import AutoModelForCausalLM
+
+    from loadtrace.instrumentation.hooks._common import checkpoint_path
+
+    path, _ = checkpoint
+    (tmp_path / "sibling").mkdir()
+    (tmp_path / "link").symlink_to(path)
+    named = []
+    for cwd, given in ((path.parent, path.name), (tmp_path / "sibling", "../link")):
+        monkeypatch.chdir(cwd)
+        with traced() as t:
+            AutoModelForCausalLM.from_pretrained(given)
+        named.append(t.one("transformers.from_pretrained").attributes["loadtrace.checkpoint"])
+    assert named == [str(path.resolve())] * 2
+    assert checkpoint_path("mistralai/Mistral-7B-v0.1") == "mistralai/Mistral-7B-v0.1"

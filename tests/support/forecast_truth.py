@@ -52,4 +52,5 @@ def assert_each_rank_measured_peak_in_its_range(forecast: dict, report: dict) ->
     assert set(measured) == set(forecast["per_rank_peak_range_bytes"]) == {"0", "1"}
     for rank, (low, high) in forecast["per_rank_peak_range_bytes"].items():
         assert low <= measured[rank] <= high, (rank, low, measured[rank], high)
-    assert forecast["confidence"]["reason"].startswith("RSS per load byte measured on this job (rank 0 0.")
+    # The Llama grew 15 MB for its 28 MB: a float32 load keeps the checkpoint memory-mapped (issue 40).
+    assert forecast["confidence"]["reason"].startswith("the load kept the checkpoint memory-mapped (rank 0 ")

@@ -205,9 +205,19 @@ def _settings_for(sql: str) -> dict[str, int]:
     return {"max_query_size": size + 1024} if size > MAX_QUERY_SIZE else {}
 
 
+FIRST_LINE_CHARS = 300  # a driver's first line past this is cut at a word, with an ellipsis
+
+
 def _first_line(error: BaseException) -> str:
-    text = str(error).strip() or type(error).__name__
-    return text.splitlines()[0][:300]
+    """The error's first line, whole up to ``FIRST_LINE_CHARS``, else cut after the last whole word that fits: a
+    server's message cut mid-word (``Unknown tab``) reads as a different error."""
+    line = (str(error).strip() or type(error).__name__).splitlines()[0].rstrip()
+    if len(line) <= FIRST_LINE_CHARS:
+        return line
+    cut = line[: FIRST_LINE_CHARS - 1]
+    if not line[FIRST_LINE_CHARS - 1].isspace() and " " in cut:
+        cut = cut.rsplit(" ", 1)[0]
+    return cut.rstrip() + "…"
 
 
 def _open_chdb(path: str, create: bool = False) -> Any:

@@ -20,6 +20,19 @@ def tensor_bytes(tensor: Any) -> int:
     return int((tensor if local is None else local).nbytes)
 
 
+def checkpoint_path(checkpoint: Any) -> Any:
+    """A checkpoint as ``loadtrace.checkpoint`` names it: a local one by its resolved path (``mistral`` and
+    ``../mistral`` from another folder are one model to ``jobs --group-by model``), anything else (a hub id) as
+    given."""
+    if isinstance(checkpoint, (str, os.PathLike)):
+        try:
+            if os.path.exists(checkpoint):
+                return os.path.realpath(checkpoint)
+        except (OSError, ValueError):  # a NUL in the path: the library says so to the job
+            pass
+    return checkpoint
+
+
 def file_attributes(tracing: spans.Tracing, path: Any) -> dict[str, Any]:
     """A file's path, size and, before the library opens it, how much of it the page cache holds (Linux)."""
     return file_attributes_and_head(tracing, path, 0)[0]

@@ -29,6 +29,7 @@ from ._common import (
     Counting,
     FileCall,
     broadcasts,
+    checkpoint_path,
     file_attributes,
     headers_only,
     reader_reads,
@@ -377,7 +378,7 @@ def load(function, args, kwargs):
     start: dict[str, Any] = {}
     checkpoint = _checkpoint(args, kwargs)
     if checkpoint is not None:
-        start[semconv.CHECKPOINT] = tracing.path(checkpoint)
+        start[semconv.CHECKPOINT] = tracing.path(checkpoint_path(checkpoint))
     reader = kwargs.get("storage_reader")
     if reader is not None:
         start[semconv.DCP_STORAGE_READER] = type(reader).__name__

@@ -10,12 +10,13 @@ import json
 import os
 import re
 import sys
+import time
 from collections.abc import Iterable
 from typing import Any
 
 from ... import semconv
 from .. import spans
-from ._common import tensor_bytes
+from ._common import checkpoint_path, tensor_bytes
 from .registry import Hook
 
 TRUE = ("1", "true", "yes", "on")
@@ -221,7 +222,7 @@ class Load:
         how = strategy(kwargs)
         attributes: dict[str, Any] = {
             semconv.MODEL_CLASS: getattr(cls, "__name__", str(cls)),
-            semconv.CHECKPOINT: tracing.path(checkpoint),
+            semconv.CHECKPOINT: tracing.path(checkpoint_path(checkpoint)),
             semconv.DTYPE: str(dtype) if dtype is not None else "default",
             semconv.STRATEGY: how,
         }
@@ -369,6 +370,74 @@ def _conversion(types: tuple[type, ...], transform: Any) -> Conversion | None:
     return found
 
 
+# safetensors' names of its dtypes (``get_slice(name).get_dtype()``), as torch names them (``str(torch.float32)``).
+SAFETENSORS_DTYPES = {
+    "F64": "torch.float64",
+    "F32": "torch.float32",
+    "F16": "torch.float16",
+    "BF16": "torch.bfloat16",
+    "I64": "torch.int64",
+    "I32": "torch.int32",
+    "I16": "torch.int16",
+    "I8": "torch.int8",
+    "U8": "torch.uint8",
+    "BOOL": "torch.bool",
+    "F8_E4M3": "torch.float8_e4m3fn",
+    "F8_E5M2": "torch.float8_e5m2",
+}
+
+
+class Cast:
+    """A read tensor that ``_materialize_copy`` casts or copies: its call's time (the read call in it only makes a
+    view of the mapped file: the bytes are touched by the cast) is charged to the load as casting, not reading."""
+
+    __slots__ = ("tracing", "scope", "started")
+
+    def __init__(self, tracing: spans.Tracing, scope: Any):
+        self.tracing, self.scope = tracing, scope
+        self.started = time.time_ns()
+
+    def done(self, result: Any, error: BaseException | None) -> Any:
+        if error is None:
+            self.tracing.record_cast(self.scope, self.started, time.time_ns(), tensor_bytes(result))
+        return result
+
+
+def materialize_copy(instance, args, kwargs):
+    """``_materialize_copy(tensor, device, dtype)``: transformers (5.12, 5.24) reads a checkpoint tensor (``[...]`` on
+    its slice) and casts it to the model's dtype or copies it to the parameter's device, in its loading thread pool.
+    Timed only when it does cast or copy; a read that keeps its dtype and device passes untouched."""
+    tracing = spans.tracing()
+    if tracing is None:
+        return None
+    tensor = args[0] if args else kwargs.get("tensor")
+    # It runs in the pool's threads, where no load is active: a counting slice knows its file, and so its load.
+    scope = getattr(tensor, "_scope", None)
+    if scope is None:
+        traced = getattr(tensor, "_self_file", None)  # LOADTRACE_DETAIL=tensor's slice
+        scope = traced._self_scope if traced is not None else spans.current_load()
+    if scope is None:
+        return None
+    device = args[1] if len(args) > 1 else kwargs.get("device")
+    dtype = args[2] if len(args) > 2 else kwargs.get("dtype")
+    return Cast(tracing, scope) if casts(tensor, device, dtype) else None
+
+
+def casts(tensor: Any, device: Any, dtype: Any) -> bool:
+    """Whether ``tensor.to(device=device, dtype=dtype)`` makes a new tensor: another dtype, or a device other than the
+    CPU (a safetensors slice of a mapped file is on the CPU). An unknown dtype name: not known to cast."""
+    if dtype is not None:
+        get_dtype = getattr(tensor, "get_dtype", None)
+        have = SAFETENSORS_DTYPES.get(get_dtype()) if get_dtype is not None else str(getattr(tensor, "dtype", ""))
+        if have is not None and have != str(dtype):
+            return True
+    if device is None:
+        return False
+    kind = device if isinstance(device, str) else getattr(device, "type", "cuda")  # an int is a CUDA index
+    here = getattr(getattr(tensor, "device", None), "type", "cpu")
+    return kind.split(":")[0] != here
+
+
 HOOKS = [
     Hook("transformers.modeling_utils", "PreTrainedModel.from_pretrained", from_pretrained),
     Hook("transformers.modeling_utils", "load_state_dict", _phase(semconv.SPAN_LOAD_STATE_DICT)),
@@ -380,5 +449,6 @@ HOOKS = [
     Hook("transformers.core_model_loading", "convert_and_load_state_dict_in_model", _phase(semconv.SPAN_CONVERT)),
     Hook("transformers.core_model_loading", "WeightConverter.convert", weight_conversion),
     Hook("transformers.core_model_loading", "WeightRenaming.convert", weight_renaming),
+    Hook("transformers.core_model_loading", "_materialize_copy", materialize_copy),
     Hook("transformers.integrations.deepspeed", "_load_state_dict_into_zero3_model", _phase(semconv.SPAN_ZERO3_LOAD)),
 ]
