@@ -220,12 +220,14 @@ def lowest_limit(ranks: list[RankLoad]) -> tuple[int | None, str | None]:
     return min(known, key=lambda item: item[0] or 0) if known else (None, None)
 
 
-def _made(state: LastState) -> str:
-    return ", ".join(f"{human_bytes(n)} on {d}" for d, n in state.materialized_bytes.items() if d != META)
+def _made(rank: RankLoad) -> str:
+    return ", ".join(f"{human_bytes(n)} on {d}" for d, n in rank.materialized_bytes.items() if d != META)
 
 
 def incomplete_rank(job: Job, model: int) -> Finding | None:
-    """Ranks that started loading and never finished: what is known of how they ended and what they had done."""
+    """Ranks that started loading and never finished: what is known of how they ended and what they had done. Its
+    figures are the rank's own (its row's: finished spans plus the last known totals), never the last state's alone,
+    so a table and a finding never disagree; the evidence keeps the last state as it was."""
     stopped = [rank for rank in job.ranks if rank.incomplete]
     if not stopped:
         return None
@@ -237,13 +239,13 @@ def incomplete_rank(job: Job, model: int) -> Finding | None:
         if isinstance(state, LastState):
             during = state.during or state.load or "its load"
             sentence = (
-                f"{name} {rank.exit.describe('sentence')} during {during} after reading {human_bytes(state.read_bytes)}"
+                f"{name} {rank.exit.describe('sentence')} during {during} after reading {human_bytes(rank.read_bytes)}"
             )
-            if made := _made(state):
+            if made := _made(rank):
                 sentence += f" and materialising {made}"
             sentence += unknown
-            if state.peak_rss_bytes:
-                sentence += f"; peak RSS {human_bytes(state.peak_rss_bytes)}"
+            if peak := rank.peak_rss_bytes or state.peak_rss_bytes:
+                sentence += f"; peak RSS {human_bytes(peak)}"
             if rank.exit.oom_killed or rank.exit.signal == "SIGKILL":
                 limit = state.memory_limit_bytes or rank.memory_limit_bytes
                 source = state.memory_limit_source if state.memory_limit_bytes else rank.memory_limit_source
@@ -261,7 +263,7 @@ def incomplete_rank(job: Job, model: int) -> Finding | None:
                 **(to_json(state) if state is not None else {}),
             }
         )
-    worst = max((state.read_bytes for rank in stopped if isinstance(state := rank.last_state, LastState)), default=0)
+    worst = max((rank.read_bytes for rank in stopped if isinstance(rank.last_state, LastState)), default=0)
     return job.finding(
         sc.FINDING_INCOMPLETE_RANK,
         WARNING,

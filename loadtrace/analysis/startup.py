@@ -43,7 +43,9 @@ class Thresholds:
 
 
 def window(rank: RankLoad) -> tuple[Interval, str] | None:
-    """The rank's startup (start, end) in ns and what measured it; None when the rank neither started nor loaded."""
+    """The rank's startup (start, end) in ns and what measured it; None when the rank neither started nor loaded. A
+    rank that died starting has the startup span the launcher's witness ended at its death: that long, never the
+    shorter stretch its few finished spans cover."""
     own = [span for span in rank.spans if span.name not in NOT_OWN]
     startups = [span for span in own if span.name == sc.SPAN_STARTUP]
     if startups:
@@ -181,9 +183,24 @@ def slow_phase(rank: RankStartup, others: list[RankStartup], limits: Thresholds)
     return max(slow, key=lambda p: excess[p]) if slow else None
 
 
+def judged(job: Job, ranks: list[RankStartup]) -> list[RankStartup]:
+    """The ranks whose startups are measures of the job's: not a partial rank (its file lost spans), not one that
+    died or never finished its load (its startup ended at its death). The others are shown, never judged, and never
+    among "the other ranks" a rank is judged against."""
+    ended = {r.rank for r in job.ranks if r.incomplete or r.failed is not None or died_starting(r)}
+    return [r for r in ranks if not r.partial and r.rank not in ended]
+
+
+def died_starting(rank: RankLoad) -> bool:
+    """Whether the rank died before it was ready: the launcher's witness ended its startup span at its death."""
+    return any(
+        s.name == sc.SPAN_STARTUP and s.attributes.get(sc.EXIT_SOURCE) == sc.EXIT_SOURCE_LAUNCHER for s in rank.spans
+    )
+
+
 def job_startup(job: Job, limits: Thresholds | None = None) -> Startup | None:
     """None when no rank of the job started or loaded anything. The slowest rank, the median and the phase named are
-    of the ranks whose spans are whole: a partial rank's startup is shown, never judged."""
+    of the ranks ``judged`` (whole, and alive when their load ended)."""
     ranks = [found for rank in job.ranks if (found := rank_startup(rank)) is not None]
     if not ranks:
         return None
@@ -193,7 +210,7 @@ def job_startup(job: Job, limits: Thresholds | None = None) -> Startup | None:
     nodes = [
         node_startup(host, members) for host, members in sorted(hosts.items(), key=lambda item: natural_key(item[0]))
     ]
-    whole = [r for r in ranks if not r.partial]
+    whole = judged(job, ranks)
     slowest = max(whole, key=lambda r: (r.seconds, -(r.rank or 0)), default=None)
     others = [r for r in whole if r is not slowest]
     median = _median(r.seconds for r in whole)
@@ -218,9 +235,9 @@ def _name(rank: int | None) -> str:
 
 
 def slow_rank(job: Job, startup: Startup, limits: Thresholds) -> Finding | None:
-    """Ranks that ``slow_phase`` names a phase for, among the ranks whose spans are whole (``partial`` ones are never
-    judged, nor counted among the others)."""
-    whole = [r for r in startup.ranks if not r.partial]
+    """Ranks that ``slow_phase`` names a phase for, among the ranks ``judged`` (the others are never judged, nor
+    counted among the others)."""
+    whole = judged(job, startup.ranks)
     slow = []
     medians = OthersMedian([r.seconds for r in whole])
     for index, rank in enumerate(whole):
