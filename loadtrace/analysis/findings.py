@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import semconv as sc
+from .alike import numbers_text
 from .attrs import META, int_attr, real_bytes
 from .model import INFO, WARNING, Finding, LastState, RankLoad, to_json
 from .ranks import LOADING_RANK, STATUS_ERROR, Job, converted_bytes, sharded
@@ -319,7 +320,7 @@ RULES: list[Callable[[Job, int], Finding | None]] = [
 
 
 def _last_known(ranks: list[RankLoad]) -> str:
-    names = ", ".join(str(r.rank) for r in ranks)
+    names = numbers_text([r.rank for r in ranks if r.rank is not None])
     return f"Rank{'s' if len(ranks) > 1 else ''} {names} did not finish: these are the last known numbers."
 
 
@@ -343,7 +344,7 @@ def _finding(
     worst = max(offenders.values())
     per_node = max(job.ranks_per_node(r) for r in ranks)
     strategies = sorted({r.strategy or "none" for r in ranks})
-    names = ", ".join(str(r.rank) for r in ranks)
+    names = numbers_text([r.rank for r in ranks if r.rank is not None])  # a few lines at any world size
     each = " each" if len(ranks) > 1 and min(offenders.values()) == worst else ""
     amount = human_bytes(worst) if each or len(ranks) == 1 else f"up to {human_bytes(worst)}"
     symptom = what.format(bytes=amount + each, share=percent(worst, model))
