@@ -95,7 +95,7 @@ def device_sizes(per_device: dict[str, int]) -> str:
     return " ".join(f"{device}={size(value)}" for device, value in per_device.items()) or "-"
 
 
-_SIZE = re.compile(r"(\d) (?=[kMGTP]?B\b)")
+_SIZE = re.compile(r"(\d) (?=(?:[kMGTP]?B|s)\b)")  # a size or seconds never broken from its number
 
 
 def wrapped(text: str, indent: str, hanging: str | None = None) -> str:
