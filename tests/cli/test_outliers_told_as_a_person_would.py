@@ -1,5 +1,5 @@
 """Promise (issue 42): a big job's outliers told as a person would, in the report, ``compare`` and rank 0's closing
-line. Findings are grouped like the rows: ranks slow alike share one sentence, a node whose ranks are all slow is told
+line, and in ``loadtrace top``. Findings are grouped like the rows: ranks slow alike share one sentence, a node whose ranks are all slow is told
 as the node on a row of its own, apart from single ranks on otherwise healthy nodes; the ranks that behaved like the
 job's alike group keep sharing its row, whatever node they are on; ``--format json`` keeps every rank's figures; the
 report stays within 80 lines.
@@ -15,10 +15,13 @@ import json
 from pathlib import Path
 
 import pytest
-from support.big_job import RECORDED, write_big_job
+from support.big_job import FIRST_PID, RECORDED, write_big_job, write_live_job
 
 from loadtrace import semconv as sc
+from loadtrace.analysis.top import rows
 from loadtrace.cli import main
+from loadtrace.cli.render_top import top_lines
+from loadtrace.cli.top import state_files
 
 NODE77 = list(range(616, 624))
 # name → (the slow ranks, the titles of their rows, the closing line's entries after its counts)
@@ -113,3 +116,14 @@ def test_compare_keeps_a_whole_slow_node_on_rows_of_its_own(tmp_path, capsys):
     assert "  40-47 (8) = ranks 40-47 (8 ranks)" in table, table
     assert "  1-63 (54) = ranks 1-2, 4-39, 48-63 (54 ranks)" in table, table
     assert any(line.startswith("load ") and line.split()[1] == "3" for line in table.splitlines()), table
+
+
+def test_top_shows_a_whole_node_behind_on_one_row_apart_from_a_single_rank(tmp_path):
+    now = 1_800_000_000 * 10**9
+    folder = write_live_job(tmp_path / "live", 1024, now, behind=(3, *NODE77), stuck=(5,))
+    lines = top_lines(rows(state_files(folder), now, "this-node", lambda pid, created: True), "here", now, live=False)
+    assert "need attention: 10 ranks" in lines, lines
+    cells = [line.split() for line in lines if line.startswith("  node0")]
+    assert [row[:3] for row in cells] == [["node000", "5", str(FIRST_PID + 5)], ["node000", "3", str(FIRST_PID + 3)],
+                                          ["node077", "616-623", "(8)"]], lines  # fmt: skip
+    assert cells[2][4] == "loading" and cells[2][-1] == "behind", cells
