@@ -3,11 +3,10 @@
 Past ``FULL_VIEW_RANKS`` ranks the screen would scroll, so it shows the ranks that need attention first (dead,
 signalled, raised, or marked: behind, stuck, near or heading for their memory limit, the slowest), one row each up to
 ``ATTENTION_ROWS`` (grouped as the report groups its outliers: a whole node's alike ranks share one row, as do
-``alike.MIN_GROUP`` or more alike ones), then the rest summed by status and node: one row per status and node while that fits
-``SUMMARY_ROWS``, else one per status with its nodes as ranges. ``--once --format json`` lists every rank whatever the
-screen shows. Pure text, the same lines whether they go to a terminal (cli/top.py draws them with curses) or to stdout
-(``--once``); the JSON comes from the same rows (``to_json``).
-"""
+``alike.MIN_GROUP`` or more alike ones), then the rest summed by status and node: one row per status and node while that
+fits ``SUMMARY_ROWS``, else one per status with its nodes as ranges. ``--once --format json`` lists every rank whatever
+the screen shows. Pure text, the same lines whether they go to a terminal (cli/top.py draws them with curses) or to
+stdout (``--once``); the JSON comes from the same rows (``to_json``)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""Promise (issue 42): a big job's outliers told as a person would, in the report, ``compare`` and rank 0's closing
-line, and in ``loadtrace top``. Findings are grouped like the rows: ranks slow alike share one sentence, a node whose ranks are all slow is told
-as the node on a row of its own, apart from single ranks on otherwise healthy nodes; the ranks that behaved like the
-job's alike group keep sharing its row, whatever node they are on; ``--format json`` keeps every rank's figures; the
-report stays within 80 lines.
+"""Promise (issue 42): a big job's outliers told as a person would, in the report, ``compare``, rank 0's closing
+line and ``loadtrace top``. Findings are grouped like the rows: ranks slow alike share one sentence, a node whose ranks
+are all slow is told as the node on a row of its own, apart from single ranks on otherwise healthy nodes; the ranks that
+behaved like the job's alike group keep sharing its row, whatever node they are on; ``--format json`` keeps every rank's
+figures; the report stays within 80 lines.
 
 Over a recorded 2-rank FSDP job replicated to 1,024 ranks on 128 nodes of 8 (``support/big_job.py``), with 0, 1, 8,
 9, 65 and 512 ranks 20 s slower, in mixes of whole nodes and single ranks. The sentences themselves, built by hand:
