@@ -7,14 +7,22 @@ tests/cli/test_outliers_told_as_a_person_would.py."""
 
 from __future__ import annotations
 
+import dataclasses
+
+from support.paths import SPANS
+
 from loadtrace import semconv as sc
 from loadtrace.analysis import alike
+from loadtrace.analysis.findings import incomplete_rank
 from loadtrace.analysis.model import NodeStartup, RankStartup, Startup
-from loadtrace.analysis.ranks import Job, summarize_rank
+from loadtrace.analysis.ranks import Job, jobs_from_spans, summarize_rank
+from loadtrace.analysis.sources import read_files
 from loadtrace.analysis.startup import Thresholds, slow_rank, slow_storage
+from loadtrace.analysis.units import human_bytes
 from loadtrace.startup_split import STARTUP_PHASES
 
 RANKS, PER_NODE = 64, 8
+TAIL = ". The rank's row shows its finished spans plus these last known totals."
 FAST_READ, STORAGE = 0.04, 2_000_000_000  # seconds reading; bytes each node's storage delivered
 
 
@@ -110,3 +118,26 @@ def test_a_sentence_stays_short_however_many_ranks_it_names():
     finding = slow_rank(job, startup, Thresholds())
     assert finding is not None and len(finding.ranks) == len(slow)
     assert len(finding.detail) < 400 and "..." in finding.detail, finding.detail
+
+
+def test_ranks_that_died_alike_share_one_sentence_a_whole_node_as_the_node():
+    """Copies of a real job's rank SIGKILLed mid-load (``fixtures/spans/killed524``, no witness): all of node001
+    (ranks 8-15) and ranks 3, 20, 30 on otherwise healthy nodes; the others copies of its finished rank."""
+    spans = read_files(SPANS / "killed524")
+    (recorded,) = jobs_from_spans(spans.spans, spans.states)
+    finished, dead = sorted(recorded.ranks, key=lambda rank: rank.rank or 0)
+    died = {3, 20, 30, *range(8, 16)}
+    ranks = [
+        dataclasses.replace(dead if number in died else finished, rank=number, host=host(number))
+        for number in range(RANKS)
+    ]
+    finding = incomplete_rank(Job("t", ranks, 0), recorded.model_bytes())
+    assert finding is not None and finding.ranks == sorted(died)
+    singles, node = finding.detail.removesuffix(TAIL).split("; ")[::2][:2]
+    read = human_bytes(dead.read_bytes)
+    assert singles == (
+        f"ranks 3, 20, 30 died during transformers.convert after reading {read} (no launcher witness: how it ended is"
+        " unknown)"
+    ), finding.detail
+    assert node.startswith("node001: all 8 ranks (8-15) died during transformers.convert after reading"), node
+    assert len(finding.detail) < 600 and len(finding.evidence["per_rank"]) == len(died)
