@@ -183,10 +183,15 @@ def rank_keys(job: Job) -> dict[int, object]:
 
 
 def rank_rows(a: Job, b: Job) -> list[list[int]]:
-    """The table's rows of ranks: ranks alike in A and alike in B together (``alike.grouped``)."""
+    """The table's rows of ranks: ranks alike in A and alike in B together (``alike.grouped``; a whole node a finding
+    of A or B tells as such shares one from two ranks on, as in the report)."""
     keys_a, keys_b = rank_keys(a), rank_keys(b)
     numbers = sorted({*keys_a, *keys_b})
-    return alike.grouped(numbers, lambda number: (keys_a.get(number), keys_b.get(number)))
+    return alike.grouped(
+        numbers,
+        lambda number: (keys_a.get(number), keys_b.get(number)),
+        lambda pair: min(alike.least(key) for key in pair),  # type: ignore[attr-defined]
+    )
 
 
 def compare(

@@ -11,12 +11,15 @@ reads are reported too. docs/report.md states every threshold below.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 from .. import semconv as sc
+from . import alike
+from .alike import numbers_text
 from .attrs import META, int_attr, real_bytes
-from .model import INFO, WARNING, Finding, LastState, RankLoad, to_json
+from .model import INFO, WARNING, Finding, LastState, RankLoad, UnfinishedSpans, to_json
 from .ranks import LOADING_RANK, STATUS_ERROR, Job, converted_bytes, sharded
 from .skew import collective_timeout
 from .units import human_bytes, percent
@@ -220,56 +223,104 @@ def lowest_limit(ranks: list[RankLoad]) -> tuple[int | None, str | None]:
     return min(known, key=lambda item: item[0] or 0) if known else (None, None)
 
 
-def _made(state: LastState) -> str:
-    return ", ".join(f"{human_bytes(n)} on {d}" for d, n in state.materialized_bytes.items() if d != META)
+def _made(rank: RankLoad) -> str:
+    return ", ".join(f"{human_bytes(n)} on {d}" for d, n in rank.materialized_bytes.items() if d != META)
 
 
 def incomplete_rank(job: Job, model: int) -> Finding | None:
-    """Ranks that started loading and never finished: what is known of how they ended and what they had done."""
+    """Ranks that started loading and never finished: what is known of how they ended and what they had done. Its
+    figures are the rank's own (its row's: finished spans plus the last known totals), never the last state's alone,
+    so a table and a finding never disagree; the evidence keeps the last state as it was. Ranks that ended alike
+    (how, during what, alike bytes read) share one sentence, a whole node's as the node (``alike.outlier_groups``)."""
     stopped = [rank for rank in job.ranks if rank.incomplete]
     if not stopped:
         return None
-    sentences, evidence = [], []
-    for rank in stopped:
-        state = rank.last_state
-        name = f"rank {rank.rank}" if rank.rank is not None else rank.label
-        unknown = "" if rank.exit.source is not None else " (no launcher witness: how it ended is unknown)"
-        if isinstance(state, LastState):
-            during = state.during or state.load or "its load"
-            sentence = (
-                f"{name} {rank.exit.describe('sentence')} during {during} after reading {human_bytes(state.read_bytes)}"
-            )
-            if made := _made(state):
-                sentence += f" and materialising {made}"
-            sentence += unknown
-            if state.peak_rss_bytes:
-                sentence += f"; peak RSS {human_bytes(state.peak_rss_bytes)}"
-            if rank.exit.oom_killed or rank.exit.signal == "SIGKILL":
-                limit = state.memory_limit_bytes or rank.memory_limit_bytes
-                source = state.memory_limit_source if state.memory_limit_bytes else rank.memory_limit_source
-                if limit:
-                    sentence += f"; the memory limit was {human_bytes(limit)} ({source or 'unknown source'})"
-            sentences.append(sentence)
-        else:
-            unfinished = state.unfinished_parent_spans if state is not None else 0
-            sentences.append(f"{name} never finished: {unfinished} of its loads or phases never ended{unknown}")
-        evidence.append(
-            {
-                "rank": rank.rank,
-                "host": rank.host,
-                "exit": to_json(rank.exit),
-                **(to_json(state) if state is not None else {}),
-            }
-        )
-    worst = max((state.read_bytes for rank in stopped if isinstance(state := rank.last_state, LastState)), default=0)
+    evidence = [
+        {"rank": rank.rank, "host": rank.host, "exit": to_json(rank.exit)}
+        | (to_json(rank.last_state) if rank.last_state is not None else {})
+        for rank in stopped
+    ]
+    groups = alike.outlier_groups(
+        stopped,
+        _how_it_ended,
+        lambda rank: rank.read_bytes + 1.0,
+        host=lambda rank: rank.host,
+        per_host=dict(Counter(rank.host for rank in job.ranks)),
+    )
+    worst = max((rank.read_bytes for rank in stopped if isinstance(rank.last_state, LastState)), default=0)
     return job.finding(
         sc.FINDING_INCOMPLETE_RANK,
         WARNING,
         (rank.rank for rank in stopped),
         worst,
-        "; ".join(sentences) + ". The rank's row shows its finished spans plus these last known totals.",
+        "; ".join(_stopped(group.members, group.hosts) for group in groups)
+        + ". The rank's row shows its finished spans plus these last known totals.",
         {"model_bytes": model, "per_rank": evidence},
     )
+
+
+def _how_it_ended(rank: RankLoad) -> tuple:
+    """What ranks that ended alike share: how, during what, whether a witness saw it (a rank without a number:
+    alone)."""
+    state = rank.last_state
+    during = (state.during or state.load) if isinstance(state, LastState) else None
+    alone = id(rank) if rank.rank is None else None
+    return rank.exit.describe("sentence"), during, rank.exit.source is None, isinstance(state, LastState), alone
+
+
+def _stopped(members: list[RankLoad], hosts: list[str] | None) -> str:
+    """One sentence for ranks that ended alike: a rank's own figures, or alike ranks' median (min and max where they
+    differ)."""
+    first, numbers = members[0], [rank.rank for rank in members if rank.rank is not None]
+    one = len(members) == 1
+    if one:
+        name = first.label
+    else:
+        name = alike.whole_nodes(hosts, numbers) if hosts is not None else alike.who(numbers)
+    how = first.exit.describe("sentence")
+    how = how if one or not how.startswith("was ") else "were " + how.removeprefix("was ")
+    unknown = "" if first.exit.source is not None else " (no launcher witness: how it ended is unknown)"
+
+    def sized(values: list[int]) -> str:
+        return alike.spread_figure(values, lambda value: human_bytes(int(value)))
+
+    state = first.last_state
+    if not isinstance(state, LastState):
+        unfinished = [
+            r.last_state.unfinished_parent_spans if isinstance(r.last_state, UnfinishedSpans) else 0 for r in members
+        ]
+        never = f"{alike.spread_figure(unfinished, str)} of {'its' if one else 'their'} loads or phases never ended"
+        return f"{name} never finished: {never}{unknown}"
+    sentence = f"{name} {how} during {state.during or state.load or 'its load'} after reading "
+    sentence += sized([rank.read_bytes for rank in members])
+    if one and (made := _made(first)):
+        sentence += f" and materialising {made}"
+    elif not one and any(created := [real_bytes(rank.materialized_bytes) for rank in members]):
+        sentence += f" and materialising {sized(created)}"
+    sentence += unknown
+    peaks = [rank.peak_rss_bytes or _last(rank).peak_rss_bytes for rank in members]
+    if all(peaks):
+        sentence += f"; peak RSS {sized([peak or 0 for peak in peaks])}"
+    if first.exit.oom_killed or first.exit.signal == "SIGKILL":
+        limits = [_limit(rank) for rank in members]
+        if all(limit for limit, _ in limits):
+            source = limits[0][1] if len({source for _, source in limits}) == 1 else None
+            sentence += f"; the memory limit was {sized([limit or 0 for limit, _ in limits])}"
+            sentence += f" ({source or 'unknown source'})"
+    return sentence
+
+
+def _last(rank: RankLoad) -> LastState:
+    assert isinstance(rank.last_state, LastState)  # a rank of a set whose first has one: by _how_it_ended
+    return rank.last_state
+
+
+def _limit(rank: RankLoad) -> tuple[int | None, str | None]:
+    """The memory limit the rank's last state knew, else the rank's."""
+    state = _last(rank)
+    if state.memory_limit_bytes:
+        return state.memory_limit_bytes, state.memory_limit_source
+    return rank.memory_limit_bytes, rank.memory_limit_source
 
 
 def failed_load(job: Job, model: int) -> Finding | None:
@@ -317,7 +368,7 @@ RULES: list[Callable[[Job, int], Finding | None]] = [
 
 
 def _last_known(ranks: list[RankLoad]) -> str:
-    names = ", ".join(str(r.rank) for r in ranks)
+    names = numbers_text([r.rank for r in ranks if r.rank is not None])
     return f"Rank{'s' if len(ranks) > 1 else ''} {names} did not finish: these are the last known numbers."
 
 
@@ -341,7 +392,7 @@ def _finding(
     worst = max(offenders.values())
     per_node = max(job.ranks_per_node(r) for r in ranks)
     strategies = sorted({r.strategy or "none" for r in ranks})
-    names = ", ".join(str(r.rank) for r in ranks)
+    names = numbers_text([r.rank for r in ranks if r.rank is not None])  # a few lines at any world size
     each = " each" if len(ranks) > 1 and min(offenders.values()) == worst else ""
     amount = human_bytes(worst) if each or len(ranks) == 1 else f"up to {human_bytes(worst)}"
     symptom = what.format(bytes=amount + each, share=percent(worst, model))

@@ -205,8 +205,9 @@ class _Processes:
             if span.name == sc.SPAN_RANK_EXIT:
                 witnesses.append(span)
                 continue
-            if span.attributes.get(sc.EXIT_SOURCE) == sc.EXIT_SOURCE_LAUNCHER:
+            if span.attributes.get(sc.EXIT_SOURCE) == sc.EXIT_SOURCE_LAUNCHER and span.name != sc.SPAN_STARTUP:
                 continue  # a dead rank's open span, ended by the witness so that its children have a parent: no numbers
+            # A dead rank's startup, ended at its death: its length is the rank's startup (startup.py), never less.
             host, pid = _text(span.resource.get(sc.HOST_NAME)), _int(span.resource.get(sc.PROCESS_PID))
             self.process(span.trace_id, host, pid, span.resource).spans.append(span)
         return witnesses

@@ -12,6 +12,7 @@ its startup span carries (docs/report.md, Startup, defines each phase by its spa
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -27,7 +28,7 @@ from ..startup_split import (
     subtract,
     union,
 )
-from . import summarized
+from . import alike, summarized
 from .attrs import opt_int_attr
 from .hosts import natural_key
 from .model import INFO, WARNING, Finding, NodeStartup, RankLoad, RankStartup, Startup
@@ -53,7 +54,9 @@ class Thresholds:
 
 
 def window(rank: RankLoad) -> tuple[Interval, str] | None:
-    """The rank's startup (start, end) in ns and what measured it; None when the rank neither started nor loaded."""
+    """The rank's startup (start, end) in ns and what measured it; None when the rank neither started nor loaded. A
+    rank that died starting has the startup span the launcher's witness ended at its death: that long, never the
+    shorter stretch its few finished spans cover."""
     own = [span for span in rank.spans if span.name not in NOT_OWN]
     startups = [span for span in own if span.name == sc.SPAN_STARTUP]
     if startups:
@@ -196,9 +199,24 @@ def slow_phase(rank: RankStartup, others: list[RankStartup], limits: Thresholds)
     return max(slow, key=lambda p: excess[p]) if slow else None
 
 
+def judged(job: Job, ranks: list[RankStartup]) -> list[RankStartup]:
+    """The ranks whose startups are measures of the job's: not a partial rank (its file lost spans), not one that
+    died or never finished its load (its startup ended at its death). The others are shown, never judged, and never
+    among "the other ranks" a rank is judged against."""
+    ended = {r.rank for r in job.ranks if r.incomplete or r.failed is not None or died_starting(r)}
+    return [r for r in ranks if not r.partial and r.rank not in ended]
+
+
+def died_starting(rank: RankLoad) -> bool:
+    """Whether the rank died before it was ready: the launcher's witness ended its startup span at its death."""
+    return any(
+        s.name == sc.SPAN_STARTUP and s.attributes.get(sc.EXIT_SOURCE) == sc.EXIT_SOURCE_LAUNCHER for s in rank.spans
+    )
+
+
 def job_startup(job: Job, limits: Thresholds | None = None) -> Startup | None:
     """None when no rank of the job started or loaded anything. The slowest rank, the median and the phase named are
-    of the ranks whose spans are whole: a partial rank's startup is shown, never judged."""
+    of the ranks ``judged`` (whole, and alive when their load ended)."""
     ranks = [found for rank in job.ranks if (found := rank_startup(rank)) is not None]
     if not ranks:
         return None
@@ -208,7 +226,7 @@ def job_startup(job: Job, limits: Thresholds | None = None) -> Startup | None:
     nodes = [
         node_startup(host, members) for host, members in sorted(hosts.items(), key=lambda item: natural_key(item[0]))
     ]
-    whole = [r for r in ranks if not r.partial]
+    whole = judged(job, ranks)
     slowest = max(whole, key=lambda r: (r.seconds, -(r.rank or 0)), default=None)
     others = [r for r in whole if r is not slowest]
     median = _median(r.seconds for r in whole)
@@ -232,10 +250,28 @@ def _name(rank: int | None) -> str:
     return f"rank {rank}" if rank is not None else "a rank without a number"
 
 
+@dataclass(frozen=True)
+class Slow:
+    """A slow rank: its startup, the median of the other ranks' startups, the phase that made the difference, its
+    seconds there more than theirs, and their median there."""
+
+    rank: RankStartup
+    median: float
+    phase: str
+    more: float
+    theirs: float
+
+    @property
+    def behind(self) -> float:
+        return self.rank.seconds - self.median
+
+
 def slow_rank(job: Job, startup: Startup, limits: Thresholds) -> Finding | None:
-    """Ranks that ``slow_phase`` names a phase for, among the ranks whose spans are whole (``partial`` ones are never
-    judged, nor counted among the others)."""
-    whole = [r for r in startup.ranks if not r.partial]
+    """Ranks that ``slow_phase`` names a phase for, among the ranks ``judged`` (the others are never judged, nor
+    counted among the others). Told as a person would (``alike.outlier_groups``): one sentence per set of ranks slow
+    in the same phase by alike seconds, a node whose ranks are all slow so as a node, with its storage's speed when
+    that is slow too; the evidence keeps every rank's figures."""
+    whole = judged(job, startup.ranks)
     slow = []
     medians = OthersMedian([r.seconds for r in whole])
     for index, rank in enumerate(whole):
@@ -247,73 +283,119 @@ def slow_rank(job: Job, startup: Startup, limits: Thresholds) -> Finding | None:
         if phase is None:
             continue
         theirs = _median(o.phases[phase] for o in others) or 0.0
-        slow.append((rank, median, phase, rank.phases[phase] - theirs, theirs))
+        slow.append(Slow(rank, median, phase, rank.phases[phase] - theirs, theirs))
     if not slow:
         return None
-    sentences = [
-        f"{_name(r.rank)} took {r.seconds:.2f} s to start, {r.seconds - m:.2f} s behind the median of the other ranks "
-        f"({m:.2f} s); its {phase} phase made the difference: {r.phases[phase]:.2f} s against their {theirs:.2f} s"
-        + (f" ({r.phases[phase] / theirs:.1f}x)" if theirs > 0 else "")
-        + f", {more:.2f} s more"
-        for r, m, phase, more, theirs in slow
-    ]
+    per_host = Counter(rank.host for rank in job.ranks)
+    groups = alike.outlier_groups(
+        slow, lambda s: s.phase, lambda s: s.behind, host=lambda s: s.rank.host, per_host=dict(per_host)
+    )
+    storage = {node.host: node for node in slow_nodes(job, startup, limits)[0]}
     return job.finding(
         sc.FINDING_SLOW_RANK,
         WARNING,
-        [r.rank for r, *_ in slow],
+        [s.rank.rank for s in slow],
         0,
-        "; ".join(sentences) + ". The job starts when its slowest rank is ready.",
+        "; ".join(_slow_sentence(group, storage) for group in groups)
+        + ". The job starts when its slowest rank is ready.",
         {
             "ratio": limits.slow_rank_ratio,
             "seconds": limits.slow_rank_seconds,
+            "groups": alike.groups_evidence(groups, lambda s: [s.rank.rank]),
             "per_rank": [
                 {
-                    "rank": r.rank,
-                    "host": r.host,
-                    "startup_seconds": r.seconds,
-                    "others_median_seconds": round(m, 6),
-                    "phase": phase,
-                    "phase_seconds": r.phases[phase],
-                    "others_phase_seconds": round(theirs, 6),
-                    "phase_difference_seconds": round(more, 6),
+                    "rank": s.rank.rank,
+                    "host": s.rank.host,
+                    "startup_seconds": s.rank.seconds,
+                    "others_median_seconds": round(s.median, 6),
+                    "phase": s.phase,
+                    "phase_seconds": s.rank.phases[s.phase],
+                    "others_phase_seconds": round(s.theirs, 6),
+                    "phase_difference_seconds": round(s.more, 6),
                 }
-                for r, m, phase, more, theirs in slow
+                for s in slow
             ],
         },
     )
+
+
+def _seconds(values: list[float]) -> str:
+    return alike.spread_figure(values, lambda value: f"{value:.2f} s")
+
+
+def _slow_sentence(group: alike.Outliers[Slow], storage: dict[str | None, NodeStartup]) -> str:
+    """One set of alike slow ranks in one sentence: a rank as it always was, alike ranks with their figures' median
+    (min and max where they differ), whole nodes as nodes."""
+    members, phase = group.members, group.members[0].phase
+    if len(members) == 1 and group.hosts is None:
+        (s,) = members
+        r, m, theirs = s.rank, s.median, s.theirs
+        return (
+            f"{_name(r.rank)} took {r.seconds:.2f} s to start, {s.behind:.2f} s behind the median of the other ranks "
+            f"({m:.2f} s); its {phase} phase made the difference: {r.phases[phase]:.2f} s against their {theirs:.2f} s"
+            + (f" ({r.phases[phase] / theirs:.1f}x)" if theirs > 0 else "")
+            + f", {s.more:.2f} s more"
+        )
+    numbers = [s.rank.rank for s in members if s.rank.rank is not None]
+    mine = statistics.median(s.rank.phases[phase] for s in members)
+    theirs = statistics.median(s.theirs for s in members)
+    if group.hosts is None:
+        who = alike.who(numbers)
+    else:
+        who = alike.whole_nodes(group.hosts, numbers)
+    text = (
+        f"{who} took {_seconds([s.rank.seconds for s in members])} to start, {_seconds([s.behind for s in members])}"
+        f" behind the median of the other ranks ({_seconds([s.median for s in members])}); their {phase} phase made the"
+        f" difference: {_seconds([s.rank.phases[phase] for s in members])} against the others'"
+        f" {_seconds([s.theirs for s in members])}"
+        + (f" ({mine / theirs:.1f}x)" if theirs > 0 else "")
+        + f", {_seconds([s.more for s in members])} more"
+    )
+    nodes = [storage[host] for host in group.hosts or [] if host in storage]
+    if nodes and len(nodes) == len(group.hosts or []):
+        rates = [node.storage_bytes_per_second or 0.0 for node in nodes]
+        text += f"; {'its' if len(nodes) == 1 else 'their'} storage read at {alike.spread_figure(rates, rate_text)}"
+    return text
 
 
 def rate_text(rate: float) -> str:
     return f"{human_bytes(round(rate))}/s"
 
 
-def slow_storage(job: Job, startup: Startup, limits: Thresholds) -> Finding | None:
-    """Nodes reading from storage under ``slow_storage_ratio`` × the job's median node (nodes that read from it; not a
-    node with a partial rank, whose reading may be among the spans its file lost)."""
+def slow_nodes(job: Job, startup: Startup, limits: Thresholds) -> tuple[list[NodeStartup], float]:
+    """The nodes reading from storage under ``slow_storage_ratio`` x the job's median node (of the nodes that read from
+    it, two at least; not a node with a partial rank, whose reading may be among the spans its file lost), and that
+    median."""
     lost = {rank.host for rank in job.ranks if rank.partial}
     measured = [n for n in startup.nodes if n.storage_bytes_per_second is not None and n.host not in lost]
     median = _median(n.storage_bytes_per_second or 0.0 for n in measured)
     if len(measured) < 2 or not median:
-        return None
-    slow = [n for n in measured if (n.storage_bytes_per_second or 0.0) < limits.slow_storage_ratio * median]
+        return [], 0.0
+    return [n for n in measured if (n.storage_bytes_per_second or 0.0) < limits.slow_storage_ratio * median], median
+
+
+def slow_storage(job: Job, startup: Startup, limits: Thresholds) -> Finding | None:
+    """Nodes reading from storage under ``slow_storage_ratio`` x the job's median node (``slow_nodes``); nodes that
+    read alike told in one sentence."""
+    slow, median = slow_nodes(job, startup, limits)
     if not slow:
         return None
-    sentences = [
-        f"{n.host or 'an unnamed host'} read {human_bytes(n.storage_bytes or 0)} of checkpoint from storage in "
-        f"{n.reading_seconds:.2f} s, {rate_text(n.storage_bytes_per_second or 0.0)}"
-        for n in slow
-    ]
+    groups = alike.outlier_groups(slow, lambda _: None, lambda n: 1 / max(n.storage_bytes_per_second or 0.0, 1e-9))
     return job.finding(
         sc.FINDING_SLOW_STORAGE,
         WARNING,
         [r for n in slow for r in n.ranks],
         sum(n.storage_bytes or 0 for n in slow),
-        "; ".join(sentences)
+        "; ".join(_storage_sentence(group.members) for group in groups)
         + f": under {limits.slow_storage_ratio:g}x the job's median node ({rate_text(median)}). Its ranks waited on"
         " storage.",
         {
             "ratio": limits.slow_storage_ratio,
             "median_bytes_per_second": round(median, 1),
+            "groups": alike.groups_evidence(
+                [alike.Outliers(group.members, [n.host or "" for n in group.members]) for group in groups],
+                lambda n: n.ranks,
+            ),
             "per_node": [
                 {
                     "host": n.host,
@@ -326,6 +408,22 @@ def slow_storage(job: Job, startup: Startup, limits: Thresholds) -> Finding | No
             ],
         },
     )
+
+
+def _storage_sentence(nodes: list[NodeStartup]) -> str:
+    """``node7 read 1.0 MB of checkpoint from storage in 2.00 s, 500.0 kB/s``; alike nodes together, each figure their
+    median (min and max where they differ)."""
+    if len(nodes) == 1:
+        n = nodes[0]
+        return (
+            f"{n.host or 'an unnamed host'} read {human_bytes(n.storage_bytes or 0)} of checkpoint from storage in "
+            f"{n.reading_seconds:.2f} s, {rate_text(n.storage_bytes_per_second or 0.0)}"
+        )
+    hosts = sorted((n.host or "an unnamed host" for n in nodes), key=natural_key)
+    stored = alike.spread_figure([n.storage_bytes or 0 for n in nodes], lambda value: human_bytes(int(value)))
+    seconds = _seconds([n.reading_seconds or 0.0 for n in nodes])
+    rates = alike.spread_figure([n.storage_bytes_per_second or 0.0 for n in nodes], rate_text)
+    return f"{alike.where(hosts)} each read {stored} of checkpoint from storage in {seconds}, {rates}"
 
 
 def rendezvous_wait(job: Job, startup: Startup, limits: Thresholds) -> Finding | None:
@@ -351,12 +449,25 @@ def rendezvous_wait(job: Job, startup: Startup, limits: Thresholds) -> Finding |
     )
     if not waited:
         return None
-    whom = ", ".join(_name(r) for r in latest)
-    sentences = [
-        f"{_name(r)} waited {waits[r]:.2f} s in torch.init_process_group, arriving {(last - arrivals[r]) / 1e9:.2f} s "
-        f"before {whom}"
-        for r in waited
-    ]
+    numbered = [r for r in latest if r is not None]
+    whom = alike.who(numbered) if len(numbered) == len(latest) else ", ".join(_name(r) for r in latest)
+    sentences = []
+    # Ranks that waited alike in one sentence, their figures' median (min and max where they differ).
+    for group in alike.outlier_groups(waited, lambda _: None, waits.__getitem__):
+        members = group.members
+        numbers = [r for r in members if r is not None]
+        if len(members) == 1 or len(numbers) < len(members):
+            sentences += [
+                f"{_name(r)} waited {waits[r]:.2f} s in torch.init_process_group, arriving "
+                f"{(last - arrivals[r]) / 1e9:.2f} s before {whom}"
+                for r in members
+            ]
+            continue
+        early = [(last - arrivals[r]) / 1e9 for r in members]
+        sentences.append(
+            f"{alike.who(numbers)} waited {_seconds([waits[r] for r in members])} in torch.init_process_group, "
+            f"arriving {_seconds(early)} before {whom}"
+        )
     return job.finding(
         sc.FINDING_RENDEZVOUS_WAIT,
         INFO,

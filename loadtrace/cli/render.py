@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from loadtrace.analysis import alike
+from loadtrace.analysis.alike import who
 from loadtrace.analysis.jobs import GroupsReport, JobsReport
 from loadtrace.analysis.model import (
     ComparedJob,
@@ -94,36 +95,7 @@ def device_sizes(per_device: dict[str, int]) -> str:
     return " ".join(f"{device}={size(value)}" for device, value in per_device.items()) or "-"
 
 
-def range_parts(numbers: Sequence[int]) -> list[str]:
-    """``["0", "2-5", "9"]``: runs of consecutive numbers."""
-    runs: list[list[int]] = []
-    for number in sorted(numbers):
-        if runs and runs[-1][1] == number - 1:
-            runs[-1][1] = number
-        else:
-            runs.append([number, number])
-    return [str(low) if low == high else f"{low}-{high}" for low, high in runs]
-
-
-def ranges(numbers: Sequence[int]) -> str:
-    """``0, 2-5, 9``: a long list of ranks, short."""
-    return ", ".join(range_parts(numbers))
-
-
-MOST_RANGES = 8  # past this many runs, a list of ranks shows its first and last few (the JSON lists them all)
-
-
-def who(numbers: Sequence[int]) -> str:
-    """``rank 3``, ``ranks 1-3, 5``; from ``alike.MIN_GROUP`` ranks on with their count (``ranks 1-299, 301-1023
-    (1,022 ranks)``), and past ``MOST_RANGES`` runs only the first and last few of them."""
-    parts = range_parts(numbers)
-    if len(parts) > MOST_RANGES:
-        parts = [*parts[: MOST_RANGES - 3], "...", *parts[-2:]]
-    text = ("ranks " if len(numbers) > 1 else "rank ") + ", ".join(parts)
-    return text + (f" ({len(numbers):,} ranks)" if len(numbers) >= alike.MIN_GROUP else "")
-
-
-_SIZE = re.compile(r"(\d) (?=[kMGTP]?B\b)")
+_SIZE = re.compile(r"(\d) (?=(?:[kMGTP]?B|s)\b)")  # a size or seconds never broken from its number
 
 
 def wrapped(text: str, indent: str, hanging: str | None = None) -> str:
@@ -180,12 +152,13 @@ def report_table(report: Report, wide: bool = False, every_rank: bool = False) -
             for nodes in node_rows
             if (note := nodes[0].note if len(nodes) == 1 else nodes_note(nodes))
         )
-        rows = [line for members in rank_rows for line in rank_lines(members, keep)]
+        nodes = alike.node_outliers(findings)
+        rows = [line for members in rank_rows for line in rank_lines(members, keep, nodes)]
         startup = ""
         if trace.startup is not None:
             storage = stored(trace.startup.nodes)
             storage_rows = [[node] for node in storage] if every_rank else alike.storage_groups(storage, findings)
-            startup = "\n" + sizes(startup_text(trace.startup, rank_rows, storage_rows), wide)
+            startup = "\n" + sizes(startup_text(trace.startup, rank_rows, storage_rows, nodes), wide)
         body = table(columns, rows, left=3) + missing + io + startup
         blocks.append(header + "\n" + body + "\n\n" + findings_text(findings, wide))
     if report.skipped_lines:
@@ -224,10 +197,17 @@ def report_line(report: Report) -> str:
     text = f"{number(present)} of {number(world)} ranks here" if world > present else f"{number(present)} rank{plural}"
     text += f", {number(len(report.findings))} finding{'s' * (len(report.findings) != 1)}"
     standing = alike.standouts(report.ranks, report.findings)
+    kinds, nodes = alike.kinds_by_rank(report.findings), alike.node_outliers(report.findings)
     entries = []
-    for members in alike.grouped(standing, lambda pair: (pair[0].rank is not None, *pair[1])):
+    for members in alike.grouped(
+        standing,
+        lambda pair: (pair[0].rank is not None, tuple(pair[1]), tuple(sorted(kinds.get(pair[0].rank, ())))),  # type: ignore[arg-type]
+        lambda key: 2 if any(whole for _, _, whole in key[2]) else alike.MIN_GROUP,  # type: ignore[index]
+    ):
         numbers = [rank.rank for rank, _ in members if rank.rank is not None]
-        entries.append(" ".join([who(numbers) if numbers else members[0][0].label, *members[0][1]]))
+        told = nodes.get(numbers[0]) if len(numbers) > 1 else None
+        name = alike.where(told) if told is not None else who(numbers) if numbers else members[0][0].label
+        entries.append(" ".join([name, *members[0][1]]))
     if entries:
         more = len(entries) - MOST_STANDOUTS
         text += "; " + ", ".join(entries[:MOST_STANDOUTS]) + (f" and {more:,} more" if more > 0 else "")
@@ -238,11 +218,14 @@ MOST_STANDOUTS = 3  # the line names this many ranks (or sets of alike ranks) th
 
 
 def startup_text(
-    startup: Startup, rank_rows: list[list[RankLoad]] | None = None, storage: list[list[NodeStartup]] | None = None
+    startup: Startup,
+    rank_rows: list[list[RankLoad]] | None = None,
+    storage: list[list[NodeStartup]] | None = None,
+    nodes: dict[int, list[str]] | None = None,
 ) -> str:
     """``Startup:`` the slowest rank and the median, a row per rank split by phase (alike ranks together as in
-    ``rank_rows``), a ``Storage:`` line per node whose checkpoint residency or storage bytes are known (alike nodes
-    together as in ``storage``)."""
+    ``rank_rows``, whole nodes a finding tells so titled as in ``nodes``), a ``Storage:`` line per node whose
+    checkpoint residency or storage bytes are known (alike nodes together as in ``storage``)."""
     slowest = f"rank {startup.slowest_rank}" if startup.slowest_rank is not None else "a rank without a number"
     phase = f", {startup.slowest_phase} phase" if startup.slowest_phase else ""
     median = number(startup.median_rank_seconds)
@@ -261,10 +244,10 @@ def startup_text(
         ]
         values = [[None, r.seconds, *(r.phases[p] for p in phases)] for r in members]
         numbers = [r.rank for r in members if r.rank is not None]
-        rows += cells if len(members) == 1 else [f"{who(numbers)}:", *shared_rows(cells, values)]
+        rows += cells if len(members) == 1 else [f"{title(numbers, nodes)}:", *shared_rows(cells, values)]
     lines.append(table(("rank", "startup", *phases), rows))  # one unit, said above: a unit per header is past 120
-    for nodes in storage if storage is not None else [[node] for node in stored(startup.nodes)]:
-        lines.append(storage_line(nodes))
+    for alike_nodes in storage if storage is not None else [[node] for node in stored(startup.nodes)]:
+        lines.append(storage_line(alike_nodes))
     return "\n".join(lines)
 
 
@@ -324,8 +307,11 @@ def nodes_note(nodes: list[NodeReads]) -> str | None:
     return f"{who}; the checkpoint was partly cold: {cold} of its checkpoint files, {total}, came from storage"
 
 
-def rank_lines(members: list[RankLoad], keep: list[int]) -> list[list[str] | str]:
-    """A rank's row; or alike ranks' title line and their shared rows."""
+def rank_lines(
+    members: list[RankLoad], keep: list[int], nodes: dict[int, list[str]] | None = None
+) -> list[list[str] | str]:
+    """A rank's row; or alike ranks' title line and their shared rows. ``nodes``: the ranks a finding tells as whole
+    nodes (``alike.node_outliers``): such a row is titled as its nodes."""
     cells = [[row[i] for i in keep] for row in (rank_row(rank) for rank in members)]
     if len(members) == 1:
         return list(cells)
@@ -333,8 +319,18 @@ def rank_lines(members: list[RankLoad], keep: list[int]) -> list[list[str] | str
     numbers = [rank.rank for rank in members if rank.rank is not None]
     hosts = {rank.host for rank in members}
     where = f"{len(hosts):,} nodes" if len(hosts) > 1 else (next(iter(hosts)) or "an unnamed host")
-    title = " ".join([who(numbers), *members[0].marks()]) + f" on {where}:"
-    return [wrapped(title, "", "  "), *shared_rows(cells, values)]
+    named = title(numbers, nodes)
+    on = f" on {where}" if named.startswith("rank") else ""  # a title of nodes says where already
+    return [wrapped(" ".join([named, *members[0].marks()]) + on + ":", "", "  "), *shared_rows(cells, values)]
+
+
+def title(numbers: list[int], nodes: dict[int, list[str]] | None) -> str:
+    """A shared row's title: ``node077: all 8 ranks (616-623)`` for the ranks of whole nodes a finding tells as such
+    (``alike.node_outliers``), else ``ranks 1-7 (7 ranks)``."""
+    told = (nodes or {}).get(numbers[0]) if numbers else None
+    if told is not None and sorted(numbers) == sorted(n for n, hosts in (nodes or {}).items() if hosts == told):
+        return alike.whole_nodes(told, numbers)
+    return who(numbers)
 
 
 def shared_rows(cells: list[list[str]], values: list[list[float | int | None]]) -> list[list[str]]:

@@ -2,17 +2,20 @@
 
 Past ``FULL_VIEW_RANKS`` ranks the screen would scroll, so it shows the ranks that need attention first (dead,
 signalled, raised, or marked: behind, stuck, near or heading for their memory limit, the slowest), one row each up to
-``ATTENTION_ROWS``, then the rest summed by status and node: one row per status and node while that fits
-``SUMMARY_ROWS``, else one per status with its nodes as ranges. ``--once --format json`` lists every rank whatever the
-screen shows. Pure text, the same lines whether they go to a terminal (cli/top.py draws them with curses) or to stdout
-(``--once``); the JSON comes from the same rows (``to_json``).
-"""
+``ATTENTION_ROWS`` (grouped as the report groups its outliers: a whole node's alike ranks share one row, as do
+``alike.MIN_GROUP`` or more alike ones), then the rest summed by status and node: one row per status and node while that
+fits ``SUMMARY_ROWS``, else one per status with its nodes as ranges. ``--once --format json`` lists every rank whatever
+the screen shows. Pure text, the same lines whether they go to a terminal (cli/top.py draws them with curses) or to
+stdout (``--once``); the JSON comes from the same rows (``to_json``)."""
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from itertools import groupby
 
+from loadtrace import semconv as sc
+from loadtrace.analysis import alike
 from loadtrace.analysis.hosts import host_ranges, natural_key
 from loadtrace.analysis.top import TopRow, needs_attention
 from loadtrace.cli.render import size, table
@@ -117,14 +120,21 @@ def _at_scale(rows: list[TopRow], several_jobs: bool = False) -> list[str]:
     others = [item for item in rows if not needs_attention(item)]
     lines = []
     if flagged:
-        shown = flagged[:ATTENTION_ROWS]
+        sets = attention_sets(flagged, rows)
+        shown = sets[:ATTENTION_ROWS]
         lines.append(f"need attention: {len(flagged)} rank{'s' * (len(flagged) != 1)}")
+        if any(len(members) > 1 for members, _ in shown):
+            lines.append("  (alike ranks share a row: the figures of its median rank by bytes read)")
         columns = ("node", "job", *TOP_COLUMNS) if several_jobs else ("node", *TOP_COLUMNS)
-        found = [[item.host or "?", *[job_of(item)] * several_jobs, *top_row(item)] for item in shown]
+        found = []
+        for members, hosts in shown:
+            row = attention_row(members, hosts)
+            found.append([row[0], *[job_of(members[0])] * several_jobs, *row[1:]])
         text = table(columns, found, left=5 + several_jobs)
         lines += ["  " + line for line in text.splitlines()]
-        if len(flagged) > len(shown):
-            lines.append(f"  ... and {len(flagged) - len(shown)} more (--once --format json lists every rank)")
+        if len(sets) > len(shown):
+            left = sum(len(members) for members, _ in sets[len(shown) :])
+            lines.append(f"  ... and {left} more (--once --format json lists every rank)")
         lines.append("")
     if others:
         by_node = _summed(others, by_node=True)
@@ -132,6 +142,38 @@ def _at_scale(rows: list[TopRow], several_jobs: bool = False) -> list[str]:
         lines.append(f"the other {len(others)} rank{'s' * (len(others) != 1)}, by status and node:")
         lines += ["  " + line for line in table(SUMMARY_COLUMNS, groups, left=3).splitlines()]
     return lines
+
+
+def attention_sets(flagged: list[TopRow], rows: list[TopRow]) -> list[tuple[list[TopRow], list[str] | None]]:
+    """The flagged ranks (most urgent first) as the report groups its outliers (``alike.outlier_groups``): those with
+    the same status and marks and alike bytes read share a row from ``alike.MIN_GROUP`` on, the ranks of a whole node
+    from two on (with the node's hosts); every other one a row of its own."""
+    per_host = Counter(item.host for item in rows)
+    groups = alike.outlier_groups(
+        flagged,
+        lambda item: (item.status, tuple(m for m in item.marks if m != sc.MARK_SLOWEST), bool(item.exception)),
+        lambda item: float(item.read_bytes) + 1.0,
+        host=lambda item: item.host,
+        per_host=dict(per_host),
+    )
+    sets: list[tuple[list[TopRow], list[str] | None]] = []
+    for group in groups:
+        if group.hosts is not None or len(group.members) >= alike.MIN_GROUP:
+            sets.append((group.members, group.hosts))
+        else:
+            sets += [([item], None) for item in group.members]
+    return sorted(sets, key=lambda found: min(_urgency(item) for item in found[0]))
+
+
+def attention_row(members: list[TopRow], hosts: list[str] | None) -> list[str]:
+    """A flagged rank's row; alike ones share the row of their median rank by bytes read, its rank cell their ranges
+    and count, its node cell the whole nodes (``node077``) or their hosts as ranges."""
+    if len(members) == 1:
+        return [members[0].host or "?", *top_row(members[0])]
+    _, median, _ = alike.spread(members, lambda item: item.read_bytes)
+    numbers = [item.rank for item in members if item.rank is not None]
+    where = alike.where(hosts).removeprefix("nodes ") if hosts else host_ranges(item.host for item in members)
+    return [where or "?", f"{alike.numbers_text(numbers)} ({len(members)})", "-", *top_row(median)[2:]]
 
 
 # Which flagged rank comes first: the dead and dying, then memory, then the stalled, then the slow.

@@ -5,7 +5,8 @@ the spans that did finish under them (``torch.init_process_group``, a phase that
 a parent that is not in the trace (Jaeger draws them as a second root). The rank's state file keeps its open non-file
 scopes (statefile.py); the witness ends each at the death, with status ERROR and ``loadtrace.exit.source=launcher``,
 under its own span id, parent and start time, so every span's parent is in the trace. The report leaves these spans
-out of every number, as it leaves out ``loadtrace.rank_exit``: what the rank did is in its state file.
+out of every number, as it leaves out ``loadtrace.rank_exit``: what the rank did is in its state file. Only the
+startup span's length counts: it is the dead rank's startup (analysis/startup.py).
 """
 
 from __future__ import annotations

@@ -319,7 +319,8 @@ def test_a_rank_that_waited_for_a_late_one_is_told_and_for_whom():
     (finding,) = found
     assert (finding.kind, finding.severity, finding.ranks) == ("rendezvous_wait", "info", [0, 2])
     assert finding.evidence["waited_for"] == [1]
-    assert "rank 0 waited 8.00 s in torch.init_process_group, arriving 7.90 s before rank 1" in finding.detail
+    # Ranks that waited alike share one sentence (issue 42).
+    assert "ranks 0, 2 waited 8.00 s in torch.init_process_group, arriving 7.90 s before rank 1" in finding.detail
     assert result.traces[0].startup.ranks[0].phases["wait"] == 8.0
     _, found = findings_of({0: early, 1: late}, Thresholds(rendezvous_wait_seconds=8.5))
     assert found == []

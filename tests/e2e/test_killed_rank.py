@@ -48,3 +48,16 @@ def test_report_names_the_phase_a_killed_rank_died_in(checkpoint, tmp_path_facto
         f"rank 1 was killed (SIGKILL) during {semconv.SPAN_CONVERT} after reading {count['read_bytes']:,} B"
         in (finding["detail"])
     )
+    assert ranks[1]["read_bytes"] == count["read_bytes"], "the row and the finding say the same figure (issue 40)"
+    # Its startup is the one the launcher's witness ended at its death, never its few finished spans' (issue 40); dead,
+    # it judges nobody: rank 0 is not slow against it.
+    (ended,) = [
+        s
+        for s in read_files(job_dir).spans
+        if s.name == semconv.SPAN_STARTUP
+        and s.resource.get(semconv.RANK) == 1
+        and s.attributes.get(semconv.EXIT_SOURCE) == semconv.EXIT_SOURCE_LAUNCHER
+    ]
+    (startup,) = [r for r in report["traces"][0]["startup"]["ranks"] if r["rank"] == 1]
+    assert startup["seconds"] == round((ended.end_ns - ended.start_ns) / 1e9, 6)
+    assert semconv.FINDING_SLOW_RANK not in {f["kind"] for f in report["findings"]}

@@ -6,8 +6,9 @@ its own resource (rank, local rank, node rank, host ``nodeNNN``, pid, instance),
 by ``rank % jitter_ms`` milliseconds (timestamps its attributes carry move too, and a startup span's carried split is
 the one its moved spans have). Outliers, each one rank (a rank number outside the job: none):
 
-- ``slow``: its times stretched 3x; with ``slow_by`` > 0 instead, its whole timeline stretched from its first span's
-  start so that its last span ends ``slow_by`` seconds later (its spans still nest).
+- ``slow`` (one rank, or several: a whole node's, a mix): its times stretched 3x; with ``slow_by`` > 0 instead, its
+  whole timeline stretched from its first span's start so that its last span ends ``slow_by`` seconds later (its
+  spans still nest).
 - ``killed``: cut short the way a SIGKILL cuts a file when nothing else is left: its outermost load span, written
   last, is missing.
 - ``dead``: SIGKILLed halfway through its reading, as a real one is found: only the spans that had ended by then,
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +71,7 @@ def host_of(rank: int, ranks_per_node: int = RANKS_PER_NODE) -> str:
 def write_big_job(
     folder: Path,
     ranks: int = 512,
-    slow: int = 7,
+    slow: int | Collection[int] = 7,
     killed: int = 300,
     slow_by: float = 0.0,
     *,
@@ -84,7 +86,8 @@ def write_big_job(
     lines = {
         n: [json.loads(text) for text in path.read_text().splitlines() if text.strip()] for n, path in recorded.items()
     }
-    slow_spans = [span for line in lines[0 if slow == 0 else 1] for span in _spans(line)]
+    slows = {slow} if isinstance(slow, int) else set(slow)
+    slow_spans = [span for line in lines[0 if slows == {0} else 1] for span in _spans(line)]
     origin = min(int(span["startTimeUnixNano"]) for span in slow_spans)
     extent = max(int(span["endTimeUnixNano"]) for span in slow_spans) - origin
     dilation = 1 + slow_by * 1e9 / extent if slow_by > 0 else 1.0
@@ -97,7 +100,7 @@ def write_big_job(
         shift = (rank % jitter_ms) * 1_000_000
 
         def moved(ns: int, rank: int = rank, shift: int = shift) -> int:
-            if rank == slow and slow_by > 0:
+            if rank in slows and slow_by > 0:
                 return origin + shift + round((ns - origin) * dilation)
             return ns + shift
 
@@ -120,7 +123,7 @@ def write_big_job(
             for span in _spans(data):
                 start, end = int(span["startTimeUnixNano"]), int(span["endTimeUnixNano"])
                 _move_times(span, moved)
-                if rank == slow and slow_by <= 0:
+                if rank in slows and slow_by <= 0:
                     span["endTimeUnixNano"] = str(start + shift + 3 * (end - start))
                 if rank != 0:
                     span["spanId"] = _new_id(rank, span["spanId"])
@@ -128,7 +131,7 @@ def write_big_job(
                         span["parentSpanId"] = _new_id(rank, span["parentSpanId"])
             data_lines.append(data)
         spans = [span for data in data_lines for span in _spans(data)]
-        _carry_split(spans, splits, (min(rank, 1), rank == slow))
+        _carry_split(spans, splits, (min(rank, 1), rank in slows))
         if rank == killed:  # the load span a SIGKILL never let it write
             data_lines = [d for d in data_lines if all(s["name"] != sc.SPAN_FROM_PRETRAINED for s in _spans(d))]
         stem = f"rank{rank:05d}-{host}-{pid}"

@@ -1,0 +1,129 @@
+"""Promise (issue 42): a big job's outliers told as a person would, in the report, ``compare``, rank 0's closing
+line and ``loadtrace top``. Findings are grouped like the rows: ranks slow alike share one sentence, a node whose ranks
+are all slow is told as the node on a row of its own, apart from single ranks on otherwise healthy nodes; the ranks that
+behaved like the job's alike group keep sharing its row, whatever node they are on; ``--format json`` keeps every rank's
+figures; the report stays within 80 lines.
+
+Over a recorded 2-rank FSDP job replicated to 1,024 ranks on 128 nodes of 8 (``support/big_job.py``), with 0, 1, 8,
+9, 65 and 512 ranks 20 s slower, in mixes of whole nodes and single ranks. The sentences themselves, built by hand:
+tests/analysis/test_outliers_grouped.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from support.big_job import FIRST_PID, RECORDED, write_big_job, write_live_job
+
+from loadtrace import semconv as sc
+from loadtrace.analysis.top import rows
+from loadtrace.cli import main
+from loadtrace.cli.render_top import top_lines
+from loadtrace.cli.top import state_files
+
+NODE77 = list(range(616, 624))
+# name → (the slow ranks, the titles of their rows, the closing line's entries after its counts)
+MIXES = {
+    "none": ([], [], ""),
+    "one rank": ([700], [], "; rank 700 slow"),
+    "one node": (NODE77, ["node077: all 8 ranks (616-623):"], "; node077 slow"),
+    "a node and a rank": ([3, *NODE77], ["node077: all 8 ranks (616-623):"], "; rank 3 slow, node077 slow"),
+    "65 ranks": (
+        [*range(100, 164), 500],
+        [
+            "ranks 100-103, 160-163, 500 (9 ranks) on 3 nodes:",
+            "nodes node013-node019 (7 nodes): all 56 ranks (104-159):",
+        ],
+        "; ranks 100-103, 160-163, 500 (9 ranks) slow, nodes node013-node019 (7 nodes) slow",
+    ),
+    "512 ranks": (
+        [*range(8, 504), *(515 + 8 * k for k in range(16))],
+        [
+            "nodes node001-node062 (62 nodes): all 496 ranks (8-503):",
+            "ranks 515, 523, 531, 539, 547, ..., 627, 635 (16 ranks) on 16 nodes:",
+        ],
+        "; nodes node001-node062 (62 nodes) slow, ranks 515, 523, 531, 539, 547, ..., 627, 635 (16 ranks) slow",
+    ),
+}
+
+
+@pytest.fixture(scope="module", params=list(MIXES))
+def mix(request, tmp_path_factory) -> tuple[str, Path]:
+    slow = MIXES[request.param][0]
+    folder = tmp_path_factory.mktemp("outliers") / "job"
+    return request.param, write_big_job(folder, ranks=1024, slow=slow or -1, killed=-1, slow_by=20.0, source=RECORDED)
+
+
+def run(capsys, *argv: str) -> str:
+    code = main(list(argv))
+    out = capsys.readouterr().out
+    assert code == 0, out
+    return out
+
+
+def rank_rows(table: str) -> list[str]:
+    lines = table.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("rank "))
+    end = next(i for i, line in enumerate(lines) if line.startswith("I/O: "))
+    return lines[start + 1 : end]
+
+
+def test_the_report_groups_its_findings_like_its_rows_within_80_lines(mix, capsys):
+    name, job = mix
+    slow, titles, _ = MIXES[name]
+    table = run(capsys, "report", str(job))
+    assert len(table.splitlines()) <= 80, table
+    rows = rank_rows(table)
+    healthy = [row for row in rows if row.startswith("ranks 1-")]
+    assert len(healthy) == 1, rows  # every rank that behaved alike, on whatever node, shares one row
+    assert f"({1023 - len(slow):,} ranks)" in healthy[0], healthy
+    assert [row for row in rows if row.endswith(":") and row not in healthy] == titles, rows
+    finding = table.partition("WARNING slow_rank")[2].partition("\n  WARNING")[0].partition("\n  INFO")[0]
+    assert bool(finding) == bool(slow)
+    assert len(finding.splitlines()) <= 6, finding  # a few lines, however many ranks it names
+    if slow:
+        for title in titles:  # a sentence per row of outliers, named as the row is
+            assert title.removesuffix(":").split(" on ")[0] in " ".join(finding.split()), (title, finding)
+
+
+def test_the_json_keeps_every_slow_ranks_figures(mix, capsys):
+    name, job = mix
+    slow = MIXES[name][0]
+    data = json.loads(run(capsys, "report", str(job), "--format", "json"))
+    found = [f for f in data["findings"] if f["kind"] == sc.FINDING_SLOW_RANK]
+    if not slow:
+        assert found == []
+        return
+    (finding,) = found
+    assert finding["ranks"] == sorted(slow)
+    assert [entry["rank"] for entry in finding["evidence"]["per_rank"]] == sorted(slow)
+    assert all(entry["phase_difference_seconds"] > 18 for entry in finding["evidence"]["per_rank"])
+    assert sorted(r for group in finding["evidence"]["groups"] for r in group["ranks"]) == sorted(slow)
+
+
+def test_the_closing_line_names_the_outliers_as_the_rows_do(mix, capsys):
+    name, job = mix
+    line = run(capsys, "report", str(job), "--format", "line").strip()
+    assert line.endswith(MIXES[name][2]) and line.startswith("1,024 ranks, "), line
+
+
+def test_compare_keeps_a_whole_slow_node_on_rows_of_its_own(tmp_path, capsys):
+    base = write_big_job(tmp_path / "a", ranks=64, slow=-1, killed=-1, slow_by=20.0, source=RECORDED)
+    node = write_big_job(tmp_path / "b", ranks=64, slow=[3, *range(40, 48)], killed=-1, slow_by=20.0, source=RECORDED)
+    table = run(capsys, "compare", str(base), str(node))
+    assert "  40-47 (8) = ranks 40-47 (8 ranks)" in table, table
+    assert "  1-63 (54) = ranks 1-2, 4-39, 48-63 (54 ranks)" in table, table
+    assert any(line.startswith("load ") and line.split()[1] == "3" for line in table.splitlines()), table
+
+
+def test_top_shows_a_whole_node_behind_on_one_row_apart_from_a_single_rank(tmp_path):
+    now = 1_800_000_000 * 10**9
+    folder = write_live_job(tmp_path / "live", 1024, now, behind=(3, *NODE77), stuck=(5,))
+    lines = top_lines(rows(state_files(folder), now, "this-node", lambda pid, created: True), "here", now, live=False)
+    assert "need attention: 10 ranks" in lines, lines
+    cells = [line.split() for line in lines if line.startswith("  node0")]
+    assert [row[:3] for row in cells] == [["node000", "5", str(FIRST_PID + 5)], ["node000", "3", str(FIRST_PID + 3)],
+                                          ["node077", "616-623", "(8)"]], lines  # fmt: skip
+    assert cells[2][4] == "loading" and cells[2][-1] == "behind", cells
