@@ -49,7 +49,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line("markers", "lint: ruff and mypy over the whole tree (also integration)")
     config.addinivalue_line(
-        "markers", "backends: the real Jaeger and collector (scripts/build_backends.sh) and Prometheus (also integration)"
+        "markers", "backends: the real Jaeger and collector of scripts/build_backends.sh (also integration)"
     )
 
 
