@@ -72,3 +72,10 @@ if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null && [ "$(id -u)" =
 fi
 echo "setup: done (.venv: $(.venv/bin/python -c 'import transformers; print("transformers", transformers.__version__)'); .venv512: $(.venv512/bin/python -c 'import transformers; print("transformers", transformers.__version__)'))"
 echo "setup: loadtrace is .venv/bin/loadtrace; \`source .venv/bin/activate\` puts it (and torchrun, pytest) on PATH"
+# The real backends of tests/backends/: Jaeger v2 and the collector built from the Go module proxy into .backends/bin
+# (scripts/build_backends.sh; the first build takes minutes, then Go's caches make it seconds, an unchanged one ~0 s).
+if command -v go >/dev/null; then
+  bash scripts/build_backends.sh || echo "setup: the backends did not build; tests/backends/ will be skipped"
+else
+  echo "setup: no Go; tests/backends/ will be skipped (install Go, then bash scripts/build_backends.sh)"
+fi

@@ -5,7 +5,8 @@ other: ``in_job/`` (the instrumentation inside a process), ``analysis/`` (what s
 sees), ``fleet/`` (ClickHouse, Jaeger, the collector and dashboard configs) and ``structure/`` (layering, one spelling
 of every name). The slow tier, marked ``integration`` here once per folder: ``processes/`` (promises that need a
 process of their own: ``LOADTRACE=1`` at interpreter start, signals, forks, the console commands, docker-compose),
-``e2e/`` (real ``torchrun`` jobs and a real browser) and ``lint/`` (ruff and mypy over the whole tree, also ``lint``).
+``e2e/`` (real ``torchrun`` jobs and a real browser), ``lint/`` (ruff and mypy over the whole tree, also ``lint``) and
+``backends/`` (the real Jaeger and collector that ``scripts/build_backends.sh`` builds, also ``backends``).
 
 pytest runs on three pytest-xdist workers (``addopts`` in pyproject.toml; ``-n 0`` runs serially), a test file's
 tests on one worker (``--dist loadscope``), so a module-scoped job runs once. The session-wide jobs here
@@ -36,6 +37,7 @@ FOLDER_MARKERS = {
     "processes": (pytest.mark.integration,),
     "e2e": (pytest.mark.integration, pytest.mark.skipif(not _venvs.discover(), reason=NO_VENV)),
     "lint": (pytest.mark.integration, pytest.mark.lint),
+    "backends": (pytest.mark.integration, pytest.mark.backends),
 }
 
 
@@ -46,6 +48,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "tree (ruff, mypy); the quick tier is -m 'not integration'",
     )
     config.addinivalue_line("markers", "lint: ruff and mypy over the whole tree (also integration)")
+    config.addinivalue_line(
+        "markers", "backends: the real Jaeger and collector of scripts/build_backends.sh (also integration)"
+    )
 
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker

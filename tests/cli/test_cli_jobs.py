@@ -177,7 +177,7 @@ def test_a_jaeger_search_is_paged_until_every_trace_is_read(jaeger_server, monke
 
 
 def test_a_jaeger_search_with_nothing_to_show_is_one_line(jaeger_server, capsys):
-    assert "no traces of service 'other'" in fails(capsys, "--jaeger", jaeger_server, "--service", "other")
+    assert "no traces found: service 'other'" in fails(capsys, "--jaeger", jaeger_server, "--service", "other")
     assert "no traces" in fails(capsys, "--jaeger", jaeger_server, "--service", "loadtrace", "--since", "1h")
 
 

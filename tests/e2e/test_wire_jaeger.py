@@ -55,6 +55,8 @@ class JaegerStore(loopback.Loopback):
                     query[key] = parse_rfc3339_nanos(query[key])
                 except (KeyError, ValueError):
                     return 400, error(400, f"malformed parameter {key}")
+            if not query.get("query.num_traces"):  # Jaeger 2.12's memory storage: a search depth of 0
+                return 500, error(500, "search depth must be greater than 0 and less than max traces")
             if not query.get("query.service_name"):
                 return 400, error(400, "malformed parameter query.service_name")
             # Jaeger finds the traces with a span of that service starting in the window, and returns them whole.

@@ -138,8 +138,8 @@ def test_compare_two_trace_ids_from_jaeger(server, capsys):
 def test_rfc3339_nanos_and_durations():
     assert jaeger.rfc3339_nanos(1_764_493_200_123_456_789) == "2025-11-30T09:00:00.123456789Z"
     assert jaeger.parse_duration("90s") == 90 and jaeger.parse_duration("1.5h") == 5400
-    url = jaeger.search_url("http://j:16686/", "svc", 3600, now_ns=1_764_493_200_000_000_000)
+    url = jaeger.page_url("http://j:16686/", "svc", 1_764_489_600_000_000_000, 1_764_493_200_000_000_000)
     assert url == (
         "http://j:16686/api/v3/traces?query.service_name=svc&query.start_time_min=2025-11-30T08%3A00%3A00.000000000Z"
-        "&query.start_time_max=2025-11-30T09%3A00%3A00.000000000Z"
+        "&query.start_time_max=2025-11-30T09%3A00%3A00.000000000Z&query.num_traces=100"
     )

@@ -12,7 +12,8 @@ The allow-lists below were read from upstream source for the pinned releases; a 
 so that they are checked again rather than trusted:
 
 - otel/opentelemetry-collector-contrib: the distribution manifest,
-  github.com/open-telemetry/opentelemetry-collector-releases distributions/otelcol-contrib/manifest.yaml (0.135.0),
+  github.com/open-telemetry/opentelemetry-collector-releases distributions/otelcol-contrib/manifest.yaml (read at
+  0.135.0; the pins are now 0.139.0, the release tests/backends/ builds and loads these configs with),
   component keys from each component's config.go / config.schema.yaml / README in opentelemetry-collector(-contrib)
   (receiver/otlpjsonfilereceiver, pkg/stanza/fileconsumer, processor/memorylimiterprocessor, processor/batchprocessor,
   processor/groupbytraceprocessor, processor/filterprocessor, processor/deltatocumulativeprocessor,
@@ -37,11 +38,11 @@ EXPORTERS = REPO / "exporters"
 
 COLLECTOR_IMAGE = "otel/opentelemetry-collector-contrib"
 
-COLLECTOR_TAG = "0.135.0"
+COLLECTOR_TAG = "0.139.0"
 
 JAEGER_IMAGE = "jaegertracing/jaeger"
 
-JAEGER_TAG = "2.10.0"
+JAEGER_TAG = "2.12.0"
 
 SECTIONS = ("receivers", "processors", "exporters", "connectors", "extensions")
 

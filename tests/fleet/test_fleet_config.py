@@ -27,7 +27,7 @@ GRAFANA = REPO / "exporters" / "grafana"
 
 FLEET = {
     "clickhouse": "clickhouse/clickhouse-server:25.8",
-    "fleet-collector": "otel/opentelemetry-collector-contrib:0.135.0",
+    "fleet-collector": "otel/opentelemetry-collector-contrib:0.139.0",
     "grafana": "grafana/grafana:12.1.1",
     "loadtrace-rollup": "python:3.11-slim",
     "prometheus": "prom/prometheus:v3.5.0",

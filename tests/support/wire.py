@@ -242,6 +242,21 @@ class WireRun:
 WIRE_CLUSTER = "wire-cluster"  # LOADTRACE_CLUSTER of these runs: on their Resource and their startup metrics
 
 
+def wire_env(mode: str, files_dir: Path, endpoint: str, protocol: str) -> dict[str, str]:
+    """A traced ``examples/load.py`` run's variables: files in ``files_dir`` and OTLP to ``endpoint`` at once."""
+    return {
+        **MODE_ENV[mode],
+        "LOADTRACE": "1",
+        "LOADTRACE_DIR": str(files_dir),
+        "LOADTRACE_CLUSTER": WIRE_CLUSTER,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+        "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
+        # What arrives is tested here, not the exit's bound (test_never_breaks_the_job has dead collectors): on 2
+        # busy cores a gRPC flush at exit has taken over the default 1 s, which loadtrace then says, as it should.
+        "LOADTRACE_EXIT_TIMEOUT": "10",
+    }
+
+
 def wire_run(
     venv: Venv, protocol: str, checkpoint: Path, tmp_path_factory: pytest.TempPathFactory, mode: str = "fsdp"
 ) -> WireRun:
@@ -252,17 +267,7 @@ def wire_run(
         receiver = GrpcReceiver() if protocol == "grpc" else HttpReceiver()
         cwd = tmp_path_factory.mktemp(f"wire-{venv.name}-{mode}-{protocol.replace('/', '-')}")
         files_dir = cwd / "files"
-        env = {
-            **MODE_ENV[mode],
-            "LOADTRACE": "1",
-            "LOADTRACE_DIR": str(files_dir),
-            "LOADTRACE_CLUSTER": WIRE_CLUSTER,
-            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver.port}",
-            "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
-            # What arrives is tested here, not the exit's bound (test_never_breaks_the_job has dead collectors): on 2
-            # busy cores a gRPC flush at exit has taken over the default 1 s, which loadtrace then says, as it should.
-            "LOADTRACE_EXIT_TIMEOUT": "10",
-        }
+        env = wire_env(mode, files_dir, f"http://127.0.0.1:{receiver.port}", protocol)
         with receiver:
             run = torchrun(venv, EXAMPLE_WORKER, [str(checkpoint), "--mode", mode], cwd=cwd, env=env)
         print(

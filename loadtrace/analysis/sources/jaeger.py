@@ -38,18 +38,6 @@ def trace_url(base_url: str, trace_id: str) -> str:
     return f"{_api(base_url)}/traces/{urllib.parse.quote(trace_id.strip(), safe='')}"
 
 
-def search_url(base_url: str, service: str, since_seconds: float, now_ns: int | None = None) -> str:
-    end_ns = time.time_ns() if now_ns is None else now_ns
-    query = urllib.parse.urlencode(
-        {
-            "query.service_name": service,
-            "query.start_time_min": rfc3339_nanos(end_ns - int(since_seconds * 1e9)),
-            "query.start_time_max": rfc3339_nanos(end_ns),
-        }
-    )
-    return f"{_api(base_url)}/traces?{query}"
-
-
 def _api(base_url: str) -> str:
     parsed = urllib.parse.urlparse(base_url.strip())
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
@@ -139,5 +127,5 @@ def search_all(
             break
         end_ns = min(min(starts.values()), end_ns - 1)
     if not result.spans:
-        raise NoTraces(f"no traces of service {service!r} in the last {since_seconds:g} s ({_api(base_url)})")
+        raise NoTraces(f"no traces found: service {service!r} in the last {since_seconds:g} s ({_api(base_url)})")
     return result
