@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 from support.big_job import FIRST_PID, RECORDED, write_big_job, write_live_job
+from support.cli import ok, rank_rows
 
 from loadtrace import semconv as sc
 from loadtrace.analysis.top import rows
-from loadtrace.cli import main
 from loadtrace.cli.render_top import top_lines
 from loadtrace.cli.top import state_files
 
@@ -56,24 +56,10 @@ def mix(request, tmp_path_factory) -> tuple[str, Path]:
     return request.param, write_big_job(folder, ranks=1024, slow=slow or -1, killed=-1, slow_by=20.0, source=RECORDED)
 
 
-def run(capsys, *argv: str) -> str:
-    code = main(list(argv))
-    out = capsys.readouterr().out
-    assert code == 0, out
-    return out
-
-
-def rank_rows(table: str) -> list[str]:
-    lines = table.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("rank "))
-    end = next(i for i, line in enumerate(lines) if line.startswith("I/O: "))
-    return lines[start + 1 : end]
-
-
 def test_the_report_groups_its_findings_like_its_rows_within_80_lines(mix, capsys):
     name, job = mix
     slow, titles, _ = MIXES[name]
-    table = run(capsys, "report", str(job))
+    table = ok(capsys, "report", str(job))
     assert len(table.splitlines()) <= 80, table
     rows = rank_rows(table)
     healthy = [row for row in rows if row.startswith("ranks 1-")]
@@ -91,7 +77,7 @@ def test_the_report_groups_its_findings_like_its_rows_within_80_lines(mix, capsy
 def test_the_json_keeps_every_slow_ranks_figures(mix, capsys):
     name, job = mix
     slow = MIXES[name][0]
-    data = json.loads(run(capsys, "report", str(job), "--format", "json"))
+    data = json.loads(ok(capsys, "report", str(job), "--format", "json"))
     found = [f for f in data["findings"] if f["kind"] == sc.FINDING_SLOW_RANK]
     if not slow:
         assert found == []
@@ -105,14 +91,14 @@ def test_the_json_keeps_every_slow_ranks_figures(mix, capsys):
 
 def test_the_closing_line_names_the_outliers_as_the_rows_do(mix, capsys):
     name, job = mix
-    line = run(capsys, "report", str(job), "--format", "line").strip()
+    line = ok(capsys, "report", str(job), "--format", "line").strip()
     assert line.endswith(MIXES[name][2]) and line.startswith("1,024 ranks, "), line
 
 
 def test_compare_keeps_a_whole_slow_node_on_rows_of_its_own(tmp_path, capsys):
     base = write_big_job(tmp_path / "a", ranks=64, slow=-1, killed=-1, slow_by=20.0, source=RECORDED)
     node = write_big_job(tmp_path / "b", ranks=64, slow=[3, *range(40, 48)], killed=-1, slow_by=20.0, source=RECORDED)
-    table = run(capsys, "compare", str(base), str(node))
+    table = ok(capsys, "compare", str(base), str(node))
     assert "  40-47 (8) = ranks 40-47 (8 ranks)" in table, table
     assert "  1-63 (54) = ranks 1-2, 4-39, 48-63 (54 ranks)" in table, table
     assert any(line.startswith("load ") and line.split()[1] == "3" for line in table.splitlines()), table

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from support.big_job import write_big_job
+from support.cli import ok, rank_rows
 from support.paths import SPANS
 
 from loadtrace import semconv as sc
@@ -25,7 +26,7 @@ from loadtrace.analysis import alike
 from loadtrace.analysis.model import Finding, NodeReads, NodeStartup
 from loadtrace.analysis.ranks import jobs_from_spans
 from loadtrace.analysis.sources import read_files
-from loadtrace.cli import main, render
+from loadtrace.cli import render
 from loadtrace.cli.render import who
 from loadtrace.instrumentation import summary
 
@@ -40,23 +41,8 @@ def big_job(tmp_path_factory) -> Path:
     return write_big_job(folder, ranks=1024, slow=SLOW, killed=KILLED, slow_by=20.0)
 
 
-def run(capsys, *argv: str) -> str:
-    code = main(list(argv))
-    out = capsys.readouterr().out
-    assert code == 0, out
-    return out
-
-
-def rank_rows(table: str) -> list[str]:
-    """The rank table's lines: from its header to the first I/O line."""
-    lines = table.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("rank "))
-    end = next(i for i, line in enumerate(lines) if line.startswith("I/O: "))
-    return lines[start + 1 : end]
-
-
 def test_the_report_of_1024_ranks_fits_80_lines_with_a_row_for_each_outlier(big_job, capsys):
-    table = run(capsys, "report", str(big_job))
+    table = ok(capsys, "report", str(big_job))
     lines = table.splitlines()
     assert len(lines) <= 80, table
     rows = rank_rows(table)
@@ -73,7 +59,7 @@ def test_the_report_of_1024_ranks_fits_80_lines_with_a_row_for_each_outlier(big_
 
 
 def test_the_json_lists_every_rank_and_the_slow_rank_finding(big_job, capsys):
-    data = json.loads(run(capsys, "report", str(big_job), "--format", "json"))
+    data = json.loads(ok(capsys, "report", str(big_job), "--format", "json"))
     assert sorted(rank["rank"] for rank in data["ranks"]) == list(range(1024))
     assert len(data["traces"][0]["nodes"]) == 128
     startup = {rank["rank"] for rank in data["traces"][0]["startup"]["ranks"]}
@@ -83,27 +69,27 @@ def test_the_json_lists_every_rank_and_the_slow_rank_finding(big_job, capsys):
 
 
 def test_ranks_all_prints_every_rank_and_node(big_job, capsys):
-    table = run(capsys, "report", str(big_job), "--ranks", "all")
+    table = ok(capsys, "report", str(big_job), "--ranks", "all")
     assert len(rank_rows(table)) == 1024
     assert sum(line.startswith("I/O: ") for line in table.splitlines()) == 128
     assert "(1,021 ranks)" not in table.split("findings (")[0]
 
 
 def test_compare_shares_rows_of_alike_ranks_and_keeps_the_outliers(big_job, capsys):
-    table = run(capsys, "compare", str(big_job), str(big_job))  # the job with itself: read once
+    table = ok(capsys, "compare", str(big_job), str(big_job))  # the job with itself: read once
     assert "  1-1023 (1,021) = ranks 1-299, 301-699, 701-1023 (1,021 ranks)" in table
     rows = [re.split(r"\s{2,}", line) for line in table.splitlines() if line.startswith("load ")]
     assert [row[1] for row in rows if row[2] == "seconds"] == ["0", "1-1023 (1,021)", str(SLOW)], rows  # 300: no load
     (slow_load,) = [row for row in rows if row[1] == str(SLOW) and row[2] == "seconds"]
     assert float(slow_load[3]) > 20 and len(table.splitlines()) < 120
-    data = json.loads(run(capsys, "compare", str(big_job), str(big_job), "--format", "json"))
+    data = json.loads(ok(capsys, "compare", str(big_job), str(big_job), "--format", "json"))
     assert {row["rank"] for row in data["phases"]} == set(range(1024))
-    every = run(capsys, "compare", str(big_job), str(big_job), "--ranks", "all")
+    every = ok(capsys, "compare", str(big_job), str(big_job), "--ranks", "all")
     assert sum(line.startswith("load ") for line in every.splitlines()) > 3000
 
 
 def test_the_line_at_the_end_of_the_job_names_the_ranks_that_stand_out(big_job, capsys):
-    line = run(capsys, "report", str(big_job), "--format", "line").strip()
+    line = ok(capsys, "report", str(big_job), "--format", "line").strip()
     assert line == f"1,024 ranks, 6 findings; rank {KILLED} incomplete, rank {SLOW} slow", line
     # Rank 0's closing line, as the job prints it: the installed CLI in a child process.
     said = summary.report_counts(str(big_job), JOB_ID, time.monotonic() + 120)
@@ -112,15 +98,15 @@ def test_the_line_at_the_end_of_the_job_names_the_ranks_that_stand_out(big_job, 
 
 def test_a_small_job_keeps_a_row_per_rank_and_alike_ranks_share_one_from_min_group_on(tmp_path, capsys):
     small = write_big_job(tmp_path / "small", ranks=alike.MIN_GROUP, slow=0, killed=-1)  # ranks 1-7: 7 alike
-    assert len(rank_rows(run(capsys, "report", str(small)))) == alike.MIN_GROUP
+    assert len(rank_rows(ok(capsys, "report", str(small)))) == alike.MIN_GROUP
     enough = write_big_job(tmp_path / "enough", ranks=alike.MIN_GROUP + 1, slow=0, killed=-1)  # ranks 1-8: 8 alike
-    rows = rank_rows(run(capsys, "report", str(enough)))
+    rows = rank_rows(ok(capsys, "report", str(enough)))
     assert rows[1:] == ["ranks 1-8 (8 ranks) on 2 nodes:", rows[2]] and rows[2].startswith("  each "), rows
 
 
 def test_alike_ranks_that_differ_show_each_columns_min_median_and_max(tmp_path, capsys):
     job = write_big_job(tmp_path / "job", ranks=16, slow=9, killed=-1)  # rank 9 3x slower: not past the threshold
-    rows = rank_rows(run(capsys, "report", str(job)))
+    rows = rank_rows(ok(capsys, "report", str(job)))
     assert rows[1] == "ranks 1-15 (15 ranks) on 2 nodes:", rows
     low, middle, high = (row.split() for row in rows[2:])
     assert (low[0], middle[0], high[0]) == ("min", "median", "max"), rows

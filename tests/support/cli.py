@@ -33,3 +33,18 @@ def one_line(capsys: Any, *argv: str) -> str:
     assert code == 2 and out == "", (code, out, err)
     assert err.count("\n") == 1 and err.startswith(ERROR) and "Traceback" not in err, err
     return err
+
+
+def ok(capsys: Any, *argv: str) -> str:
+    """stdout of a command that must exit 0."""
+    code, out, err = run(capsys, *argv)
+    assert code == 0, out + err
+    return out
+
+
+def rank_rows(table: str) -> list[str]:
+    """A report's rank table: the lines from its header to the first I/O line."""
+    lines = table.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("rank "))
+    end = next(i for i, line in enumerate(lines) if line.startswith("I/O: "))
+    return lines[start + 1 : end]
