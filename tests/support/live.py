@@ -265,7 +265,10 @@ def _head_for_oom(venv: Venv, checkpoint: Path, cwd: Path) -> HeadingForOom:
     cgroup = memory_cgroup("loadtrace-oom-ahead", None)
     traces = cwd / "traces"
     try:
-        args = [str(checkpoint), "--delay", "1", "--grow-mb", "16", "--cgroup", str(cgroup), "--headroom-mb", "250"]
+        # 6 MB a tensor, 1 s apart, against 250 MB of headroom taken once both ranks' imports are resident: the kill
+        # comes ~35 tensors in, of the 69 the load would take, and `top` can see it coming for ~30 s: wide enough for a
+        # loaded suite's polling (the imports used to eat the headroom, leaving ~3 s, which a busy machine missed).
+        args = [str(checkpoint), "--delay", "1", "--grow-mb", "6", "--cgroup", str(cgroup), "--headroom-mb", "250"]
         inside = ("sh", "-c", f'echo $$ > {cgroup / "cgroup.procs"} && exec "$@"', "sh")
         env = {"LOADTRACE": "1", "HF_DEACTIVATE_ASYNC_LOAD": "1", "LOADTRACE_DIR": str(traces)}
         job = Job(venv, SLOW_WORKER, args, cwd, env, prefix=inside)

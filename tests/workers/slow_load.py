@@ -31,6 +31,14 @@ def limit_cgroup(directory: Path, headroom_mb: int) -> None:
     (directory / "memory.limit_in_bytes").write_text(str(usage + headroom_mb * 2**20))
 
 
+def warm_up(ckpt: str) -> None:
+    """What ``from_pretrained`` would import first: the config and the model's modeling module."""
+    import transformers
+
+    config = transformers.AutoConfig.from_pretrained(ckpt)
+    transformers.AutoModelForCausalLM._model_mapping[type(config)]
+
+
 def slow_down(delay_s: float, grow_mb: int) -> None:
     from transformers import core_model_loading
 
@@ -62,9 +70,16 @@ def main() -> None:
     dist.init_process_group(backend="gloo", timeout=datetime.timedelta(seconds=args.pg_timeout))
     rank = dist.get_rank()
     load = load_example("load")
-    if rank == args.slow_rank:
-        if args.cgroup:
+    if args.cgroup:
+        # A container's limit is set before the job starts, so the limit is set before the load (loadtrace reads it
+        # then); but both ranks first import what the load would (~100 MB each), which would eat the headroom before a
+        # tensor is read, and meet, so the limit is taken once all that is resident.
+        warm_up(args.ckpt)
+        dist.barrier()
+        if rank == args.slow_rank:
             limit_cgroup(Path(args.cgroup), args.headroom_mb)
+        dist.barrier()
+    if rank == args.slow_rank:
         slow_down(args.delay, args.grow_mb)
     load.from_pretrained(args.ckpt)
     dist.barrier()
