@@ -3,7 +3,7 @@
 The instrumentation half writes these names and the analysis half reads them back; spelling each once, here, makes a
 rename an import error instead of a report that silently reads zero. Standard library only: the role the
 ``opentelemetry-semantic-conventions`` package plays for OTel's own names, and ddtrace's ``constants.py`` for its
-integrations. README.md's "Span and attribute reference" documents
+integrations. docs/reference.md's "Span and attribute reference" documents
 every name below, and a test holds the two equal.
 """
 
@@ -518,8 +518,8 @@ EXCEPTION_TYPE = "exception.type"
 EXCEPTION_MESSAGE = "exception.message"
 
 # Progress metrics (issue 25): a loading rank's progress every LOADTRACE_PROGRESS_INTERVAL seconds over OTLP, with the
-# traces' Resource (job and rank there). README.md's "Metrics" table documents each; the METRIC_ prefix keeps them out
-# of the span reference.
+# traces' Resource (job and rank there). docs/reference.md's "Metrics" table documents each; the METRIC_ prefix keeps
+# them out of the span reference.
 METRIC_READ_BYTES = "loadtrace.progress.read_bytes"  # gauge, By: the open load's tensor bytes read so far
 METRIC_EXPECTED_BYTES = "loadtrace.progress.expected_bytes"  # gauge, By: the checkpoint's tensor bytes (when known)
 METRIC_FILES_OPENED = "loadtrace.progress.files_opened"  # gauge: files the open load opened

@@ -4,10 +4,11 @@ shows, from the same SQL run by chDB over an otel_traces table and its rollup.
     .venv/bin/python scripts/fleet_dashboard.py                      # rewrite exporters/grafana/loadtrace-fleet.json
     .venv/bin/python scripts/fleet_dashboard.py --check              # exit 1 where the file differs
     .venv/bin/python scripts/fleet_dashboard.py --sample chdb:PATH   # each panel's rows, as text
-    .venv/bin/python scripts/fleet_dashboard.py --readme             # README's sample: the recorded runs + 18 jobs
+    .venv/bin/python scripts/fleet_dashboard.py --docs               # docs/fleet.md sample: the recorded runs + 18 jobs
 
-A fifth panel reads Prometheus: the ranks' startup histograms (``loadtrace.startup.duration``, README's Metrics), whose
-buckets' exemplars link to the trace of a startup in them, through the same trace view as the slowest jobs' ids.
+A fifth panel reads Prometheus: the ranks' startup histograms (``loadtrace.startup.duration``, docs/reference.md's
+Metrics), whose buckets' exemplars link to the trace of a startup in them, through the same trace view as the slowest
+jobs' ids.
 
 Three panels read the rows `loadtrace rollup` keeps beside the spans (docs/report.md, ClickHouse rollup): each job's
 `jobs` row, computed by `jobs`' own code, so the dashboard's startup, slowest rank and phase and phase split are
@@ -202,20 +203,20 @@ def demo_sample() -> str:
         return sample(f"chdb:{Path(scratch) / 'db'}")
 
 
-def write_readme() -> None:
-    readme = OUT.parents[2] / "README.md"
-    head, marker, rest = readme.read_text().partition("<!-- fleet sample -->\n```\n")
-    readme.write_text(head + marker + demo_sample().rstrip("\n") + "\n```" + rest.split("\n```", 1)[1])
+def write_docs() -> None:
+    page = OUT.parents[2] / "docs" / "fleet.md"
+    head, marker, rest = page.read_text().partition("<!-- fleet sample -->\n```\n")
+    page.write_text(head + marker + demo_sample().rstrip("\n") + "\n```" + rest.split("\n```", 1)[1])
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--sample", metavar="chdb:PATH")
-    parser.add_argument("--readme", action="store_true")
+    parser.add_argument("--docs", action="store_true")
     args = parser.parse_args()
-    if args.readme:
-        write_readme()
+    if args.docs:
+        write_docs()
         return 0
     if args.sample:
         print(sample(args.sample))

@@ -1,4 +1,4 @@
-"""Every sample output in README.md, examples/README.md and docs/report.md, generated from real runs.
+"""Every sample output in README.md, examples/README.md and the pages under docs/, generated from real runs.
 
     .venv/bin/python scripts/gen_docs.py            # rewrite the samples from the recorded runs (about a second)
     .venv/bin/python scripts/gen_docs.py --check    # exit 1 and show the diff where a document differs
@@ -36,7 +36,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "docs" / "samples"
-DOCUMENTS = (REPO / "README.md", REPO / "examples" / "README.md", REPO / "docs" / "report.md")
+# Every page a sample may sit in: a section moved between them keeps its samples generated and checked.
+DOCUMENTS = (REPO / "README.md", REPO / "examples" / "README.md", *sorted((REPO / "docs").glob("*.md")))
 MARKER = re.compile(r"^<!-- gen_docs: (?P<name>[\w-]+) -->\n```[^\n]*\n(?P<body>.*?)^```$", re.MULTILINE | re.DOTALL)
 # run name → (venv, load.py mode): what --record runs.
 RUNS = {
@@ -188,8 +189,10 @@ def main() -> int:
     if args.record is not None:
         record(args.record or list(RUNS))
     differs = False
+    placed: set[str] = set()
     for document in DOCUMENTS:
         text = document.read_text()
+        placed |= {match.group("name") for match in MARKER.finditer(text)}
         new = generate(text, document)
         if new == text:
             continue
@@ -200,7 +203,10 @@ def main() -> int:
         else:
             document.write_text(new)
             print(f"rewrote {document.relative_to(REPO)}")
-    return 1 if differs and args.check else 0
+    lost = [name for name in SAMPLE if name not in placed]  # a section moved without its marker
+    if lost:
+        print(f"samples in no document: {', '.join(lost)}", file=sys.stderr)
+    return 1 if (differs and args.check) or lost else 0
 
 
 if __name__ == "__main__":

@@ -61,7 +61,7 @@ wait $legacy
 if ! command -v docker-compose >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
   (apt-get update -qq && apt-get install -y -qq docker-compose) >/dev/null 2>&1 || echo "setup: docker-compose not installed; its check will be skipped"
 fi
-# tmux: `loadtrace top` is tested in a real terminal (tests/e2e/test_top_live.py) and its README screenshot is a tmux
+# tmux: `loadtrace top` is tested in a real terminal (tests/e2e/test_top_live.py) and its screenshot in docs/commands.md is a tmux
 # capture (scripts/top_screenshot.py); the same where we may, else those are skipped.
 if ! command -v tmux >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
   (apt-get update -qq && apt-get install -y -qq tmux) >/dev/null 2>&1 || echo "setup: tmux not installed; the terminal test of loadtrace top will be skipped"

@@ -1,9 +1,9 @@
-"""README.md's ``loadtrace top`` screenshot: a real 2-rank load watched in tmux, its pane captured as text.
+"""docs/commands.md's ``loadtrace top`` screenshot: a real 2-rank load watched in tmux, its pane captured as text.
 
     .venv/bin/python scripts/top_screenshot.py      # minutes: a checkpoint, a torchrun job, one capture mid-load
 
-Writes ``docs/samples/top/capture.txt``; ``scripts/gen_docs.py`` puts it into README.md (sample ``top``). The job is
-``tests/workers/slow_load.py`` (rank 1 sleeps 1 s before each tensor it reads, as on slow storage) on the 1 MB
+Writes ``docs/samples/top/capture.txt``; ``scripts/gen_docs.py`` puts it into docs/commands.md (sample ``top``). The job
+is ``tests/workers/slow_load.py`` (rank 1 sleeps 1 s before each tensor it reads, as on slow storage) on the 1 MB
 checkpoint of ``examples/make_checkpoint.py``; the capture is taken once rank 1 is a third through its load.
 """
 

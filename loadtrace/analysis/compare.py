@@ -4,7 +4,7 @@ parallel plan, launcher, library versions).
 
 Each side is one job (one attempt of a trace) of its source; ``pick_job`` picks it when the source holds several.
 
-Phases, each from the spans named in README.md's span reference:
+Phases, each from the spans named in docs/reference.md's span reference:
 - ``open``: ``safetensors.open`` / ``torch.load`` spans (their time, the files' sizes, how many);
 - ``read``: tensors and bytes read; its time only where spans of its own exist (``safetensors.read`` at tensor detail,
   ``transformers.load_state_dict``, ``safetensors.load``), since at default detail reads happen inside file spans;

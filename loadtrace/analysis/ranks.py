@@ -2,10 +2,10 @@
 
 A job is one attempt of a trace (every rank's spans hang from the job's root span; ``processes.py`` keeps a restart's
 processes apart); a rank is a resource's ``loadtrace.rank``, else its ``service.instance.id``. Totals come from the
-outermost load spans (``transformers.from_pretrained``,
-``loadtrace.load``), which already count every file opened while they were open, whichever thread read it; a file
-span outside every load (a bare ``safe_open`` / ``torch.load``) is counted from its own attributes. Every number here
-is a sum of span attributes named in README.md's span reference, so it can be traced back to the spans it came from.
+outermost load spans (``transformers.from_pretrained``, ``loadtrace.load``), which already count every file opened while
+they were open, whichever thread read it; a file span outside every load (a bare ``safe_open`` / ``torch.load``) is
+counted from its own attributes. Every number here is a sum of span attributes named in docs/reference.md's span
+reference, so it can be traced back to the spans it came from.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ text. Started before the job has made its folder, it says once that it waits for
 exists. ``--once`` prints one snapshot (a table, or ``--format json``) and exits: for scripts and tests.
 
 State files are read with ``pread``-style whole reads, never mapped: on a shared filesystem a reader sees a writer's
-mmap stores only once its page cache flushes them and the client's caches expire (README.md, "loadtrace top").
+mmap stores only once its page cache flushes them and the client's caches expire (docs/commands.md, "loadtrace top").
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Promise (README, "View it in Jaeger"): a job sending OTLP to the collector is ONE trace in Jaeger, holding every span
-its ranks exported, with their rank tags; ``loadtrace report --jaeger`` tells what ``loadtrace report`` tells over the
-job's files.
+"""Promise (docs/jaeger.md, "View it in Jaeger"): a job sending OTLP to the collector is ONE trace in Jaeger, holding
+every span its ranks exported, with their rank tags; ``loadtrace report --jaeger`` tells what ``loadtrace report`` tells
+over the job's files.
 
 The real backends (``scripts/build_backends.sh``): Jaeger v2 with exporters/jaeger.yaml and the collector with
 exporters/collector.yaml, both unchanged but for their addresses; a real 2-rank ``torchrun`` job (FSDP
@@ -24,7 +24,7 @@ from support.wire import PROTOCOLS, wire_env
 
 from loadtrace import semconv as sc
 
-# The README's table of a rank's resource tags in Jaeger (step 3, "Find the trace").
+# docs/jaeger.md's table of a rank's resource tags in Jaeger (step 3, "Find the trace").
 JAEGER_WARNINGS = "@jaeger@warnings"
 RANK_TAGS = (sc.RANK, sc.LOCAL_RANK, sc.WORLD_SIZE, "host.name", "process.pid", "service.instance.id", sc.LAUNCHER)
 

@@ -1,4 +1,4 @@
-"""Promise (README, "Many nodes"): a 1,024-rank job under the span budget, sent by its nodes to their agents
+"""Promise (docs/jaeger.md, "Many nodes"): a 1,024-rank job under the span budget, sent by its nodes to their agents
 (exporters/collector-agent.yaml) and on through the central collector (collector-central.yaml) into Jaeger
 (jaeger.yaml), arrives whole: every span its ranks exported, none dropped for message size or queue, in one trace that
 Jaeger answers.

@@ -1,4 +1,4 @@
-"""Promise (README, "Replay files written without a collector"): a job's files, picked up from the folder by the
+"""Promise (docs/jaeger.md, "Replay files written without a collector"): a job's files, picked up from the folder by the
 collector's ``otlpjsonfile`` receiver (exporters/collector.yaml), arrive in Jaeger once: no span twice, none lost. The
 job is the shared killed-rank job (``support/killed_rank.py``: rank 1 SIGKILLed mid-load, written without a collector):
 every span its file holds, the launcher's stand-ins for what the kill left open among them, hangs from its parent in

@@ -1,4 +1,4 @@
-"""Promise (issue 15): every sample output in README.md, examples/README.md and docs/report.md is the real output.
+"""Promise (issue 15): every sample output in README.md, examples/README.md and docs/*.md is the real output.
 
 - ``scripts/gen_docs.py --check``: each sample (a fenced block after ``<!-- gen_docs: NAME -->``) is exactly what the
   installed CLI prints over the recorded real runs in ``docs/samples/`` (rerun ``scripts/gen_docs.py`` after changing
@@ -14,7 +14,7 @@ import re
 
 from support.venvs import REPO
 
-DOCUMENTS = [REPO / "README.md", REPO / "examples" / "README.md", REPO / "docs" / "report.md"]
+DOCUMENTS = [REPO / "README.md", REPO / "examples" / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 
 FENCE = re.compile(r"(?P<marker><!-- gen_docs: [\w-]+ -->\n)?```[^\n]*\n(?P<body>.*?)^```$", re.MULTILINE | re.DOTALL)
 

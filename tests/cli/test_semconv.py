@@ -1,9 +1,9 @@
-"""Promise: README.md's "Span and attribute reference" documents every span name and attribute key that
+"""Promise: docs/reference.md's "Span and attribute reference" documents every span name and attribute key that
 ``loadtrace.semconv`` defines, and nothing else; the finding kinds and strategies semconv defines are exactly those the
-README and docs/report.md document.
+commands page, the reference and docs/report.md document.
 
-Names are compared in the README's notation: a semconv prefix (``loadtrace.model.held_bytes.``) and its key function
-(``held_bytes_key(device)``) stand for the README's ``loadtrace.model.held_bytes.<device>``; any ``<placeholder>``
+Names are compared in the reference's notation: a semconv prefix (``loadtrace.model.held_bytes.``) and its key function
+(``held_bytes_key(device)``) stand for the reference's ``loadtrace.model.held_bytes.<device>``; any ``<placeholder>``
 matches any other.
 """
 
@@ -12,7 +12,16 @@ from __future__ import annotations
 import re
 import types
 
-from support.span_reference import PLACEHOLDER, README, REPORT_MD, backticked, cells, documented_names, table
+from support.span_reference import (
+    COMMANDS,
+    PLACEHOLDER,
+    REFERENCE,
+    REPORT_MD,
+    backticked,
+    cells,
+    documented_names,
+    table,
+)
 
 from loadtrace import semconv
 
@@ -49,8 +58,8 @@ def semconv_names() -> tuple[set[str], set[str], set[str]]:
     return spans, keys, prefixes
 
 
-def readme_names() -> tuple[set[str], set[str]]:
-    """(span names, attribute keys) of README.md's span reference, placeholders normalised."""
+def reference_names() -> tuple[set[str], set[str]]:
+    """(span names, attribute keys) of docs/reference.md's span reference, placeholders normalised."""
     resource, spans = documented_names()
     keys = {normalise(n) for n in resource} | {normalise(n) for names in spans.values() for n in names}
     return set(spans), keys
@@ -69,23 +78,29 @@ def test_span_constants_are_all_spans():
 
 def test_span_names_are_documented_both_ways():
     spans, _, _ = semconv_names()
-    documented, _ = readme_names()
-    assert not spans - documented, f"in semconv, not in README.md's span reference: {sorted(spans - documented)}"
-    assert not documented - spans, f"in README.md's span reference, not in semconv: {sorted(documented - spans)}"
+    documented, _ = reference_names()
+    assert not spans - documented, (
+        f"in semconv, not in docs/reference.md's span reference: {sorted(spans - documented)}"
+    )
+    assert not documented - spans, (
+        f"in docs/reference.md's span reference, not in semconv: {sorted(documented - spans)}"
+    )
 
 
 def test_attribute_keys_are_documented_both_ways():
     _, keys, _ = semconv_names()
-    _, documented = readme_names()
-    assert not keys - documented, f"in semconv, not in README.md's span reference: {sorted(keys - documented)}"
-    assert not documented - keys, f"in README.md's span reference, not in semconv: {sorted(documented - keys)}"
+    _, documented = reference_names()
+    assert not keys - documented, f"in semconv, not in docs/reference.md's span reference: {sorted(keys - documented)}"
+    assert not documented - keys, f"in docs/reference.md's span reference, not in semconv: {sorted(documented - keys)}"
 
 
 def test_every_prefix_is_documented_with_a_placeholder():
     _, keys, prefixes = semconv_names()
-    _, documented = readme_names()
+    _, documented = reference_names()
     for prefix in prefixes:
-        assert any(n.startswith(prefix + ANY) for n in documented), f"{prefix}<...> not in README.md's span reference"
+        assert any(n.startswith(prefix + ANY) for n in documented), (
+            f"{prefix}<...> not in docs/reference.md's span reference"
+        )
         assert any(k.startswith(prefix + ANY) for k in keys), f"{prefix}: no semconv key function builds its keys"
     placeholders = sorted(n for n in documented if ANY in n)
     assert all(any(n.startswith(p) for p in prefixes) for n in placeholders), (placeholders, prefixes)
@@ -112,8 +127,8 @@ def json_enum(text: str, field: str) -> list[str]:
     return [v.strip() for v in values.split("|")]
 
 
-def test_finding_kinds_match_the_readme():
-    assert first_column(README.read_text(), "finding") == list(semconv.FINDING_KINDS)
+def test_finding_kinds_match_the_commands_page():
+    assert first_column(COMMANDS.read_text(), "finding") == list(semconv.FINDING_KINDS)
 
 
 def test_finding_kinds_match_docs_report():
@@ -123,9 +138,9 @@ def test_finding_kinds_match_docs_report():
 
 
 def listed_strategies(span: str) -> list[str]:
-    """The strategies the README's span reference lists for ``span``: in its row, or in the row's detail below the
+    """The strategies docs/reference.md lists for ``span``: in its row, or in the row's detail below the
     table (cells stay under 300 characters: test_readme_first_screen.py)."""
-    text = README.read_text()
+    text = REFERENCE.read_text()
     (row,) = [row for row in table(text, "### Spans") if row[0] == f"`{span}`"]
     notes = [line for line in text.splitlines() if line.startswith(f"- `{span}`, attributes:")]
     (listed,) = re.findall(rf"`{re.escape(semconv.STRATEGY)}` \(([^)]*)\)", " ".join([row[2], *notes]))
@@ -157,10 +172,11 @@ def test_every_strategy_and_finding_constant_is_listed():
 
 
 def test_metrics_are_documented_both_ways():
-    """The progress metrics (issue 25) and their one data-point attribute: README.md's "Metrics" table, exactly."""
-    rows = table(README.read_text(), "### Metrics")
+    """The progress metrics (issue 25) and their one data-point attribute: docs/reference.md's "Metrics" table,
+    exactly."""
+    rows = table(REFERENCE.read_text(), "### Metrics")
     documented = [backticked(row[0])[0] for row in rows]
     assert documented == list(semconv.METRICS)
     constants = {v for k, v in string_constants().items() if k.startswith("METRIC_")}
     attributes = {name for row in rows for name in backticked(row[2]) if name in constants}
-    assert constants == set(semconv.METRICS) | attributes, "a METRIC_ constant the README's table does not name"
+    assert constants == set(semconv.METRICS) | attributes, "a METRIC_ constant the reference's table does not name"

@@ -1,4 +1,4 @@
-"""The span budget (README, "The span budget of a big job"): a 1,024-rank job's trace is one Jaeger can open.
+"""The span budget (docs/reference.md, "The span budget of a big job"): a 1,024-rank job's trace is one Jaeger can open.
 
 Ranks 0-15 of a 1,024-rank job (8 a node) load a real 22-file checkpoint as single processes posing as their ranks
 (support/posing.py). Every node behaves as node 1 does, node 0 as itself, so the job's trace is node 0's spans plus

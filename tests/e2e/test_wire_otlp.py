@@ -1,8 +1,8 @@
 """Promise: with ``OTEL_EXPORTER_OTLP_ENDPOINT`` set, a real two-rank job's spans leave over OTLP (http/protobuf, or
 grpc with ``OTEL_EXPORTER_OTLP_PROTOCOL=grpc``) as one trace, each rank with the resource and span attributes of
-README.md's span reference, and with ``LOADTRACE_DIR`` set as well the files hold exactly the same spans, numbers and
-ids. Each rank's startup and load also leave as one measurement of the startup histograms, with no job, trace, rank
-or process in them, and an exemplar naming the job's trace and the span measured.
+docs/reference.md's span reference, and with ``LOADTRACE_DIR`` set as well the files hold exactly the same spans,
+numbers and ids. Each rank's startup and load also leave as one measurement of the startup histograms, with no job,
+trace, rank or process in them, and an exemplar naming the job's trace and the span measured.
 
 The receivers are this test's own (``support/wire.py``) on 127.0.0.1; what arrived is decoded with opentelemetry-proto,
 independently of loadtrace's encoding.
@@ -105,15 +105,17 @@ def test_resource_says_which_rank(wire: WireRun):
         assert r["loadtrace.lib.transformers"] == wire.venv.transformers, where
         assert r.get("loadtrace.version"), where
         undocumented = sorted(k for k in r if k not in SDK_RESOURCE and not pattern.fullmatch(k))
-        assert not undocumented, f"{where}: resource attributes not in README.md's span reference: {undocumented}"
+        assert not undocumented, (
+            f"{where}: resource attributes not in docs/reference.md's span reference: {undocumented}"
+        )
         job_ids.add(r["loadtrace.job.id"])
         pids.add(r["process.pid"])
     assert len(job_ids) == 1 and len(pids) == WORLD_SIZE, (job_ids, pids)
 
 
 def test_every_span_and_attribute_is_documented(wire: WireRun):
-    """README.md's span reference promises every span and every attribute: nothing on the wire may be missing from
-    it."""
+    """docs/reference.md's span reference promises every span and every attribute: nothing on the wire may be missing
+    from it."""
     _, documented_spans = documented()
     undocumented: dict[str, set[str]] = {}
     for span in wire.spans:
@@ -123,7 +125,7 @@ def test_every_span_and_attribute_is_documented(wire: WireRun):
             continue
         undocumented.setdefault(span.name, set()).update(k for k in span.attributes if not pattern.fullmatch(k))
     undocumented = {name: sorted(keys) for name, keys in undocumented.items() if keys}
-    assert not undocumented, f"{wire.label}: on the wire but not in README.md's span reference: {undocumented}"
+    assert not undocumented, f"{wire.label}: on the wire but not in docs/reference.md's span reference: {undocumented}"
 
 
 def test_span_attributes_carry_the_loads_numbers(wire: WireRun, checkpoint: Path):

@@ -381,7 +381,7 @@ def test_images_are_pinned_to_the_releases_the_allow_lists_were_read_from():
         "jaeger image changed: re-check JAEGER_COMPONENTS / JAEGER_KEYS against that release, then update the tag here"
     )
     assert re.fullmatch(r"2\.\d+\.\d+", JAEGER_TAG), (
-        "the UI and API described in README's 'View it in Jaeger' are Jaeger v2's"
+        "the UI and API described in docs/jaeger.md's 'View it in Jaeger' are Jaeger v2's"
     )
 
 
@@ -402,7 +402,7 @@ def test_collector_publishes_exactly_its_receivers_and_health_check():
     _, cfg = mounted_config("collector")
     ports = published(compose()["services"]["collector"])
     receiver_ports = {port_of(p["endpoint"]) for p in cfg["receivers"]["otlp"]["protocols"].values()}
-    assert receiver_ports == {4317, 4318}, "the endpoints README's 'View it in Jaeger' tells ranks to use"
+    assert receiver_ports == {4317, 4318}, "the endpoints docs/jaeger.md's 'View it in Jaeger' tells ranks to use"
     health = port_of(cfg["extensions"]["health_check"]["endpoint"])
     assert set(ports) == receiver_ports | {health}
     for protocol in cfg["receivers"]["otlp"]["protocols"].values():

@@ -1,5 +1,6 @@
-"""The span budget's rule (README, "The span budget of a big job"): which rank exports which spans, under each strategy,
-whatever the checkpoint's file count; the knob that brings them all back; no exported span names a parent left out.
+"""The span budget's rule (docs/reference.md, "The span budget of a big job"): which rank exports which spans, under
+each strategy, whatever the checkpoint's file count; the knob that brings them all back; no exported span names a parent
+left out.
 
 Each strategy's spans are a real 2-rank job's, recorded (plain: tests/fixtures/llama524; FSDP: docs/samples/fsdp524;
 FSDP2 under accelerate's ``prepare``: tests/fixtures/fsdp2_prepare524; ZeRO-3 under deepspeed:

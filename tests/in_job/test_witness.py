@@ -209,13 +209,13 @@ def test_a_dead_rank_becomes_one_rank_exit_span_with_its_exact_last_state(tmp_pa
     assert len(read_lines(written)) == 1
 
 
-def test_every_name_the_witness_emits_is_in_the_readme_reference(tmp_path, witness_dir):
+def test_every_name_the_witness_emits_is_in_the_span_reference(tmp_path, witness_dir):
     state_path = write_state(tmp_path)
     (witness_dir / str(DEAD_PID)).write_text(str(state_path))
     witness.Witness(Settings(exit_timeout_s=5)).witness([witness.Death(DEAD_PID, 1, RANK1_ENV)])
     ((resource, span),) = read_lines(next(tmp_path.glob("witness-*.jsonl")))
     resource_names, span_names = documented()
-    assert span["name"] in span_names, "loadtrace.rank_exit is not in README.md's span table"
+    assert span["name"] in span_names, "loadtrace.rank_exit is not in docs/reference.md's span table"
     assert [key for key in resource if not resource_names.fullmatch(key)] == []
     assert [key for key in span["attributes"] if not span_names[span["name"]].fullmatch(key)] == []
 

@@ -1,6 +1,6 @@
-"""Promise (README, ``LOADTRACE_DIR``; docs/report.md): a process that no launcher gave a rank (a plain ``python`` run,
-a test run) writes ``process-<host>-<pid>.jsonl`` into a job folder of its own, and ``report`` shows it as a job of one
-row named ``<host>/<pid>``, its ``rank`` ``null`` in the JSON."""
+"""Promise (docs/reference.md, ``LOADTRACE_DIR``; docs/report.md): a process that no launcher gave a rank (a plain
+``python`` run, a test run) writes ``process-<host>-<pid>.jsonl`` into a job folder of its own, and ``report`` shows it
+as a job of one row named ``<host>/<pid>``, its ``rank`` ``null`` in the JSON."""
 
 import contextlib
 import io

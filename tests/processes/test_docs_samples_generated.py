@@ -1,5 +1,5 @@
 """Promise (issue 15): ``scripts/gen_docs.py --check`` passes: each sample in README.md, examples/README.md and
-docs/report.md (a fenced block after ``<!-- gen_docs: NAME -->``) is exactly what the installed CLI prints over the
+docs/*.md (a fenced block after ``<!-- gen_docs: NAME -->``) is exactly what the installed CLI prints over the
 recorded real runs in ``docs/samples/`` (rerun ``scripts/gen_docs.py`` after changing the output)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The real backends that ``scripts/build_backends.sh`` builds from their Go modules (Jaeger v2 and an OpenTelemetry
 Collector with the components ``exporters/`` names), and Debian's Prometheus: each started on free loopback ports with
 the project's own config file, unchanged. Only addresses are given on the command line (``--set``, which the
-collector's command applies over the file), as a user on one host moves ports (README, "Many nodes")."""
+collector's command applies over the file), as a user on one host moves ports (docs/jaeger.md, "Many nodes")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""README.md's "Span and attribute reference", read as the contract: which spans exist and which attributes each
-carries, in the README's own notation (``<device>``, ``<Op>``, ``<name>`` placeholders, ``.after`` shorthand).
+"""docs/reference.md's "Span and attribute reference", read as the contract: which spans exist and which attributes
+each carries, in its own notation (``<device>``, ``<Op>``, ``<name>`` placeholders, ``.after`` shorthand).
 
 Shared by the wire tests (what arrives must be documented) and test_semconv (what semconv names must be documented,
 and the reverse).
@@ -12,6 +12,8 @@ import re
 from .paths import REPO
 
 README = REPO / "README.md"
+REFERENCE = REPO / "docs" / "reference.md"
+COMMANDS = REPO / "docs" / "commands.md"
 REPORT_MD = REPO / "docs" / "report.md"
 
 RESOURCE_HEADING = "### Resource (one per process"
@@ -64,7 +66,7 @@ def _tables(text: str) -> dict[str, list[list[str]]]:
 
 def documented_names(text: str | None = None) -> tuple[list[str], dict[str, list[str]]]:
     """(resource attribute names, span name → its attribute names), placeholders kept, shorthand expanded."""
-    tables = _tables(README.read_text() if text is None else text)
+    tables = _tables(REFERENCE.read_text() if text is None else text)
     resource = [n for row in tables[RESOURCE_HEADING] for n in names(row[0])]
     totals = [n for row in tables[TOTALS_HEADING] for n in names(row[0])]
     memory_rows = tables[MEMORY_HEADING]
@@ -85,6 +87,6 @@ def documented_names(text: str | None = None) -> tuple[list[str], dict[str, list
 
 
 def documented() -> tuple[re.Pattern, dict[str, re.Pattern]]:
-    """(resource attribute pattern, span name → attribute pattern) as README.md's span reference lists them."""
+    """(resource attribute pattern, span name → attribute pattern) as docs/reference.md's span reference lists them."""
     resource, spans = documented_names()
     return pattern(resource), {name: pattern(attributes) for name, attributes in spans.items()}
