@@ -176,7 +176,12 @@ def sample(url: str) -> str:
 
     out = []
     with session.Session(url.removeprefix("chdb:")) as db:
+        # A chDB directory keeps the rollup in its own database (analysis/rollup.py); a server, beside the span table,
+        # where the dashboard's queries name it.
+        own = f"SELECT count() FROM system.tables WHERE database = 'default_loadtrace' AND name = '{ROLLED}'"
+        rolled = f"default_loadtrace.{ROLLED}" if db.query(own, "CSV").bytes().strip() == b"1" else ROLLED
         for title, (_, sql) in PANELS.items():
+            sql = sql.replace(f"FROM {ROLLED}", f"FROM {rolled}")
             sql = sql.replace("$__timeFilter(Timestamp)", "1").replace("$__timeFilter(start)", "1")
             sql = sql.replace("$__timeInterval(start)", "toStartOfDay(start)")
             out.append(f"{title}\n" + db.query(sql, "PrettyCompactMonoBlock").bytes().decode())
