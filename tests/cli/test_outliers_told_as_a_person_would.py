@@ -99,7 +99,7 @@ def test_compare_keeps_a_whole_slow_node_on_rows_of_its_own(tmp_path, capsys):
     base = write_big_job(tmp_path / "a", ranks=64, slow=-1, killed=-1, slow_by=20.0, source=RECORDED)
     node = write_big_job(tmp_path / "b", ranks=64, slow=[3, *range(40, 48)], killed=-1, slow_by=20.0, source=RECORDED)
     table = ok(capsys, "compare", str(base), str(node))
-    assert "  40-47 (8) = ranks 40-47 (8 ranks)" in table, table
+    assert "  40-47 (8) = node005: all 8 ranks (40-47)" in table, table
     assert "  1-63 (54) = ranks 1-2, 4-39, 48-63 (54 ranks)" in table, table
     assert any(line.startswith("load ") and line.split()[1] == "3" for line in table.splitlines()), table
 
