@@ -165,7 +165,7 @@ def mixed(tmp_path_factory) -> Path:
 
 def findings_of(table: str) -> dict[str, str]:
     """Each finding's text (its lines joined) by its kind, from a report's table."""
-    found = re.findall(r"\n  (?:WARNING|INFO) (\w+)  .*?\n((?:    .*\n?)+)", table)
+    found = re.findall(r"^  (?:WARNING|INFO) (\w+)  .*\n((?:    .*(?:\n|$))+)", table, re.MULTILINE)
     return {kind: " ".join(text.split()) for kind, text in found}
 
 
@@ -219,3 +219,51 @@ def test_several_causes_in_the_closing_line(mixed, capsys):
     assert line == (
         "1,024 ranks, 7 findings; rank 3 slow, nodes node013-node019 (7 nodes) slow, rank 300 incomplete and 2 more"
     ), line
+
+
+# Loads that raised among slow ranks (68 outliers): all of nodes node013-node019 and ranks 3, 40, 900 raised
+# FileNotFoundError; node025 and rank 5 20 s slower.
+FAILED = [3, 40, *range(104, 160), 900]
+
+
+@pytest.fixture(scope="module")
+def failing(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("failing") / "job"
+    return write_big_job(folder, 1024, [5, *range(200, 208)], -1, 20.0, source=RECORDED, failed=FAILED)
+
+
+def test_loads_that_raised_alike_are_told_as_the_rows_group_them(failing, capsys):
+    table = ok(capsys, "report", str(failing))
+    assert len(table.splitlines()) <= 80, table
+    rows = rank_rows(table)
+    assert [row for row in rows if row.endswith(":")] == [
+        "ranks 1-2, 4, 6-39, 41-103, 160-199, 208-899, 901-1023 (955 ranks) on 120 nodes:",
+        "nodes node013-node019 (7 nodes): all 56 ranks (104-159) failed:",
+        "node025: all 8 ranks (200-207):",
+    ], rows
+    assert [" ".join(row.split()[:2]) for row in rows if row[0].isdigit()] == [
+        "0 node000", "3 failed", "5 node000", "40 failed", "900 failed"
+    ], rows  # fmt: skip
+    found = findings_of(table)
+    assert found["failed_load"] == (
+        "ranks 3, 40, 900 each raised FileNotFoundError in transformers.from_pretrained after reading 1.0 MB; nodes"
+        " node013-node019 (7 nodes): all 56 ranks (104-159) each raised FileNotFoundError in"
+        " transformers.from_pretrained after reading 1.0 MB. Their numbers are those of a load that did not complete."
+        " next: the job's own exception: its type is the rank's failed mark; run the load alone to see its traceback."
+    ), found
+    assert (
+        found["slow_rank"].startswith("rank 5 took 29.57 s to start") and "; node025: all 8 ranks" in found["slow_rank"]
+    )
+
+
+def test_loads_that_raised_keep_every_rank_s_figures_in_the_json(failing, capsys):
+    data = json.loads(ok(capsys, "report", str(failing), "--format", "json"))
+    (finding,) = [f for f in data["findings"] if f["kind"] == sc.FINDING_FAILED_LOAD]
+    assert finding["ranks"] == FAILED
+    assert [(entry["rank"], entry["error_type"]) for entry in finding["evidence"]["per_rank"]] == [
+        (rank, "FileNotFoundError") for rank in FAILED
+    ]
+    assert [group["hosts"] for group in finding["evidence"]["groups"]] == [
+        None,
+        [f"node{n:03d}" for n in range(13, 20)],
+    ]

@@ -13,6 +13,7 @@ the one its moved spans have). Outliers, each one rank (a rank number outside th
   that much later (its read phase is the difference, as a slow storage makes it).
 - ``cold``: every node's checkpoint cold (none of it in the page cache at open: storage delivers it), so each node
   has a storage speed and a slow node's reading shows as ``slow_storage``.
+- ``failed``: its load raised ``FileNotFoundError`` (its span's status an error, with its ``error.type``).
 - ``killed``: cut short the way a SIGKILL cuts a file when nothing else is left: its outermost load span, written
   last, is missing.
 - ``dead``: SIGKILLed halfway through its reading, as a real one is found: only the spans that had ended by then,
@@ -83,6 +84,7 @@ def write_big_job(
     partial: int | None = None,
     slow_read: Collection[int] = (),
     cold: bool = False,
+    failed: Collection[int] = (),
     source: Path = FIXTURE,
     ranks_per_node: int = RANKS_PER_NODE,
     jitter_ms: int = JITTER_MS,
@@ -138,6 +140,9 @@ def write_big_job(
                     span["endTimeUnixNano"] = str(start + shift + 3 * (end - start))
                 if cold:
                     _cold(span)
+                if rank in failed and span["name"] in sc.LOAD_SPANS:
+                    span["status"] = {"code": 2, "message": "FileNotFoundError: checkpoint/model-00003-of-00005"}
+                    _set(span["attributes"], sc.ERROR_TYPE, {"stringValue": "FileNotFoundError"})
                 if rank != 0:
                     span["spanId"] = _new_id(rank, span["spanId"])
                     if span.get("parentSpanId") in own_ids:
