@@ -270,7 +270,8 @@ def _waiting_text(group: alike.Outliers[dict[str, object]]) -> str:
     if isinstance(expected, int) and expected > 0:
         amount += f" of {human_bytes(expected)} ({percent(read, expected)})"
     name = _named([item["rank"] for item in members], group.hosts)  # type: ignore[misc]
-    text = f"{name} {'was' if one else 'were'} still loading (in {entry['phase'] or 'its load'}: {amount} read"
+    phase = entry["phase"] or ("its load" if one else "their load")
+    text = f"{name} {'was' if one else 'were'} still loading (in {phase}: {amount} read"
     if all(isinstance(item["read_rate_bytes_per_s"], float) for item in members):
         seconds = figure("load_seconds", lambda value: f"{value:g} s")
         text += f" in {seconds}, {figure('read_rate_bytes_per_s', _per_second)}"

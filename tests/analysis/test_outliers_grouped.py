@@ -218,13 +218,13 @@ def _timed_out(load_end: int, seconds: float) -> Callable[[RankLoad], RankLoad]:
 
 
 def _still_loading(by: float) -> Callable[[RankLoad], RankLoad]:
-    """The rank's load (and every span after its start) ``by`` seconds longer."""
+    """The rank's load (and every span after its start) ``by`` seconds longer; the launcher stopped it (SIGTERM)."""
 
     def made(rank: RankLoad) -> RankLoad:
         load = next(s for s in rank.spans if s.name == sc.SPAN_FROM_PRETRAINED)
         late = int(by * 1e9)
         spans = [dataclasses.replace(s, end_ns=s.end_ns + late) if s.end_ns >= load.end_ns else s for s in rank.spans]
-        return dataclasses.replace(rank, spans=spans)
+        return dataclasses.replace(rank, spans=spans, exit=Exit(signal="SIGTERM", source="launcher"))
 
     return made
 
@@ -250,8 +250,9 @@ def test_ranks_that_timed_out_alike_and_those_still_loading_alike_share_a_senten
         " (rank 8's; theirs alike)"
     ), timed
     assert waiting.startswith("rank 3 was still loading (in its load: "), waiting
-    assert "; node005: all 8 ranks (40-47) were still loading (in its load: " in waiting, waiting
-    assert waiting.endswith(". Rank 0 failed first (DistBackendError)."), waiting
+    assert "; node005: all 8 ranks (40-47) were still loading (in their load: " in waiting, waiting
+    assert "/s; SIGTERM " in waiting.partition("; node005")[2], waiting
+    assert waiting.endswith(". Rank 0 failed first (DistBackendError); ranks 3, 40-47 (9 ranks) were stopped after it.")
     assert len(finding.detail) < 1000  # a few lines, however many ranks
     assert [entry["rank"] for entry in finding.evidence["per_rank"]] == finding.ranks
     assert sorted(entry["rank"] for entry in finding.waiting_for or []) == slow
