@@ -104,10 +104,17 @@ def standouts(ranks: Sequence[RankLoad], findings: Iterable[Finding]) -> list[tu
     return [(rank, words) for rank, words in found if words]
 
 
-def _slow_storage(findings: Iterable[Finding]) -> Callable[[Iterable[int | None]], bool]:
-    """Whether any of a node's ranks is named by ``slow_storage``."""
-    named = {rank for finding in findings if finding.kind == sc.FINDING_SLOW_STORAGE for rank in finding.ranks}
-    return lambda ranks: any(rank in named for rank in ranks)
+def _slow_storage(findings: Iterable[Finding]) -> Callable[[Iterable[int | None]], int | None]:
+    """Which set of alike slow nodes of ``slow_storage`` (``Finding.evidence["groups"]``) names any of a node's ranks;
+    None when none does: slow nodes share a line only with nodes as slow."""
+    named = {
+        rank: index
+        for finding in findings
+        if finding.kind == sc.FINDING_SLOW_STORAGE
+        for index, members in enumerate(finding.evidence.get("groups") or [{"ranks": finding.ranks}])
+        for rank in members["ranks"]
+    }
+    return lambda ranks: next((named[rank] for rank in ranks if rank in named), None)
 
 
 # Outliers told as a person would: one sentence per set of alike ones, a node where all its ranks stand out ----------
@@ -245,13 +252,14 @@ def groups_evidence(groups: Sequence[Outliers[Any]], ranks: Callable[[Any], Iter
 
 def node_groups(nodes: Sequence[NodeReads], findings: Iterable[Finding]) -> list[list[NodeReads]]:
     """The ``I/O:`` lines: nodes whose ranks read alike (as many readers and ranks, the same page-cache outcome, the
-    same storage finding) together."""
+    same set of slow nodes of ``slow_storage``, if any) together."""
     slow = _slow_storage(findings)
-    return grouped(nodes, lambda node: (node.readers, len(node.ranks), node.outcome, slow(node.ranks)))
+    return grouped(nodes, lambda node: (node.readers, len(node.ranks), node.outcome, slow(node.ranks)), _nodes_least)
 
 
 def storage_groups(nodes: Sequence[NodeStartup], findings: Iterable[Finding]) -> list[list[NodeStartup]]:
-    """The ``Storage:`` lines: nodes with the same checkpoint outcome, the same figures known, the same finding."""
+    """The ``Storage:`` lines: nodes with the same checkpoint outcome, the same figures known, the same set of slow
+    nodes of ``slow_storage``, if any."""
     slow = _slow_storage(findings)
     return grouped(
         nodes,
@@ -261,7 +269,14 @@ def storage_groups(nodes: Sequence[NodeStartup], findings: Iterable[Finding]) ->
             node.storage_bytes_per_second is None,
             slow(node.ranks),
         ),
+        _nodes_least,
     )
+
+
+def _nodes_least(key: Hashable) -> int:
+    """The fewest nodes that share a line: a set of alike slow nodes a finding tells together from two on (the
+    finding's sentence names them so), others from ``MIN_GROUP`` on."""
+    return 2 if isinstance(key, tuple) and key[-1] is not None else MIN_GROUP
 
 
 def spread(values: Sequence[T], order: Callable[[T], float]) -> tuple[T, T, T]:

@@ -27,7 +27,7 @@ from .. import semconv as sc
 from . import alike
 from .attrs import int_attr, real_bytes
 from .findings import find
-from .model import ComparedJob, Comparison, PhaseRow, RankLoad, ResourceRow
+from .model import ComparedJob, Comparison, Finding, PhaseRow, RankLoad, ResourceRow
 from .ranks import Job, outermost
 from .sources import SourceError, rfc3339_nanos
 from .startup import Thresholds, job_startup, startup_findings
@@ -175,17 +175,21 @@ def compared_job(job: Job, source: str, skipped: int) -> ComparedJob:
     return ComparedJob(source, job.trace_id, job.job_id, job.attempt, job.run, rfc3339_nanos(job.start_ns), skipped)
 
 
-def rank_keys(job: Job) -> dict[int, object]:
+def job_findings(job: Job) -> list[Finding]:
+    """The report's findings of the job (its startup's included), with their default thresholds."""
+    return find([job]) + startup_findings(job, job_startup(job), Thresholds())
+
+
+def rank_keys(job: Job, findings: list[Finding]) -> dict[int, object]:
     """Rank number → what alike ranks of the job share (``alike.rank_key``, with the report's findings)."""
-    findings = find([job]) + startup_findings(job, job_startup(job), Thresholds())
     kinds = alike.kinds_by_rank(findings)
     return {number: alike.rank_key(rank, kinds.get(number, frozenset())) for number, rank in numbered(job).items()}
 
 
-def rank_rows(a: Job, b: Job) -> list[list[int]]:
+def rank_rows(a: Job, b: Job, found: tuple[list[Finding], list[Finding]]) -> list[list[int]]:
     """The table's rows of ranks: ranks alike in A and alike in B together (``alike.grouped``; a whole node a finding
-    of A or B tells as such shares one from two ranks on, as in the report)."""
-    keys_a, keys_b = rank_keys(a), rank_keys(b)
+    of A or B (``found``) tells as such shares one from two ranks on, as in the report)."""
+    keys_a, keys_b = rank_keys(a, found[0]), rank_keys(b, found[1])
     numbers = sorted({*keys_a, *keys_b})
     return alike.grouped(
         numbers,
@@ -197,12 +201,15 @@ def rank_rows(a: Job, b: Job) -> list[list[int]]:
 def compare(
     a: Job, b: Job, source_a: str = "A", source_b: str = "B", skipped_a: int = 0, skipped_b: int = 0
 ) -> Comparison:
+    found = job_findings(a), job_findings(b)
     return Comparison(
         a=compared_job(a, source_a, skipped_a),
         b=compared_job(b, source_b, skipped_b),
         phases=phase_rows(a, b),
         resources=resource_rows(a, b),
-        rank_rows=rank_rows(a, b),
+        rank_rows=rank_rows(a, b, found),
+        # A whole node B's findings tell as such is titled as B tells it, else as A does (the report's titles).
+        whole_nodes=alike.node_outliers(found[0]) | alike.node_outliers(found[1]),
     )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from .. import semconv as sc
@@ -255,7 +256,7 @@ def incomplete_rank(job: Job, model: int) -> Finding | None:
         worst,
         "; ".join(_stopped(group.members, group.hosts) for group in groups)
         + ". The rank's row shows its finished spans plus these last known totals.",
-        {"model_bytes": model, "per_rank": evidence},
+        {"model_bytes": model, "groups": alike.groups_evidence(groups, lambda rank: [rank.rank]), "per_rank": evidence},
     )
 
 
@@ -324,35 +325,83 @@ def _limit(rank: RankLoad) -> tuple[int | None, str | None]:
 
 
 def failed_load(job: Job, model: int) -> Finding | None:
-    """Ranks whose load raised: not an ordinary finished load, whatever its numbers say."""
+    """Ranks whose load raised: not an ordinary finished load, whatever its numbers say. Ranks whose same load raised
+    the same error and ended alike, having read alike bytes, share one sentence, a whole node's as the node
+    (``alike.outlier_groups``); the evidence keeps every rank's figures."""
     failed = [rank for rank in job.ranks if rank.failed is not None and not rank.incomplete]
     if not failed:
         return None
-    sentences, evidence = [], []
-    for rank in failed:
-        name = f"rank {rank.rank}" if rank.rank is not None else rank.label
-        loads = [s for s in rank.spans if s.name in sc.LOAD_SPANS and s.status_code == STATUS_ERROR]
-        load = loads[-1] if loads else None
-        what = load.name if load is not None else "load"
-        read = int_attr(load.attributes, sc.READ_BYTES) if load is not None else rank.read_bytes
-        sentence = f"{name}'s {what} raised {rank.failed} after reading {human_bytes(read)}"
-        if rank.exit.code is not None:
-            sentence += f"; the process exited with code {rank.exit.code}"
-        elif rank.exit.signal is not None:
-            sentence += f"; the process then {rank.exit.describe('sentence').removeprefix('was ')}"
-        sentences.append(sentence)
-        evidence.append(
-            {"rank": rank.rank, "host": rank.host, "load": what, "error_type": rank.failed, "read_bytes": read}
-            | {"exit": to_json(rank.exit)}
-        )
+    raised = [_raised(rank) for rank in failed]
+    groups = alike.outlier_groups(
+        raised,
+        lambda item: (item.load, item.rank.failed, item.rank.exit.describe("sentence"), item.alone),
+        lambda item: item.read + 1.0,
+        host=lambda item: item.rank.host,
+        per_host=dict(Counter(rank.host for rank in job.ranks)),
+    )
+    evidence = [
+        {"rank": item.rank.rank, "host": item.rank.host, "load": item.load, "error_type": item.rank.failed}
+        | {"read_bytes": item.read, "exit": to_json(item.rank.exit)}
+        for item in raised
+    ]
+    one = len(failed) == 1
     return job.finding(
         sc.FINDING_FAILED_LOAD,
         WARNING,
         (rank.rank for rank in failed),
-        sum(item["read_bytes"] for item in evidence),
-        "; ".join(sentences) + ". Its numbers are those of a load that did not complete.",
-        {"model_bytes": model, "per_rank": evidence},
+        sum(item.read for item in raised),
+        "; ".join(_raised_sentence(group) for group in groups)
+        + f". {'Its' if one else 'Their'} numbers are those of a load that did not complete.",
+        {
+            "model_bytes": model,
+            "groups": alike.groups_evidence(groups, lambda item: [item.rank.rank]),
+            "per_rank": evidence,
+        },
     )
+
+
+@dataclass(frozen=True)
+class Raised:
+    """A failed rank: the load that raised (its span's name), the bytes that load had read."""
+
+    rank: RankLoad
+    load: str
+    read: int
+
+    @property
+    def alone(self) -> int | None:
+        """A rank without a number is told alone (no range can name it)."""
+        return id(self) if self.rank.rank is None else None
+
+
+def _raised(rank: RankLoad) -> Raised:
+    loads = [s for s in rank.spans if s.name in sc.LOAD_SPANS and s.status_code == STATUS_ERROR]
+    load = loads[-1] if loads else None
+    if load is None:
+        return Raised(rank, "load", rank.read_bytes)
+    return Raised(rank, load.name, int_attr(load.attributes, sc.READ_BYTES))
+
+
+def _raised_sentence(group: alike.Outliers[Raised]) -> str:
+    """``rank 1's transformers.from_pretrained raised FileNotFoundError after reading 300.0 kB; the process exited
+    with code 1``; alike ranks the same way, bytes read their median (min and max where they differ)."""
+    members, first = group.members, group.members[0]
+    ended = first.rank.exit
+    if len(members) == 1 and group.hosts is None:
+        name = f"rank {first.rank.rank}" if first.rank.rank is not None else first.rank.label
+        sentence = f"{name}'s {first.load} raised {first.rank.failed} after reading {human_bytes(first.read)}"
+        process = "the process"
+    else:
+        numbers = [item.rank.rank for item in members if item.rank.rank is not None]
+        name = alike.whole_nodes(group.hosts, numbers) if group.hosts is not None else alike.who(numbers)
+        read = alike.spread_figure([item.read for item in members], lambda value: human_bytes(int(value)))
+        sentence = f"{name} each raised {first.rank.failed} in {first.load} after reading {read}"
+        process = "each process"
+    if ended.code is not None:
+        sentence += f"; {process} exited with code {ended.code}"
+    elif ended.signal is not None:
+        sentence += f"; {process} then {ended.describe('sentence').removeprefix('was ')}"
+    return sentence
 
 
 RULES: list[Callable[[Job, int], Finding | None]] = [

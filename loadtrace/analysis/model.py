@@ -516,6 +516,9 @@ class Comparison:
     # The table's rows of ranks, in order: alike ranks (in A and in B) together, every other rank alone
     # (analysis/alike.py); empty: a row per rank.
     rank_rows: list[list[int]] = field(default_factory=list, metadata=NOT_IN_JSON)
+    # Rank number → the hosts of the whole nodes a finding of A or B tells it among (``alike.node_outliers``): a shared
+    # row of such ranks is titled as the node.
+    whole_nodes: dict[int, list[str]] = field(default_factory=dict, metadata=NOT_IN_JSON)
 
 
 # A job's startup (issue 14; docs/report.md, Startup) ------------------------------------------------------------------

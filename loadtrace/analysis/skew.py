@@ -18,9 +18,13 @@ A timeout is a ``DistBackendError`` / ``DistNetworkError``, or an exception whos
 from __future__ import annotations
 
 import re
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from .. import semconv as sc
+from . import alike
 from .attrs import int_attr, str_attr
 from .model import WARNING, Finding, LastState, RankLoad
 from .ranks import Job
@@ -131,19 +135,6 @@ def _per_second(rate: float) -> str:
     return f"{rate:.0f} B/s"
 
 
-def _waiting_text(entry: dict[str, object]) -> str:
-    read, expected = int(entry["read_bytes"] or 0), entry["expected_bytes"]  # type: ignore[call-overload]
-    amount = human_bytes(read)
-    if isinstance(expected, int) and expected > 0:
-        amount += f" of {human_bytes(expected)} ({percent(read, expected)})"
-    rate = entry["read_rate_bytes_per_s"]
-    text = f"rank {entry['rank']} was still loading (in {entry['phase'] or 'its load'}: {amount} read"
-    if isinstance(rate, float):
-        text += f" in {entry['load_seconds']:g} s, {_per_second(rate)}"
-    ended = entry["ended"]
-    return text + (f"; {ended} {entry['seconds_after_timeout']} s later)" if ended else ")")
-
-
 def _own_load_over(rank: RankLoad, at: int) -> float | None:
     """Seconds from the end of the rank's own load to ``at``; None when it had no finished load before then."""
     window = window_of(rank)
@@ -153,6 +144,9 @@ def _own_load_over(rank: RankLoad, at: int) -> float | None:
 
 
 def collective_timeout(job: Job, model: int) -> Finding | None:
+    """Told as a person would (``alike.outlier_groups``): ranks that timed out alike (the same error, alike seconds
+    after their own load) share one sentence, as do the ranks still loading alike (the same phase, alike bytes read,
+    ended alike), a whole node's as the node; ``per_rank`` and ``waiting_for`` keep every rank's figures."""
     failures = sorted((f for rank in job.ranks if (f := failure_of(rank)) is not None), key=lambda f: f.at_ns)
     timeouts: list[tuple[Failure, float]] = []
     waiting: dict[int | None, dict[str, object]] = {}
@@ -168,21 +162,35 @@ def collective_timeout(job: Job, model: int) -> Finding | None:
     if not timeouts:
         return None
     first = failures[0]
-    sentences = []
-    for failure, after in timeouts:
-        waited = WAITED_MS.search(failure.how) if "ms" in failure.how else None
-        limit = f" (the process group's timeout: {int(waited.group(1)) / 1000:g} s)" if waited else ""
-        sentences.append(
-            f"rank {failure.rank.rank} timed out in a collective {after:g} s after its own load ended{limit}: "
-            f"{failure.how}"
-        )
-    waited_for = [_waiting_text(entry) for entry in waiting.values()]
+    per_host = dict(Counter(rank.host for rank in job.ranks))
+    timed = alike.outlier_groups(
+        timeouts,
+        lambda pair: (pair[0].how.split(":", 1)[0], _limit(pair[0].how), _alone(pair[0].rank.rank, pair)),
+        lambda pair: pair[1] + 1.0,
+        host=lambda pair: pair[0].rank.host,
+        per_host=per_host,
+    )
+    still = alike.outlier_groups(
+        list(waiting.values()),
+        lambda entry: (entry["phase"], entry["ended"], entry["expected_bytes"], _alone(entry["rank"], entry)),
+        lambda entry: float(entry["read_bytes"] or 0) + 1.0,  # type: ignore[arg-type]
+        host=lambda entry: entry["host"],  # type: ignore[arg-type, return-value]
+        per_host=per_host,
+    )
     stopped = [r.rank for r in job.ranks if r.exit.signal in STOPPED_BY_LAUNCHER and r is not first.rank]
     blame = f"Rank {first.rank.rank} failed first ({first.how.split(':', 1)[0]})"
     if stopped:
-        names = ", ".join(str(n) for n in stopped)
-        blame += f"; rank{'s' * (len(stopped) > 1)} {names} {'were' if len(stopped) > 1 else 'was'} stopped after it"
-    detail = "; ".join(sentences) + ", while " + "; ".join(waited_for) + f". {blame}."
+        numbers = [n for n in stopped if n is not None]
+        names = ", ".join(
+            [*([alike.who(numbers)] if numbers else []), *["a rank without a number"] * (None in stopped)]
+        )
+        blame += f"; {names} {'were' if len(stopped) > 1 else 'was'} stopped after it"
+    detail = (
+        "; ".join(_timed_out_text(group) for group in timed)
+        + ", while "
+        + "; ".join(_waiting_text(group) for group in still)
+        + f". {blame}."
+    )
     timed_out = sorted({f.rank.rank for f, _ in timeouts if f.rank.rank is not None})
     return Finding(
         trace_id=job.trace_id,
@@ -196,6 +204,7 @@ def collective_timeout(job: Job, model: int) -> Finding | None:
         detail=detail,
         evidence={
             "model_bytes": model,
+            "groups": alike.groups_evidence(timed, lambda pair: [pair[0].rank.rank]),
             "per_rank": [
                 {"rank": f.rank.rank, "host": f.rank.host, "error": f.how, "seconds_after_load": after}
                 for f, after in timeouts
@@ -204,4 +213,69 @@ def collective_timeout(job: Job, model: int) -> Finding | None:
             "stopped_after": stopped,
         },
         waiting_for=list(waiting.values()),
+    )
+
+
+def _alone(rank: object, item: object) -> int | None:
+    """A rank without a number is told alone: no range can name it."""
+    return id(item) if rank is None else None
+
+
+def _limit(how: str) -> float | None:
+    """The process group's timeout in seconds, where the error says it (gloo's "Timed out waiting 5000ms")."""
+    waited = WAITED_MS.search(how) if "ms" in how else None
+    return int(waited.group(1)) / 1000 if waited else None
+
+
+def _named(ranks: list[int | None], hosts: list[str] | None) -> str:
+    numbers = [rank for rank in ranks if rank is not None]
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}" if ranks[0] is not None else "a rank without a number"
+    return alike.whole_nodes(hosts, numbers) if hosts is not None else alike.who(numbers)
+
+
+def _timed_out_text(group: alike.Outliers[tuple[Failure, float]]) -> str:
+    """``rank 0 timed out in a collective 5 s after its own load ended (the process group's timeout: 5 s): how``;
+    alike ranks the same way, their seconds' median (min and max where they differ), one error as an example when
+    theirs differ (each names its own peer)."""
+    members = group.members
+    failure = members[0][0]
+    limit = _limit(failure.how)
+    limit_text = f" (the process group's timeout: {limit:g} s)" if limit is not None else ""
+    name = _named([f.rank.rank for f, _ in members], group.hosts)
+    if len(members) == 1:
+        return (
+            f"{name} timed out in a collective {members[0][1]:g} s after its own load ended{limit_text}: {failure.how}"
+        )
+    after = alike.spread_figure([seconds for _, seconds in members], lambda value: f"{value:g} s")
+    hows = {f.how for f, _ in members}
+    how = failure.how if len(hows) == 1 else f"{failure.how} (rank {failure.rank.rank}'s; theirs alike)"
+    return f"{name} timed out in a collective {after} after their own load ended{limit_text}: {how}"
+
+
+def _waiting_text(group: alike.Outliers[dict[str, object]]) -> str:
+    """``rank 1 was still loading (in transformers.convert: 400.0 kB of 1.0 MB (40%) read in 8 s, 50.0 kB/s; SIGTERM
+    1.5 s later)``; alike ranks the same way, each figure their median (min and max where they differ)."""
+    members = group.members
+    entry = members[0]
+    one = len(members) == 1
+
+    def figure(key: str, text: Callable[[Any], str]) -> str:
+        return alike.spread_figure([item[key] for item in members], text)  # type: ignore[misc]
+
+    reads = [int(item["read_bytes"] or 0) for item in members]  # type: ignore[call-overload]
+    read = alike.spread(reads, float)[1]
+    amount = alike.spread_figure(reads, lambda value: human_bytes(int(value)))
+    expected = entry["expected_bytes"]
+    if isinstance(expected, int) and expected > 0:
+        amount += f" of {human_bytes(expected)} ({percent(read, expected)})"
+    name = _named([item["rank"] for item in members], group.hosts)  # type: ignore[misc]
+    phase = entry["phase"] or ("its load" if one else "their load")
+    text = f"{name} {'was' if one else 'were'} still loading (in {phase}: {amount} read"
+    if all(isinstance(item["read_rate_bytes_per_s"], float) for item in members):
+        seconds = figure("load_seconds", lambda value: f"{value:g} s")
+        text += f" in {seconds}, {figure('read_rate_bytes_per_s', _per_second)}"
+    ended = entry["ended"]
+    return text + (
+        f"; {ended} {figure('seconds_after_timeout', lambda value: f'{value:g} s')} later)" if ended else ")"
     )

@@ -554,7 +554,7 @@ def compare_table(comparison: Comparison, wide: bool = False, every_rank: bool =
     shared = [] if every_rank else [ranks for ranks in comparison.rank_rows if len(ranks) > 1]
     if shared:
         lines.append("alike ranks share rows (min, median and max where they differ):")
-        lines += [f"  {compact(ranks)} = {who(ranks)}" for ranks in shared]
+        lines += [f"  {compact(ranks)} = {title(ranks, comparison.whole_nodes)}" for ranks in shared]
     rows: list[list[str]] = []
     for phase, ranks, members in compare_rows(comparison, every_rank):
         if len(ranks) == 1:

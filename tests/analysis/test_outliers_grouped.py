@@ -8,15 +8,18 @@ tests/cli/test_outliers_told_as_a_person_would.py."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from support.paths import SPANS
 
 from loadtrace import semconv as sc
 from loadtrace.analysis import alike
-from loadtrace.analysis.findings import incomplete_rank
-from loadtrace.analysis.model import NodeStartup, RankStartup, Startup
+from loadtrace.analysis.findings import failed_load, incomplete_rank
+from loadtrace.analysis.model import Exit, NodeStartup, RankLoad, RankStartup, Startup
 from loadtrace.analysis.ranks import Job, jobs_from_spans, summarize_rank
+from loadtrace.analysis.skew import collective_timeout
 from loadtrace.analysis.sources import read_files
+from loadtrace.analysis.sources.files import Span
 from loadtrace.analysis.startup import Thresholds, slow_rank, slow_storage
 from loadtrace.analysis.units import human_bytes
 from loadtrace.startup_split import STARTUP_PHASES
@@ -141,3 +144,117 @@ def test_ranks_that_died_alike_share_one_sentence_a_whole_node_as_the_node():
     ), finding.detail
     assert node.startswith("node001: all 8 ranks (8-15) died during transformers.convert after reading"), node
     assert len(finding.detail) < 600 and len(finding.evidence["per_rank"]) == len(died)
+
+
+def _copies(changed: dict[int, Callable[[RankLoad], RankLoad]]) -> tuple[Job, int]:
+    """64 copies of a real job's finished rank (``fixtures/spans/killed524``'s rank 0) on 8 nodes, ``changed``'s
+    ranks as their function makes them; the job and its model's bytes."""
+    spans = read_files(SPANS / "killed524")
+    (recorded,) = jobs_from_spans(spans.spans, spans.states)
+    finished = next(rank for rank in recorded.ranks if not rank.incomplete)
+    ranks = []
+    for number in range(RANKS):
+        rank = dataclasses.replace(finished, rank=number, host=host(number), spans=list(finished.spans))
+        ranks.append(changed[number](rank) if number in changed else rank)
+    return Job("t", ranks, 0), recorded.model_bytes()
+
+
+def _raised(error: str, code: int) -> Callable[[RankLoad], RankLoad]:
+    def made(rank: RankLoad) -> RankLoad:
+        spans = [dataclasses.replace(s, status_code=2) if s.name == sc.SPAN_FROM_PRETRAINED else s for s in rank.spans]
+        return dataclasses.replace(rank, spans=spans, failed=error, exit=Exit(code=code, source="launcher"))
+
+    return made
+
+
+def test_ranks_whose_loads_raised_alike_share_one_sentence_a_whole_node_as_the_node():
+    """All of node002 (ranks 16-23) and ranks 3, 40 raised FileNotFoundError and exited 1; rank 50 raised OSError."""
+    failed = {3: _raised("FileNotFoundError", 1), 40: _raised("FileNotFoundError", 1), 50: _raised("OSError", 1)}
+    failed |= dict.fromkeys(range(16, 24), _raised("FileNotFoundError", 1))
+    job, model = _copies(failed)
+    finding = failed_load(job, model)
+    assert finding is not None and finding.ranks == sorted(failed)
+    read = human_bytes(job.ranks[0].read_bytes)
+    assert finding.detail == (
+        f"ranks 3, 40 each raised FileNotFoundError in transformers.from_pretrained after reading {read}; each process"
+        f" exited with code 1; node002: all 8 ranks (16-23) each raised FileNotFoundError in"
+        f" transformers.from_pretrained after reading {read}; each process exited with code 1; rank 50's"
+        f" transformers.from_pretrained raised OSError after reading {read}; the process exited with code 1. Their"
+        " numbers are those of a load that did not complete."
+    ), finding.detail
+    assert [entry["rank"] for entry in finding.evidence["per_rank"]] == sorted(failed)
+    assert [(group["ranks"], group["hosts"]) for group in finding.evidence["groups"]] == [
+        ([3, 40], None),
+        (list(range(16, 24)), ["node002"]),
+        ([50], None),
+    ]
+    # The rows follow: the node's ranks share one, titled as the node; ranks 3 and 40 are fewer than a shared row's.
+    rows = [[rank.rank for rank in members] for members in alike.rank_groups(job.ranks, [finding])]
+    assert list(range(16, 24)) in rows and [3] in rows and [40] in rows and [50] in rows
+    assert alike.node_outliers([finding]) == dict.fromkeys(range(16, 24), ["node002"])
+
+
+def test_a_failed_sentence_stays_short_however_many_ranks_raised():
+    failed = dict.fromkeys(range(1, RANKS, 2), _raised("FileNotFoundError", 1))  # every other rank: no whole node
+    job, model = _copies(failed)
+    finding = failed_load(job, model)
+    assert finding is not None and len(finding.evidence["per_rank"]) == len(failed)
+    assert len(finding.detail) < 400 and "..." in finding.detail, finding.detail
+
+
+def _timed_out(load_end: int, seconds: float) -> Callable[[RankLoad], RankLoad]:
+    """The rank's DistBackendError ``seconds`` after its load ended (its message names the rank, as gloo's do)."""
+
+    def made(rank: RankLoad) -> RankLoad:
+        at = load_end + int(seconds * 1e9)
+        attributes = {
+            sc.EXCEPTION_TYPE: "DistBackendError",
+            sc.EXCEPTION_MESSAGE: f"[Rank {rank.rank}] Timed out waiting 5000ms for recv operation to complete",
+        }
+        raised = Span("t", f"x{rank.rank}", "", sc.SPAN_EXCEPTION, at, at, attributes, {})
+        return dataclasses.replace(rank, spans=[*rank.spans, raised])
+
+    return made
+
+
+def _still_loading(by: float) -> Callable[[RankLoad], RankLoad]:
+    """The rank's load (and every span after its start) ``by`` seconds longer; the launcher stopped it (SIGTERM)."""
+
+    def made(rank: RankLoad) -> RankLoad:
+        load = next(s for s in rank.spans if s.name == sc.SPAN_FROM_PRETRAINED)
+        late = int(by * 1e9)
+        spans = [dataclasses.replace(s, end_ns=s.end_ns + late) if s.end_ns >= load.end_ns else s for s in rank.spans]
+        return dataclasses.replace(rank, spans=spans, exit=Exit(signal="SIGTERM", source="launcher"))
+
+    return made
+
+
+def test_ranks_that_timed_out_alike_and_those_still_loading_alike_share_a_sentence_each():
+    """node005 (ranks 40-47) and rank 3 load 60 s longer; every other rank times out 5 s after its own load."""
+    spans = read_files(SPANS / "killed524")
+    (recorded,) = jobs_from_spans(spans.spans, spans.states)
+    end = next(s.end_ns for r in recorded.ranks for s in r.spans if s.name == sc.SPAN_FROM_PRETRAINED)
+    slow = [3, *range(40, 48)]
+    changed = {n: _still_loading(60.0) if n in slow else _timed_out(end, 5.0 + n / 1000) for n in range(RANKS)}
+    job, model = _copies(changed)
+    finding = collective_timeout(job, model)
+    assert finding is not None and finding.ranks == [n for n in range(RANKS) if n not in slow]
+    timed, waiting = finding.detail.split(", while ")
+    # Where every rank of a node timed out, that is told as the nodes, as a slow node is.
+    assert timed == (
+        "ranks 0-2, 4-7 timed out in a collective 5.004 s (min 5 s, max 5.007 s) after their own load ended (the"
+        " process group's timeout: 5 s): DistBackendError: [Rank 0] Timed out waiting 5000ms for recv operation to"
+        " complete (rank 0's; theirs alike); nodes node001-node004, node006-node007 (6 nodes): all 48 ranks (8-39,"
+        " 48-63) timed out in a collective 5.031 s (min 5.008 s, max 5.063 s) after their own load ended (the process"
+        " group's timeout: 5 s): DistBackendError: [Rank 8] Timed out waiting 5000ms for recv operation to complete"
+        " (rank 8's; theirs alike)"
+    ), timed
+    assert waiting.startswith("rank 3 was still loading (in its load: "), waiting
+    assert "; node005: all 8 ranks (40-47) were still loading (in their load: " in waiting, waiting
+    assert "/s; SIGTERM " in waiting.partition("; node005")[2], waiting
+    assert waiting.endswith(". Rank 0 failed first (DistBackendError); ranks 3, 40-47 (9 ranks) were stopped after it.")
+    assert len(finding.detail) < 1000  # a few lines, however many ranks
+    assert [entry["rank"] for entry in finding.evidence["per_rank"]] == finding.ranks
+    assert sorted(entry["rank"] for entry in finding.waiting_for or []) == slow
+    hosts = [f"node00{n}" for n in (1, 2, 3, 4, 6, 7)]
+    assert [group["hosts"] for group in finding.evidence["groups"]] == [None, hosts]

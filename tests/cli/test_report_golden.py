@@ -22,6 +22,8 @@ counted by their would-be size: that file's conversion bytes were set to 0, what
 And once more (issue 40): each node's ``cast_seconds`` (null: these jobs cast nothing); the forecast's shares count the
 model as the ranks hold it (its 64 B of buffers are a rank's own share, not ``duplicated``), which moved rank 0's FSDP
 forecast at 54 GB by 6 MB (0.006%).
+And once more (issue 42): ``incomplete_rank``'s evidence gains ``groups`` (how its detail tells the ranks, as the
+table groups its rows); nothing else changed.
 """
 
 from __future__ import annotations

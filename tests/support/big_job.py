@@ -9,6 +9,11 @@ the one its moved spans have). Outliers, each one rank (a rank number outside th
 - ``slow`` (one rank, or several: a whole node's, a mix): its times stretched 3x; with ``slow_by`` > 0 instead, its
   whole timeline stretched from its first span's start so that its last span ends ``slow_by`` seconds later (its
   spans still nest).
+- ``slow_read`` (with ``slow_by`` > 0): its checkpoint files read ``slow_by`` seconds longer, everything after them
+  that much later (its read phase is the difference, as a slow storage makes it).
+- ``cold``: every node's checkpoint cold (none of it in the page cache at open: storage delivers it), so each node
+  has a storage speed and a slow node's reading shows as ``slow_storage``.
+- ``failed``: its load raised ``FileNotFoundError`` (its span's status an error, with its ``error.type``).
 - ``killed``: cut short the way a SIGKILL cuts a file when nothing else is left: its outermost load span, written
   last, is missing.
 - ``dead``: SIGKILLed halfway through its reading, as a real one is found: only the spans that had ended by then,
@@ -77,6 +82,9 @@ def write_big_job(
     *,
     dead: int | None = None,
     partial: int | None = None,
+    slow_read: Collection[int] = (),
+    cold: bool = False,
+    failed: Collection[int] = (),
     source: Path = FIXTURE,
     ranks_per_node: int = RANKS_PER_NODE,
     jitter_ms: int = JITTER_MS,
@@ -91,6 +99,9 @@ def write_big_job(
     origin = min(int(span["startTimeUnixNano"]) for span in slow_spans)
     extent = max(int(span["endTimeUnixNano"]) for span in slow_spans) - origin
     dilation = 1 + slow_by * 1e9 / extent if slow_by > 0 else 1.0
+    # A slow read: a file span that opens by then ends slow_by later, every time after it moves with it.
+    reads = [span for line in lines[1] for span in _spans(line) if span["name"] in sc.FILE_SPANS]
+    last_open = max(int(span["startTimeUnixNano"]) for span in reads)
     splits: dict[Any, Any] = {}
     folder.mkdir(parents=True, exist_ok=True)
     for rank in range(ranks):
@@ -102,6 +113,8 @@ def write_big_job(
         def moved(ns: int, rank: int = rank, shift: int = shift) -> int:
             if rank in slows and slow_by > 0:
                 return origin + shift + round((ns - origin) * dilation)
+            if rank in slow_read and rank != 0 and ns > last_open:
+                return ns + shift + round(slow_by * 1e9)
             return ns + shift
 
         data_lines = []
@@ -125,13 +138,18 @@ def write_big_job(
                 _move_times(span, moved)
                 if rank in slows and slow_by <= 0:
                     span["endTimeUnixNano"] = str(start + shift + 3 * (end - start))
+                if cold:
+                    _cold(span)
+                if rank in failed and span["name"] in sc.LOAD_SPANS:
+                    span["status"] = {"code": 2, "message": "FileNotFoundError: checkpoint/model-00003-of-00005"}
+                    _set(span["attributes"], sc.ERROR_TYPE, {"stringValue": "FileNotFoundError"})
                 if rank != 0:
                     span["spanId"] = _new_id(rank, span["spanId"])
                     if span.get("parentSpanId") in own_ids:
                         span["parentSpanId"] = _new_id(rank, span["parentSpanId"])
             data_lines.append(data)
         spans = [span for data in data_lines for span in _spans(data)]
-        _carry_split(spans, splits, (min(rank, 1), rank in slows))
+        _carry_split(spans, splits, (min(rank, 1), rank in slows, rank in slow_read))
         if rank == killed:  # the load span a SIGKILL never let it write
             data_lines = [d for d in data_lines if all(s["name"] != sc.SPAN_FROM_PRETRAINED for s in _spans(d))]
         stem = f"rank{rank:05d}-{host}-{pid}"
@@ -143,6 +161,16 @@ def write_big_job(
             text = text[: last + (len(text) - last) // 2]
         (folder / (stem + sc.TRACE_FILE_SUFFIX)).write_text(text)
     return folder
+
+
+def _cold(span: dict) -> None:
+    """The span as a cold page cache makes it: a file found none of its bytes cached, a load all of its files cold."""
+    if span["name"] in sc.FILE_SPANS:
+        _set(span["attributes"], sc.FILE_CACHED_BYTES_AT_OPEN, {"intValue": "0"})
+    files = _attribute(span, sc.IO_CHECKPOINT_FILE_BYTES)
+    if span["name"] in sc.LOAD_SPANS and files is not None:
+        _set(span["attributes"], sc.IO_CHECKPOINT_COLD_BYTES, {"intValue": str(files)})
+        _set(span["attributes"], sc.IO_CACHED_BYTES, {"intValue": "0"})
 
 
 def _until_death(data_lines: list[dict], state_path: Path, ranks: int, ranks_per_node: int) -> list[dict]:
