@@ -1,5 +1,5 @@
-"""Promise (README, fleet section, "From Prometheus"): the ranks' startup histograms, through the collector's fleet config
-(exporters/collector-fleet.yaml, its spans to Jaeger) and scraped by a real Prometheus (exporters/prometheus.yml,
+"""Promise (README, fleet section, "From Prometheus"): the ranks' startup histograms, through the collector's fleet
+config (exporters/collector-fleet.yaml, its spans to Jaeger) and scraped by a real Prometheus (exporters/prometheus.yml,
 exemplar storage on), answer the dashboard's PromQL with the bucket the jobs' startups fell in, per cluster; and
 Prometheus's exemplars are those jobs' startups, their trace ids the ones Jaeger holds.
 
@@ -105,7 +105,7 @@ def test_startup_quantiles_by_cluster_and_exemplars_of_the_jobs(tmp_path):
             for round_ in range(ROUNDS):
                 jobs.append(run_jobs(venv, tmp_path / "jobs", round_, collector.http))
                 want = {cluster: float(round_ + 1) for cluster in SLEEP_S}
-                backends.wait_for(f"round {round_} scraped", lambda: counts(prometheus) == want, timeout_s=60)
+                backends.wait_for(f"round {round_} scraped", lambda w=want: counts(prometheus) == w, timeout_s=60)
             quantiles = {
                 q: {r["metric"][CLUSTER]: float(r["value"][1]) for r in prometheus.api("query", query=expr)["result"]}
                 for q, expr in queries.items()
@@ -132,7 +132,7 @@ def test_startup_quantiles_by_cluster_and_exemplars_of_the_jobs(tmp_path):
 
         # An exemplar's link opens the job's trace: each startup's trace is in Jaeger, its startup span in it.
         for trace_id, span_id in startups:
-            backends.wait_for(f"trace {trace_id} in Jaeger", lambda: in_jaeger(trace_id, span_id), timeout_s=60)
+            backends.wait_for(f"trace {trace_id} in Jaeger", lambda t=trace_id, s=span_id: in_jaeger(t, s))
     for q, by_cluster in quantiles.items():
         assert set(by_cluster) == set(SLEEP_S), (q, by_cluster)
         for cluster, seconds in by_cluster.items():
