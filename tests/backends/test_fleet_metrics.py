@@ -86,6 +86,14 @@ def counts(prometheus: backends.Prometheus) -> dict[str, float]:
     return {r["metric"][CLUSTER]: float(r["value"][1]) for r in result}
 
 
+def trace_label() -> str:
+    """The exemplar label the Grafana datasource opens as a trace (exporters/grafana/datasource.yaml)."""
+    datasources = yaml.safe_load((backends.EXPORTERS / "grafana" / "datasource.yaml").read_text())["datasources"]
+    (prometheus,) = [d for d in datasources if d["type"] == "prometheus"]
+    (destination,) = prometheus["jsonData"]["exemplarTraceIdDestinations"]
+    return destination["name"]
+
+
 def test_startup_quantiles_by_cluster_and_exemplars_of_the_jobs(tmp_path):
     backends.require_prometheus()
     venv = discover()[0]
@@ -145,7 +153,7 @@ def test_startup_quantiles_by_cluster_and_exemplars_of_the_jobs(tmp_path):
     for series in exemplars:
         labels = series["seriesLabels"]
         for exemplar in series["exemplars"]:
-            key = (exemplar["labels"]["trace_id"], exemplar["labels"]["span_id"])
+            key = (exemplar["labels"][trace_label()], exemplar["labels"]["span_id"])
             assert key in startups, (labels, exemplar)
             cluster, startup = startups[key]
             assert labels[CLUSTER] == cluster and float(labels["le"]) == BUCKET_S[cluster][1], (labels, exemplar)
