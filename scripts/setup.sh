@@ -66,6 +66,10 @@ fi
 if ! command -v tmux >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
   (apt-get update -qq && apt-get install -y -qq tmux) >/dev/null 2>&1 || echo "setup: tmux not installed; the terminal test of loadtrace top will be skipped"
 fi
+# Debian's Prometheus (2.42) scrapes the built collector in tests/backends/test_fleet_metrics.py; the same where we may.
+if ! command -v prometheus >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+  (apt-get update -qq && apt-get install -y -qq prometheus) >/dev/null 2>&1 || echo "setup: prometheus not installed; the fleet metrics test will be skipped"
+fi
 # Debian's Chromium opens the timeline page in tests/e2e/test_timeline_browser.py; the same where we may, else skipped.
 if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
   (apt-get update -qq && apt-get install -y -qq chromium) >/dev/null 2>&1 || echo "setup: chromium not installed; the browser tests will be skipped"

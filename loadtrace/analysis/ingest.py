@@ -35,7 +35,7 @@ from .sources.clickhouse import (
     table_columns,
 )
 from .sources.files import traces_data
-from .sources.otel_traces import COLUMNS, DDL, as_string, insert_statement, json_line, rows
+from .sources.otel_traces import COLUMNS, DDL, SPAN_KINDS, STATUS_CODES, as_string, insert_statement, json_line, rows
 
 BATCH_ROWS = 20_000  # rows looked up and written per INSERT: a few 512-rank jobs
 LOOKUP_TRACES = 500  # trace ids per lookup of the rows already there
@@ -150,14 +150,14 @@ def _state_row(path: Path, root: Path, known: set[str]) -> dict[str, Any] | None
         "ParentSpanId": format(sc.job_trace_ids(job_id)[1], "016x") if job_id else "",
         "TraceState": "",
         "SpanName": sc.SPAN_STATE_FILE,
-        "SpanKind": "SPAN_KIND_INTERNAL",
+        "SpanKind": SPAN_KINDS[1],
         "ServiceName": sc.DEFAULT_SERVICE_NAME,
         "ResourceAttributes": {key: _text(value) for key, value in resource.items() if value is not None},
         "ScopeName": sc.SCOPE_NAME,
         "ScopeVersion": made_by(),
         "SpanAttributes": attributes,
         "Duration": end - start,
-        "StatusCode": "STATUS_CODE_UNSET",
+        "StatusCode": STATUS_CODES[0],
         "StatusMessage": "",
         **{f"{nested}.{column}": [] for nested in ("Events", "Links") for column in _NESTED[nested]},
     }

@@ -189,7 +189,9 @@ def test_the_startup_histograms_reach_prometheus_and_the_dashboard_links_their_e
     mounted = {v.split(":")[1]: REPO / v.split(":")[0] for v in prometheus["volumes"] if v.startswith("./")}
     config = _load(mounted["/etc/prometheus/prometheus.yml"])
     (job,) = config["scrape_configs"]
-    assert job["scrape_protocols"][0] == "OpenMetricsText1.0.0", "the format that carries exemplars"
+    # Prometheus asks OpenMetrics (the format with exemplars) first by default; Debian's 2.42 refuses the whole file
+    # for a `scrape_protocols` key (tests/backends/test_fleet_metrics.py runs it).
+    assert "scrape_protocols" not in job, job
     assert job["static_configs"] == [{"targets": ["fleet-collector:8889"]}]
     dashboard = json.loads((GRAFANA / "loadtrace-fleet.json").read_text())
     (panel,) = [p for p in dashboard["panels"] if p["datasource"]["uid"] == "loadtrace-prometheus"]

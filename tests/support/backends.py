@@ -1,7 +1,8 @@
 """The real backends that ``scripts/build_backends.sh`` builds from their Go modules (Jaeger v2 and an OpenTelemetry
 Collector with the components ``exporters/`` names), and Debian's Prometheus: each started on free loopback ports with
 the project's own config file, unchanged. Only addresses are given on the command line (``--set``, which the
-collector's command applies over the file), as a user on one host moves ports (docs/jaeger.md, "Many nodes")."""
+collector's command applies over the file), as a user on one host moves ports (docs/jaeger.md, "Many nodes"); a
+collector may also take the project's overlays after its file (a second ``--config``, merged over the first)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import signal
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any, Self
@@ -26,6 +28,9 @@ JAEGER, COLLECTOR = BIN / "jaeger", BIN / "otelcol-loadtrace"
 EXPORTERS = REPO / "exporters"
 HOW = "no Go-built Jaeger and collector in .backends/bin: `bash scripts/build_backends.sh` builds them (Go needed)"
 PROMETHEUS = shutil.which("prometheus")
+HOW_PROMETHEUS = (
+    "no prometheus on PATH: `apt-get install prometheus` (Debian's 2.42; scripts/setup.sh installs it as root)"
+)
 # The collector's own metrics (localhost:8888 by default) would collide between the backends of one host: off.
 QUIET = {"service.telemetry.metrics.level": "none"}
 
@@ -33,6 +38,12 @@ QUIET = {"service.telemetry.metrics.level": "none"}
 def require() -> None:
     if not (os.access(JAEGER, os.X_OK) and os.access(COLLECTOR, os.X_OK)):
         pytest.skip(HOW)
+
+
+def require_prometheus() -> None:
+    require()
+    if PROMETHEUS is None:
+        pytest.skip(HOW_PROMETHEUS)
 
 
 def loopback() -> str:
@@ -86,8 +97,12 @@ class Backend:
         return self.log.read_text(errors="replace")[-6000:]
 
 
-def otelcol(binary: Path, config: Path, sets: dict[str, str]) -> list[str]:
-    return [str(binary), f"--config={config}", *(f"--set={key}={value}" for key, value in {**QUIET, **sets}.items())]
+def otelcol(binary: Path, configs: list[Path], sets: dict[str, str]) -> list[str]:
+    return [
+        str(binary),
+        *(f"--config={config}" for config in configs),
+        *(f"--set={key}={value}" for key, value in {**QUIET, **sets}.items()),
+    ]
 
 
 class Jaeger(Backend):
@@ -103,7 +118,7 @@ class Jaeger(Backend):
             "extensions.jaeger_query.http.endpoint": self.url.removeprefix("http://"),
             "extensions.jaeger_query.grpc.endpoint": loopback(),
         }
-        argv = otelcol(JAEGER, EXPORTERS / "jaeger.yaml", sets)
+        argv = otelcol(JAEGER, [EXPORTERS / "jaeger.yaml"], sets)
         super().__init__(argv, f"http://{health}/status", folder / "jaeger.log")
 
     def trace(self, trace_id: str) -> tuple[int, dict]:
@@ -112,10 +127,17 @@ class Jaeger(Backend):
 
 
 class Collector(Backend):
-    """The built collector with ``exporters/<config>``: OTLP in at ``grpc`` / ``http`` (``http://`` URLs for a job's
-    ``OTEL_EXPORTER_OTLP_ENDPOINT``), ``sets`` for where it sends."""
+    """The built collector with ``exporters/<config>`` (then each of ``overlays``, merged over it): OTLP in at ``grpc``
+    / ``http`` (``http://`` URLs for a job's ``OTEL_EXPORTER_OTLP_ENDPOINT``), ``sets`` for where it sends."""
 
-    def __init__(self, folder: Path, config: str, sets: dict[str, str], env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        config: str,
+        sets: dict[str, str],
+        env: dict[str, str] | None = None,
+        overlays: tuple[str, ...] = (),
+    ) -> None:
         grpc, http, health = loopback(), loopback(), loopback()
         self.grpc, self.http = f"http://{grpc}", f"http://{http}"
         sets = {
@@ -125,7 +147,37 @@ class Collector(Backend):
             **sets,
         }
         name = config.removesuffix(".yaml")
-        super().__init__(otelcol(COLLECTOR, EXPORTERS / config, sets), f"http://{health}/", folder / f"{name}.log", env)
+        argv = otelcol(COLLECTOR, [EXPORTERS / c for c in (config, *overlays)], sets)
+        super().__init__(argv, f"http://{health}/", folder / f"{name}.log", env)
+
+
+class Prometheus(Backend):
+    """Debian's ``prometheus`` with ``config`` (a copy of exporters/prometheus.yml pointed at the test's collector),
+    exemplar storage on as docker-compose.yml starts it; its HTTP API at ``url``."""
+
+    def __init__(self, folder: Path, config: Path) -> None:
+        self.url = f"http://{loopback()}"
+        argv = [
+            str(PROMETHEUS),
+            f"--config.file={config}",
+            f"--storage.tsdb.path={folder / 'prometheus-data'}",
+            f"--web.listen-address={self.url.removeprefix('http://')}",
+            "--enable-feature=exemplar-storage",
+        ]
+        super().__init__(argv, f"{self.url}/-/ready", folder / "prometheus.log")
+
+    def api(self, path: str, **params: str) -> Any:
+        """``/api/v1/<path>?params``' ``data``; AssertionError where the API says it failed."""
+        status, body = get(f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}")
+        answer = json.loads(body)
+        assert status == 200 and answer["status"] == "success", (path, params, answer)
+        return answer["data"]
+
+
+def prometheus_version() -> tuple[int, ...]:
+    """``prometheus --version``'s release, e.g. (2, 42, 0) for Debian's ``2.42.0+ds``."""
+    out = subprocess.run([str(PROMETHEUS), "--version"], capture_output=True, text=True, timeout=60).stdout
+    return tuple(int(part) for part in out.split()[2].split("+")[0].split(".")[:3])
 
 
 def wait_for(what: str, probe, timeout_s: float = 120, settle_s: float = 0.0) -> Any:

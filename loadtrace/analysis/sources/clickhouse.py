@@ -49,7 +49,8 @@ STRING_KEYS = frozenset(
         sc.MODEL_CLASS,
     }
 )
-STATUS_CODES = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
+# The exporter's spelling (pdata's StatusCode.String, 0.139), and the one of releases before it, in older tables.
+STATUS_CODES = {"Unset": 0, "Ok": 1, "Error": 2, "STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
 # The columns read back, and the ones a table must have to be the exporter's.
 COLUMNS = (
     "TraceId, SpanId, ParentSpanId, SpanName, toUnixTimestamp64Nano(Timestamp), Duration, SpanAttributes, "

@@ -1,4 +1,4 @@
-"""The collector-contrib ``clickhouseexporter``'s ``otel_traces`` table (release 0.135.0): its DDL, and OTLP JSON →
+"""The collector-contrib ``clickhouseexporter``'s ``otel_traces`` table (release 0.139.0): its DDL, and OTLP JSON →
 its rows as the exporter writes them (``loadtrace ingest``; ``clickhouse.py`` reads them back).
 
 The exporter's rules, ported (``exporter_traces.go``, ``internal/sqltemplates/traces_table.sql``):
@@ -6,8 +6,9 @@ The exporter's rules, ported (``exporter_traces.go``, ``internal/sqltemplates/tr
 - ``Timestamp`` is the span's start; ``Duration`` is end - start in ns, as a ``UInt64`` (``pcommon.Timestamp``
   arithmetic: a span that ends before it starts wraps);
 - ``TraceId`` / ``SpanId`` / ``ParentSpanId`` lower-case hex, empty for an all-zero id (``traceutil.*ToHexOrEmpty``);
-- ``SpanKind`` / ``StatusCode`` spelled by ``traceutil.SpanKindStr`` / ``StatusCodeStr`` (``SPAN_KIND_INTERNAL``,
-  ``STATUS_CODE_ERROR``, ...);
+- ``SpanKind`` / ``StatusCode`` spelled by pdata's ``SpanKind.String`` / ``StatusCode.String`` (``Internal``,
+  ``Error``, ...; releases before it wrote ``SPAN_KIND_INTERNAL``, ``STATUS_CODE_ERROR``, which ``clickhouse.py``
+  still reads);
 - ``ServiceName``: the resource's ``service.name`` (``AsString``), empty without one;
 - ``ResourceAttributes`` / ``SpanAttributes``: every value through ``pcommon.Value.AsString``: strings as they are,
   ints in decimal, bools ``true``/``false``, doubles by ``strconv.FormatFloat(f, 'f', -1, 64)``, bytes in base64,
@@ -29,7 +30,7 @@ from .files import rfc3339_nanos
 # ``default``, table ``otel_traces``, no cluster, MergeTree, no TTL, the bloom-filter indexes.
 DDL = """\
 CREATE TABLE IF NOT EXISTS {database}.{table} (
-    Timestamp DateTime64(9) CODEC(Delta(8), ZSTD(1)),
+    Timestamp DateTime64(9) CODEC(Delta, ZSTD(1)),
     TraceId String CODEC(ZSTD(1)),
     SpanId String CODEC(ZSTD(1)),
     ParentSpanId String CODEC(ZSTD(1)),
@@ -41,7 +42,7 @@ CREATE TABLE IF NOT EXISTS {database}.{table} (
     ScopeName String CODEC(ZSTD(1)),
     ScopeVersion String CODEC(ZSTD(1)),
     SpanAttributes Map(LowCardinality(String), String) CODEC(ZSTD(1)),
-    Duration UInt64 CODEC(T64, ZSTD(1)),
+    Duration UInt64 CODEC(ZSTD(1)),
     StatusCode LowCardinality(String) CODEC(ZSTD(1)),
     StatusMessage String CODEC(ZSTD(1)),
     Events Nested (
@@ -60,18 +61,15 @@ CREATE TABLE IF NOT EXISTS {database}.{table} (
     INDEX idx_res_attr_value mapValues(ResourceAttributes) TYPE bloom_filter(0.01) GRANULARITY 1,
     INDEX idx_span_attr_key mapKeys(SpanAttributes) TYPE bloom_filter(0.01) GRANULARITY 1,
     INDEX idx_span_attr_value mapValues(SpanAttributes) TYPE bloom_filter(0.01) GRANULARITY 1,
-    INDEX idx_duration Duration TYPE minmax GRANULARITY 1,
-    INDEX idx_lower_span_name lower(SpanName) TYPE tokenbf_v1(32768, 3, 0) GRANULARITY 8
+    INDEX idx_duration Duration TYPE minmax GRANULARITY 1
 ) ENGINE = MergeTree()
 PARTITION BY toDate(Timestamp)
-PRIMARY KEY (ServiceName, SpanName, toDateTime(Timestamp))
-ORDER BY (ServiceName, SpanName, toDateTime(Timestamp), Timestamp)
-SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1
+ORDER BY (ServiceName, SpanName, toDateTime(Timestamp))
+SETTINGS index_granularity=8192, ttl_only_drop_parts = 1
 """
 
-SPAN_KINDS: tuple[str, ...] = ("SPAN_KIND_UNSPECIFIED", "SPAN_KIND_INTERNAL", "SPAN_KIND_SERVER", "SPAN_KIND_CLIENT")
-SPAN_KINDS += ("SPAN_KIND_PRODUCER", "SPAN_KIND_CONSUMER")
-STATUS_CODES = ("STATUS_CODE_UNSET", "STATUS_CODE_OK", "STATUS_CODE_ERROR")
+SPAN_KINDS = ("Unspecified", "Internal", "Server", "Client", "Producer", "Consumer")
+STATUS_CODES = ("Unset", "Ok", "Error")
 _JSON_KINDS = {"SPAN_KIND_" + k: i for i, k in enumerate(("UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT"))}
 _JSON_KINDS.update({"SPAN_KIND_PRODUCER": 4, "SPAN_KIND_CONSUMER": 5})
 U64 = 1 << 64
