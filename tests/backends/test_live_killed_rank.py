@@ -1,7 +1,7 @@
 """Promise (docs/jaeger.md, "View it in Jaeger"; issue 26's no orphans, live): a job sending OTLP to the collector
 while one of its ranks is SIGKILLed mid-load is one trace in Jaeger in which every span's parent is present, holding
-the same spans as the job's files: what the dead rank finished, and the stand-ins its launcher's witness wrote for what the kill left
-open, sent over OTLP as the files are written.
+the same spans as the job's files: what the dead rank finished, and the stand-ins its launcher's witness wrote for what
+the kill left open, sent over OTLP as the files are written.
 
 The job is tests/workers/killed_load.py (support/killed_rank.py's): a real 2-rank ``torchrun``, rank 1 SIGKILLed at
 its 5th weight conversion, here with an OTLP/HTTP endpoint (the collector, exporters/collector.yaml → Jaeger,

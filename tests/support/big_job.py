@@ -101,7 +101,7 @@ def write_big_job(
     dilation = 1 + slow_by * 1e9 / extent if slow_by > 0 else 1.0
     # A slow read: a file span that opens by then ends slow_by later, every time after it moves with it.
     reads = [span for line in lines[1] for span in _spans(line) if span["name"] in sc.FILE_SPANS]
-    last_open = max(int(span["startTimeUnixNano"]) for span in reads)
+    last_open = max((int(span["startTimeUnixNano"]) for span in reads), default=0)  # a recording may read no file
     splits: dict[Any, Any] = {}
     folder.mkdir(parents=True, exist_ok=True)
     for rank in range(ranks):
