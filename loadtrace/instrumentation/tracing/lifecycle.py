@@ -9,16 +9,17 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .. import semconv
-from . import summary, termination
-from .context import Job
+from ... import semconv
+from ..beside import termination
+from ..context import Job
+from ..counting.memory import process_memory
+from ..counting.readings import Readings
+from ..counting.scope import OpenScopes, Scope, detached_slot
+from ..counting.statemirror import StateMirror
+from ..exporting import summary
+from ..settings import Settings
 from .ending import Ends
-from .memory import process_memory
-from .readings import Readings
-from .scope import OpenScopes, Scope, detached_slot
-from .settings import Settings
 from .startup import Startup
-from .statemirror import StateMirror
 
 if TYPE_CHECKING:
     from .provider import Provider

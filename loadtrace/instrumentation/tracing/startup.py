@@ -9,16 +9,17 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .. import semconv
-from . import attributes, context
-from .importclock import import_times, stop_import_clock
-from .memory import Memory, process_memory
-from .scope import OpenScopes, Scope, ScopeKind
-from .termination import Handlers
+from ... import semconv
+from .. import context
+from ..beside.termination import Handlers
+from ..counting import attributes
+from ..counting.memory import Memory, process_memory
+from ..counting.scope import OpenScopes, Scope, ScopeKind
+from ..importclock import import_times, stop_import_clock
 
 if TYPE_CHECKING:
+    from ..counting.statemirror import StateMirror
     from .provider import Provider
-    from .statemirror import StateMirror
 
 
 class Startup:

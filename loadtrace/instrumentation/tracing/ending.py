@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .. import semconv
-from . import attributes
-from .scope import Scope, ScopeKind
-from .settings import Settings
+from ... import semconv
+from ..counting import attributes
+from ..counting.scope import Scope, ScopeKind
+from ..settings import Settings
 
 if TYPE_CHECKING:
     from opentelemetry import trace
