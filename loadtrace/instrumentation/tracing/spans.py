@@ -74,11 +74,12 @@ class Tracing:
         self.state_file = StateMirror(self._state, self.open, self.record_fault)
         self.readings = Readings(self.open, self._state, self._monitor)
         self.handlers = termination.Handlers(lambda signo: self.lifecycle.terminated(signo))
-        self.startup = Startup(lambda: self.provider, self.handlers, self.open, self.state_file)
+        self.startup = Startup(self, self.handlers, self.open, self.state_file)
         self.loads = Loads(self.open, self.state_file, self.startup)
-        self.ends = Ends(settings, lambda: self.provider, self.state_file.release)
-        self.lifecycle = Lifecycle(settings, self.job, self.open, self.startup, self.state_file, self.readings)
-        self.lifecycle.wire(self.ends, self.close_file, lambda: self._provider)
+        self.ends = Ends(settings, self, self.state_file)
+        self.lifecycle = Lifecycle(
+            settings, self.job, self.open, self.startup, self.state_file, self.readings, self.ends, self
+        )
         self._count_lock = None if getattr(sys, "_is_gil_enabled", lambda: True)() else threading.Lock()
 
     @property
@@ -96,6 +97,11 @@ class Tracing:
                     self._provider = made
                 provider = self._provider
         return provider
+
+    @property
+    def made(self) -> Provider | None:
+        """The provider once the first span made it (None before); ``provider`` makes it."""
+        return self._provider
 
     def _state(self) -> statefile.Writer | None:
         provider = self._provider
