@@ -3,6 +3,6 @@
 forks and signals around its scopes (``lifecycle``), and the OpenTelemetry SDK they go through (``provider``, which
 assembles ``exporting``'s exporters and ``beside``'s watchers).
 
-It may import every layer below it (``beside``, ``exporting``, ``counting``, the floor); only the hooks and
-``activation`` import it, the hooks through ``spans`` alone.
+It may import every room below it (``beside``, ``exporting``, ``counting``, the floor). Only what stands above it
+imports it, through ``spans`` alone: the hooks, ``activation`` and ``loadtrace.traced_load``.
 """
