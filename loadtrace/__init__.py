@@ -53,7 +53,7 @@ class traced_load:  # noqa: N801 - used as a function: ``with loadtrace.traced_l
 
     def __enter__(self) -> None:
         from . import semconv
-        from .instrumentation import spans
+        from .instrumentation.tracing import spans
 
         self._tracing = tracing = spans.tracing()
         if tracing is not None:

@@ -88,8 +88,8 @@ STARTUP_PHASE_SPANS = frozenset(
     }
 )
 
-# An exception nobody caught, recorded by the process's excepthooks (instrumentation/excepthooks.py) as it dies of
-# it: a point span.
+# An exception nobody caught, recorded by the process's excepthooks (instrumentation/beside/excepthooks.py) as it
+# dies of it: a point span.
 SPAN_EXCEPTION = "loadtrace.exception"
 
 # A state file carried into ClickHouse by ``loadtrace ingest`` (analysis/ingest.py): one row per state file, its bytes
@@ -190,8 +190,8 @@ STARTUP_IMPORTS = "loadtrace.startup.imports"
 STARTUP_PHASE_NS = "loadtrace.startup.phases"
 # On a load span: when it opened its first file (ns since the epoch); the time before it is the model's construction.
 LOAD_FIRST_FILE_OPEN = "loadtrace.load.first_file_open"
-# Above the span budget's world size (instrumentation/budget.py), on a load whose file spans were not all exported:
-# how many were not, and when its last file closed (ns since the epoch): its reading ends there.
+# Above the span budget's world size (instrumentation/exporting/budget.py), on a load whose file spans were not all
+# exported: how many were not, and when its last file closed (ns since the epoch): its reading ends there.
 FILES_SUMMARIZED = "loadtrace.files.summarized"
 LOAD_LAST_FILE_CLOSE = "loadtrace.load.last_file_close"
 # Above that world size, on the startup or load span of a rank that exports only those: each of its other spans that

@@ -77,7 +77,7 @@ def first_span_ms() -> float:
     and the provider's set-up (resource, processors, state file, monitor); the minimum of 5 processes."""
     code = (
         "import time, torch, transformers, loadtrace\n"
-        "from loadtrace.instrumentation import spans\n"
+        "from loadtrace.instrumentation.tracing import spans\n"
         "loadtrace.instrument()\n"
         "t = time.perf_counter(); spans.tracing().provider; print((time.perf_counter() - t) * 1e3)\n"
     )

@@ -148,8 +148,9 @@ def meter_parts(meter: Meter) -> None:
     residency of files; the memory readings (at the names the loading thread's code calls them by)."""
     from opentelemetry.sdk import trace as sdk_trace
 
-    from loadtrace.instrumentation import attributes, export, lifecycle, loads, readings, spans, startup, statemirror
-    from loadtrace.instrumentation.hooks import _common
+    from loadtrace.instrumentation.counting import attributes, readings, statemirror
+    from loadtrace.instrumentation.exporting import export
+    from loadtrace.instrumentation.tracing import lifecycle, loads, spans, startup
 
     for cls, name in (
         (sdk_trace.Tracer, "start_span"),
@@ -159,7 +160,7 @@ def meter_parts(meter: Meter) -> None:
     ):
         setattr(cls, name, meter.part(SPANS, getattr(cls, name)))
     export.WriteAsItEnds.on_end = meter.part(EXPORT, export.WriteAsItEnds.on_end)  # type: ignore[method-assign]
-    _common.cached_bytes_of = meter.part(RESIDENCY, _common.cached_bytes_of)
+    spans.cached_bytes_of = meter.part(RESIDENCY, spans.cached_bytes_of)  # the hooks call it through the front
     called = (
         *((module, "process_memory") for module in (spans, readings, startup, lifecycle)),
         (loads, "limits"),
@@ -241,7 +242,7 @@ def metered_load(meter: Meter, load: Any, ckpt: str, monitor: int | None) -> dic
 
 def cmd_own(argv: list[str]) -> dict[str, Any]:
     """Worker (LOADTRACE unset: it instruments itself once the meter is in): ``_own OUT ROUNDS CKPT...``."""
-    from loadtrace.instrumentation import spans
+    from loadtrace.instrumentation.tracing import spans
 
     rounds, ckpts = int(argv[0]), argv[1:]
     meter = install_meter()

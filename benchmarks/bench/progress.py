@@ -45,7 +45,7 @@ def reader_cpu_s() -> float:  # the metrics reader thread(s) alive now: 0 when n
 def set_metrics(on: bool) -> None:
     """Start or stop this process's progress metrics between loads. Reaches into the provider's ``Progress``: a
     benchmark's switch, which a job never needs (it sets ``LOADTRACE_PROGRESS_INTERVAL`` once)."""
-    from loadtrace.instrumentation import spans
+    from loadtrace.instrumentation.tracing import spans
 
     provider = spans.tracing().provider  # type: ignore[union-attr]
     progress, settings = provider.progress, provider.settings

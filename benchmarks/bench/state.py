@@ -42,7 +42,7 @@ def counted_load(load: Any, ckpt: str, tracing: Any) -> dict[str, int]:
 def operation_costs_ns(tracing: Any) -> dict[str, float]:
     """ns per operation, the best of many blocks, outside a load."""
     from loadtrace import statefile
-    from loadtrace.instrumentation.statemirror import set_phase
+    from loadtrace.instrumentation.counting.statemirror import set_phase
 
     state = statefile.Writer(None, {}, {})  # slots in anonymous memory: the benchmark's own, not the process's
 
@@ -72,7 +72,7 @@ def cmd_state(argv: list[str]) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM
 
     import loadtrace
-    from loadtrace.instrumentation import spans
+    from loadtrace.instrumentation.tracing import spans
 
     quiet_transformers()
     loadtrace.instrument()

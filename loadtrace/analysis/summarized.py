@@ -1,4 +1,4 @@
-"""Ranks of a big job that did not export every span (the span budget: instrumentation/budget.py).
+"""Ranks of a big job that did not export every span (the span budget: instrumentation/exporting/budget.py).
 
 Above 64 ranks most ranks export only their startup and load spans. Their other spans (rendezvous, preparation, a
 load's phases) come folded, whole, into the span they hung from (``loadtrace.folded``): ``unfold`` rebuilds each as it

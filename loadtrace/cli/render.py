@@ -190,7 +190,7 @@ def stored(nodes: list[NodeStartup]) -> list[NodeStartup]:
 def report_line(report: Report) -> str:
     """``2 ranks, 3 findings`` (``1 of 2 ranks here, ...`` when ranks of the job left nothing in the source), then the
     ranks that stand out whatever their numbers (``alike.standouts``; alike ones together, the first few): ``; rank
-    300 incomplete, rank 700 slow``. What rank 0 says of its job when it ends (instrumentation/summary.py)."""
+    300 incomplete, rank 700 slow``. What rank 0 says of its job when it ends (instrumentation/exporting/summary.py)."""
     present = len({rank.rank for rank in report.ranks})
     world = max((trace.world_size or 0 for trace in report.traces), default=0)
     plural = "s" * (present != 1)

@@ -1,6 +1,14 @@
-"""The in-job half: what runs inside a traced job's processes (activation, the hooks under ``hooks/``, spans, the
-state file's writer, export). It imports the shared formats (``loadtrace.semconv``, ``loadtrace.statefile``) and
-nothing of the analysis half.
+"""The in-job half: what runs inside a traced job's processes. It imports the shared formats (``loadtrace.semconv``,
+``loadtrace.statefile``) and nothing of the analysis half. Its rooms, each importing only the ones below it (tested:
+tests/structure/test_structure.py):
+
+- ``activation``: how a process turns tracing on (at once, or at the first hooked import);
+- ``hooks/``: one module per hooked library; they reach the rest through one front, ``tracing.spans``;
+- ``tracing/``: who opens and ends the scopes, and the OpenTelemetry SDK their spans go through;
+- ``beside/``: what runs beside the job for when it dies (the launcher's witness, signals, uncaught exceptions);
+- ``exporting/``: what leaves the process (span files and OTLP, the span budget, metrics, the exit line);
+- ``counting/``: what counts (scopes and their ledgers, memory, the state file, the startup's phases);
+- the floor: ``settings`` (every knob), ``context`` (who this process is), ``importclock``, ``_log`` and this file.
 
 This file is its ground floor, imported by every process ``LOADTRACE=1`` reaches (so: the standard library's
 already-loaded modules only), and importing nothing of loadtrace: what the modules above share without importing each

@@ -76,11 +76,11 @@ def instrument(settings: Settings | None = None, tracer_provider: Any = None) ->
         if _instrumented:
             return
         hooks = registry()
-        if "loadtrace.instrumentation.spans" not in sys.modules:  # the first time: an import, under the fork guard
+        if "loadtrace.instrumentation.tracing.spans" not in sys.modules:  # at first: an import, under the fork guard
             with importing():
-                from . import spans
-        from . import spans
+                from .tracing import spans
         from .settings import from_env
+        from .tracing import spans
 
         spans.set_tracing(spans.Tracing(settings or from_env(), tracer_provider, listener=hooks))
         hooks.install()
@@ -96,7 +96,8 @@ def uninstrument() -> None:
             return
         _instrumented = False
         _stop_import_clock()
-        from . import excepthooks, spans
+        from .beside import excepthooks
+        from .tracing import spans
 
         excepthooks.stop()
 

@@ -6,7 +6,8 @@ Each recorded 2-rank job is read twice: as recorded, and with rank 1's spans mad
 budget as rank 9 of a 1,024-rank job of 8 ranks a node (support/replay.py): its startup and load exported, its other
 spans folded into them, its file spans summarized on its load, written as a rank writes its trace file. Most of these
 jobs were recorded before a load carried its files' page-cache residency; their rank 1's load is given it as the
-in-job code computes it today (instrumentation/attributes.py ``checkpoint_residency``), from its own file spans.
+in-job code computes it today (instrumentation/counting/attributes.py ``checkpoint_residency``), from its own file
+spans.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from loadtrace.analysis.report import build_report
 from loadtrace.analysis.sources import read_files
 from loadtrace.analysis.timeline import timeline
 from loadtrace.cli.render import compare_table
-from loadtrace.instrumentation.attributes import checkpoint_residency
+from loadtrace.instrumentation.counting.attributes import checkpoint_residency
 
 SAMPLES = REPO / "docs" / "samples"
 JOBS = {

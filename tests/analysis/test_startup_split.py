@@ -1,7 +1,8 @@
 """Promise: the startup split is one definition (``loadtrace/startup_split.py``) that the rank applies in-job, through
-the span processor that keeps what it needs (``instrumentation/phases.py``), and the report applies to the spans it
-reads. Here on hand-made timelines: overlaps go to the higher-priority phase, a span still open when the startup ends
-counts up to that end, other traces and later spans are not the startup's, and a failure costs the split alone."""
+the span processor that keeps what it needs (``instrumentation/counting/phases.py``), and the report applies to the
+spans it reads. Here on hand-made timelines: overlaps go to the higher-priority phase, a span still open when the
+startup ends counts up to that end, other traces and later spans are not the startup's, and a failure costs the split
+alone."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from loadtrace import semconv
 from loadtrace.instrumentation import _log
-from loadtrace.instrumentation import phases as phases_module
-from loadtrace.instrumentation.phases import PhaseRecorder
+from loadtrace.instrumentation.counting import phases as phases_module
+from loadtrace.instrumentation.counting.phases import PhaseRecorder
 from loadtrace.startup_split import STARTUP_PHASES, PhaseSpan, split
 
 MS = 1_000_000

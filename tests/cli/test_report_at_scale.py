@@ -28,7 +28,7 @@ from loadtrace.analysis.ranks import jobs_from_spans
 from loadtrace.analysis.sources import read_files
 from loadtrace.cli import render
 from loadtrace.cli.render import who
-from loadtrace.instrumentation import summary
+from loadtrace.instrumentation.exporting import summary
 
 SLOW, KILLED = 700, 300
 JOB_ID = "cc2eef90-40e1-446d-ac10-d780c6600db0"  # the recorded job's (tests/fixtures/spans/fsdp524)

@@ -18,7 +18,7 @@ from support.torchrun import torchrun
 from support.venvs import discover
 
 from loadtrace.cli import main
-from loadtrace.instrumentation import memory
+from loadtrace.instrumentation.counting import memory
 
 VENVS = discover()
 

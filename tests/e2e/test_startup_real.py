@@ -24,7 +24,7 @@ from support.torchrun import torchrun
 from support.venvs import REPO, discover
 
 from loadtrace.cli import main
-from loadtrace.instrumentation import memory
+from loadtrace.instrumentation.counting import memory
 
 VENVS = discover()
 WORKER = REPO / "tests" / "workers" / "startup_load.py"

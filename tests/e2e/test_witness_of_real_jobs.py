@@ -1,6 +1,6 @@
 """Promise: with LOADTRACE=1 the launcher (torchrun's elastic agent, which `accelerate launch` also uses) outlives its
 workers and writes one `loadtrace.rank_exit` span per dead rank into the job's trace: how it ended (signal or exit
-code, and whether the OOM killer did it) and its exact last state (loadtrace/instrumentation/witness.py,
+code, and whether the OOM killer did it) and its exact last state (loadtrace/instrumentation/beside/witness.py,
 hooks/torchelastic.py).
 
 The jobs are the session's: the killed-rank job, traced and untraced (support/killed_rank.py; test_killed_rank.py reads

@@ -9,7 +9,9 @@ from support.inmemory import traced
 from transformers import AutoModelForCausalLM
 
 from loadtrace import semconv
-from loadtrace.instrumentation import context, lifecycle, readings, spans, startup
+from loadtrace.instrumentation import context
+from loadtrace.instrumentation.counting import readings
+from loadtrace.instrumentation.tracing import lifecycle, spans, startup
 
 
 def test_memory_is_read_on_the_loading_thread_only_at_the_loads_start_and_end(tiny_checkpoint, monkeypatch):

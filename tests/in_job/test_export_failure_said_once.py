@@ -9,7 +9,8 @@ import pytest
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from loadtrace import semconv
-from loadtrace.instrumentation import _log, export, settings, summary
+from loadtrace.instrumentation import _log, settings
+from loadtrace.instrumentation.exporting import export, summary
 
 DEAD = "http://127.0.0.1:9"
 HTTP_REFUSED = (

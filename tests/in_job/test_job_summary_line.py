@@ -20,7 +20,8 @@ from pathlib import Path
 from support.paths import SPANS
 
 from loadtrace import semconv
-from loadtrace.instrumentation import settings, summary
+from loadtrace.instrumentation import settings
+from loadtrace.instrumentation.exporting import summary
 
 FIXTURES = SPANS
 

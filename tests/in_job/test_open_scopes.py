@@ -19,7 +19,7 @@ from support.witnessing import DEAD_PID, RANK1_ENV
 from loadtrace import semconv, statefile
 from loadtrace.analysis.report import build_report
 from loadtrace.analysis.sources import read_files
-from loadtrace.instrumentation import witness
+from loadtrace.instrumentation.beside import witness
 from loadtrace.instrumentation.settings import Settings
 
 FIXTURES = SPANS

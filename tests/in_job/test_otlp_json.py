@@ -7,7 +7,7 @@ from support.inmemory import traced
 from support.otlp_reference import otlp_json_via_protobuf
 
 import loadtrace
-from loadtrace.instrumentation.export import traces_data
+from loadtrace.instrumentation.exporting.export import traces_data
 
 
 def test_direct_encoding_equals_the_protobuf_reference(tmp_path):
@@ -38,7 +38,7 @@ def test_the_file_line_is_the_json_of_traces_data(tmp_path):
 
     from opentelemetry.sdk.resources import Resource
 
-    from loadtrace.instrumentation.export import otlp_json
+    from loadtrace.instrumentation.exporting.export import otlp_json
 
     path = tmp_path / "m.safetensors"
     safetensors.torch.save_file({"a": torch.ones(3)}, str(path))
@@ -71,7 +71,7 @@ def test_every_value_kind_encodes_as_the_protobuf_reference_does():
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
     from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags
 
-    from loadtrace.instrumentation.export import otlp_json
+    from loadtrace.instrumentation.exporting.export import otlp_json
 
     exporter = InMemorySpanExporter()
     for resource in (Resource({"service.name": "a", "host.name": "nœud-1"}), Resource({"service.name": "b"})):

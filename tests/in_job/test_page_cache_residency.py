@@ -20,9 +20,10 @@ from support.paths import REPO
 
 import loadtrace
 from loadtrace import semconv
-from loadtrace.instrumentation import memory, spans
+from loadtrace.instrumentation.counting import memory
 from loadtrace.instrumentation.hooks import safetensors as safetensors_hooks
 from loadtrace.instrumentation.hooks._common import file_attributes_and_head
+from loadtrace.instrumentation.tracing import spans
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 

@@ -7,7 +7,7 @@ import threading
 from support.inmemory import traced
 from transformers import AutoModelForCausalLM, core_model_loading
 
-from loadtrace.instrumentation import progress, progress_metrics
+from loadtrace.instrumentation.exporting import progress, progress_metrics
 
 
 def test_progress_runs_off_the_loading_thread(tiny_checkpoint, monkeypatch):

@@ -20,7 +20,9 @@ from support.paths import WORKERS
 
 import loadtrace
 from loadtrace import semconv, statefile
-from loadtrace.instrumentation import attributes, context, memory, settings, spans
+from loadtrace.instrumentation import context, settings
+from loadtrace.instrumentation.counting import attributes, memory
+from loadtrace.instrumentation.tracing import spans
 
 sys.path.insert(0, str(WORKERS))
 

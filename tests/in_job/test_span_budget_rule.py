@@ -24,9 +24,9 @@ from support.paths import FIXTURES, REPO
 from support.replay import RANKS_PER_NODE, WORLD_SIZE, exported, rank_spans, with_files
 
 from loadtrace import semconv as sc
-from loadtrace.instrumentation import budget
-from loadtrace.instrumentation.budget_processor import Budget
 from loadtrace.instrumentation.context import Rank
+from loadtrace.instrumentation.exporting import budget
+from loadtrace.instrumentation.exporting.budget_processor import Budget
 from loadtrace.instrumentation.settings import Settings, from_env
 
 STRATEGIES = {

@@ -17,8 +17,8 @@ from support.inmemory import traced
 
 import loadtrace
 from loadtrace import semconv
-from loadtrace.instrumentation import spans
-from loadtrace.instrumentation.startup_metrics import LOAD_BUCKETS_S, STARTUP_BUCKETS_S
+from loadtrace.instrumentation.exporting.startup_metrics import LOAD_BUCKETS_S, STARTUP_BUCKETS_S
+from loadtrace.instrumentation.tracing import spans
 
 DELTA = 1  # AggregationTemporality.AGGREGATION_TEMPORALITY_DELTA in the proto
 

@@ -1,6 +1,6 @@
 """Promise: with LOADTRACE=1 the launcher (torchrun's elastic agent, which `accelerate launch` also uses) outlives its
 workers and writes one `loadtrace.rank_exit` span per dead rank into the job's trace: how it ended (signal or exit
-code, and whether the OOM killer did it) and its exact last state (loadtrace/instrumentation/witness.py,
+code, and whether the OOM killer did it) and its exact last state (loadtrace/instrumentation/beside/witness.py,
 hooks/torchelastic.py)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from support.span_reference import documented
 from support.witnessing import DEAD_PID, RANK1_ENV
 
 from loadtrace import semconv, statefile
-from loadtrace.instrumentation import witness
+from loadtrace.instrumentation.beside import witness
 from loadtrace.instrumentation.settings import Settings
 
 

@@ -71,7 +71,7 @@ def test_python_s_own_traceback_still_comes_and_a_failing_recorder_changes_nothi
         tmp_path,
         """
         import loadtrace
-        from loadtrace.instrumentation import excepthooks
+        from loadtrace.instrumentation.beside import excepthooks
         loadtrace.instrument()
         with loadtrace.traced_load("warm-up"):
             pass

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtrace.instrumentation import termination
+from loadtrace.instrumentation.beside import termination
 
 # A job that sets up ``--before`` for the three signals, opens a traced load, forks, and prints what the child finds:
 # at its start, while it loads itself, after its load closed. ``--kill-at-fork``: the child is sent SIGTERM from the

@@ -75,7 +75,7 @@ def test_importing_torch_hooks_it_and_sets_up_nothing_else(tmp_path):
 
 FIRST_SPAN_OF_ANY_KIND = """
 import json, sys, safetensors, safetensors.torch, torch
-from loadtrace.instrumentation import spans
+from loadtrace.instrumentation.tracing import spans
 safetensors.torch.save_file({"w": torch.ones(4)}, sys.argv[1] if len(sys.argv) > 1 else "/tmp/unused")
 before = "opentelemetry.sdk.trace" in sys.modules
 tracing = spans.tracing()
@@ -98,7 +98,7 @@ def test_the_first_span_of_any_kind_sets_up_the_sdk(tmp_path):
 FORK_RACE = r"""
 import os, sys, threading, time, torch
 import loadtrace
-from loadtrace.instrumentation import spans
+from loadtrace.instrumentation.tracing import spans
 
 started = threading.Event()
 def first_span():

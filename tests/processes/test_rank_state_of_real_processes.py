@@ -108,7 +108,7 @@ def test_a_temporary_directory_someone_else_made_is_not_used(tmp_path):
 
 FORKS = r"""
 import os, sys, safetensors, loadtrace
-from loadtrace.instrumentation import spans
+from loadtrace.instrumentation.tracing import spans
 with loadtrace.traced_load("parent"):
     f = safetensors.safe_open(sys.argv[1], framework="pt")
     f.get_tensor("w")

@@ -1,7 +1,7 @@
 """Promise: a rank stopped by SIGTERM, SIGINT or SIGHUP while loading first ends every open span with the numbers it has
 so far, status ERROR and `loadtrace.exit.signal`, and flushes them; then it does exactly what it would untraced (the
 job's own handler runs, or the process dies by the signal), and a handler the job set is never replaced
-(loadtrace/instrumentation/termination.py, spans.Tracing).
+(loadtrace/instrumentation/beside/termination.py, spans.Tracing).
 
 Unit cases are real processes (a handler only runs in a real signal); the integration case is a real torchrun job whose
 rank 0 torchrun SIGTERMs in the middle of its load because rank 1 failed."""
@@ -18,7 +18,7 @@ import pytest
 
 from loadtrace import semconv, statefile
 from loadtrace.analysis.sources import read_files
-from loadtrace.instrumentation import termination
+from loadtrace.instrumentation.beside import termination
 
 # A job whose load reads one safetensors file, keeps it open, then is sent ``--signal`` by ``--who`` (itself, by
 # default). ``--before`` sets up the job's own handling of that signal first (or during the load with ``--during``).

@@ -1,6 +1,6 @@
 """Promise: with LOADTRACE=1 the launcher (torchrun's elastic agent, which `accelerate launch` also uses) outlives its
 workers and writes one `loadtrace.rank_exit` span per dead rank into the job's trace: how it ended (signal or exit
-code, and whether the OOM killer did it) and its exact last state (loadtrace/instrumentation/witness.py,
+code, and whether the OOM killer did it) and its exact last state (loadtrace/instrumentation/beside/witness.py,
 hooks/torchelastic.py)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 import pytest
 from support.cgroups import memory_cgroup, remove_cgroup
 
-from loadtrace.instrumentation import witness
+from loadtrace.instrumentation.beside import witness
 
 
 def test_the_oom_killer_is_told_apart_in_a_real_memory_cgroup(tmp_path):

@@ -7,6 +7,9 @@ and mypy: lint/test_ruff_and_mypy.py).
   formats import only the standard library and each other. The shared formats
   are the contracts of the files between the halves: ``semconv`` (span names and keys), ``statefile`` (the state a
   dead rank leaves) and ``startup_split`` (the split a rank's startup span carries);
+- inside the instrumentation half, imports run downwards through its rooms (issue 43): activation → hooks → tracing
+  → beside → exporting → counting → the floor; the hooks reach the rooms below them through the tracing front
+  (``tracing.spans``) alone, the launcher's witness excepted;
 - the import graph of ``loadtrace/`` has no cycle, lazy imports included, and at most 8 modules sit at its top.
 
 These read the source tree (``ast``), not the installed wheel.
@@ -163,8 +166,78 @@ def test_the_shared_formats_import_only_the_standard_library_and_each_other(modu
 def test_the_halves_are_found():
     """The checks above are only as good as the module lists they walk."""
     assert "loadtrace.cli" in ANALYSIS and any(m.startswith("loadtrace.analysis.") for m in ANALYSIS), ANALYSIS
-    in_job = {"loadtrace.instrumentation.spans", "loadtrace.instrumentation.hooks"}
+    in_job = {"loadtrace.instrumentation.tracing.spans", "loadtrace.instrumentation.hooks"}
     assert in_job <= set(INSTRUMENTATION), INSTRUMENTATION
+
+
+# The instrumentation half's rooms (loadtrace/instrumentation/__init__.py), lowest first: a module imports its own
+# room and the rooms below it, never one above. The floor is the package's own top-level modules but activation.
+IN_JOB = "loadtrace.instrumentation"
+ROOMS = ("floor", "counting", "exporting", "beside", "tracing", "hooks", "activation")
+FLOOR = ("", "settings", "context", "importclock", "_log")
+# What the hooks may import of the rooms below them: the front, and the witness (torchelastic's hook, in the launcher).
+HOOKS_REACH = (f"{IN_JOB}.tracing.spans", f"{IN_JOB}.beside.witness")
+
+
+def room(module: str) -> str | None:
+    """The room of the instrumentation half ``module`` is in; None outside the half, "?" in none of them."""
+    if module != IN_JOB and not module.startswith(f"{IN_JOB}."):
+        return None
+    top = module[len(IN_JOB) + 1 :].partition(".")[0]
+    return "floor" if top in FLOOR else top if top in ROOMS else "?"
+
+
+def upward(module: str, imported: str) -> bool:
+    """Whether ``module`` importing ``imported`` breaks the rooms' order (both in the instrumentation half)."""
+    mine, theirs = room(module), room(imported)
+    if mine is None or theirs is None:
+        return False
+    if ROOMS.index(theirs) > ROOMS.index(mine):
+        return True
+    return mine == "hooks" and theirs not in ("hooks", "floor") and imported not in HOOKS_REACH
+
+
+IN_JOB_MODULES = [m for m in INSTRUMENTATION if room(m) is not None]
+
+
+def test_every_in_job_module_is_in_a_room():
+    assert all(room(m) != "?" for m in IN_JOB_MODULES), [m for m in IN_JOB_MODULES if room(m) == "?"]
+    assert {room(m) for m in IN_JOB_MODULES} == set(ROOMS)
+
+
+def test_the_in_job_rooms_import_only_downwards():
+    offenders = [
+        f"{MODULES[m].relative_to(REPO).as_posix()}:{line} ({room(m)}) imports {imported} ({room(imported)})"
+        for m in IN_JOB_MODULES
+        for line, imported in imports(m)
+        if upward(m, imported)
+    ]
+    assert not offenders, (
+        "an import upwards through the in-job rooms ("
+        + " → ".join(reversed(ROOMS))
+        + "):\n  "
+        + ("\n  ".join(offenders))
+    )
+
+
+def test_the_rooms_rule_finds_an_upward_import():
+    """The check above is only as good as its rule: counting reaching up to tracing is caught, and so is a hook
+    reaching past the front; the front's own imports, and the hooks' of it, are not."""
+    assert upward(f"{IN_JOB}.counting.scope", f"{IN_JOB}.tracing.spans")
+    assert upward(f"{IN_JOB}.exporting.export", f"{IN_JOB}.beside.witness")
+    assert upward(f"{IN_JOB}.settings", f"{IN_JOB}.counting.memory")
+    assert upward(f"{IN_JOB}.hooks._common", f"{IN_JOB}.counting.memory")
+    assert not upward(f"{IN_JOB}.tracing.spans", f"{IN_JOB}.counting.memory")
+    assert not upward(f"{IN_JOB}.hooks.torch", f"{IN_JOB}.tracing.spans")
+    assert not upward(f"{IN_JOB}.activation", f"{IN_JOB}.hooks.registry")
+
+
+@pytest.mark.parametrize("package", [f"{IN_JOB}.{name}" for name in ("counting", "exporting", "beside", "tracing")])
+def test_each_room_says_what_it_owns_and_imports_nothing(package):
+    """Its ``__init__`` is the room's sign (what it owns, what it may import), and costs a process nothing more."""
+    module = tree(package)
+    assert ast.get_docstring(module), package
+    assert not imports(package), imports(package)
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -211,7 +284,7 @@ def test_the_cycle_check_finds_a_cycle():
     """The check above is only as good as its search: a cycle two hops away is found, a diamond is not one."""
     assert cycle_in({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert cycle_in({"a": {"b", "c"}, "b": {"d"}, "c": {"d"}, "d": set()}) == []
-    assert "loadtrace.instrumentation.spans" in import_graph()["loadtrace.instrumentation.activation"]
+    assert "loadtrace.instrumentation.tracing.spans" in import_graph()["loadtrace.instrumentation.activation"]
 
 
 def test_at_most_eight_modules_sit_directly_under_loadtrace():

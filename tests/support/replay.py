@@ -26,8 +26,9 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCod
 
 from loadtrace import semconv as sc
 from loadtrace.analysis.sources import Span, read_files
-from loadtrace.instrumentation import budget, context, export
-from loadtrace.instrumentation.budget_processor import Budget
+from loadtrace.instrumentation import context
+from loadtrace.instrumentation.exporting import budget, export
+from loadtrace.instrumentation.exporting.budget_processor import Budget
 from loadtrace.instrumentation.settings import Settings
 
 WORLD_SIZE, RANKS_PER_NODE = 1024, 8

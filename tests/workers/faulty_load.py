@@ -27,8 +27,11 @@ FAULTS = {
     "file_open": ("loadtrace.instrumentation.hooks.safetensors", "TracedSafeOpen"),  # after safe_open returns
     "tensor_read": None,  # inside the slice proxy, in transformers' threads (see inject)
     "materialize": ("loadtrace.instrumentation.hooks.torch", "call_site"),  # before zeros_like / empty_like
-    "phase": ("loadtrace.instrumentation.spans", "Tracing.enter_phase"),  # before convert / materialize_missing
-    "conversion": ("loadtrace.instrumentation.spans", "Tracing.record_conversion"),  # after each weight conversion
+    "phase": ("loadtrace.instrumentation.tracing.spans", "Tracing.enter_phase"),  # before convert / materialize_missing
+    "conversion": (
+        "loadtrace.instrumentation.tracing.spans",
+        "Tracing.record_conversion",
+    ),  # after each weight conversion
 }
 FIRED: Counter[str] = Counter()  # raises of each injected fault in this process
 _fired_lock = threading.Lock()  # transformers reads from a thread pool

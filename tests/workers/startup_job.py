@@ -100,7 +100,7 @@ def digest(model) -> str:
 
 
 def inject_fault() -> None:
-    from loadtrace.instrumentation import spans
+    from loadtrace.instrumentation.tracing import spans
 
     def broken(*args, **kwargs):
         raise RuntimeError("injected fault")

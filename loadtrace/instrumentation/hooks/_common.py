@@ -10,8 +10,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from ... import semconv
-from .. import spans
-from ..memory import cached_bytes_of
+from ..tracing import spans
 
 
 def tensor_bytes(tensor: Any) -> int:
@@ -58,7 +57,7 @@ def file_attributes_and_head(tracing: spans.Tracing, path: Any, head: int) -> tu
     except OSError:
         return attributes, b""
     try:
-        cached = cached_bytes_of(fd, info.st_size)
+        cached = spans.cached_bytes_of(fd, info.st_size)
         if cached is not None:
             attributes[semconv.FILE_CACHED_BYTES_AT_OPEN] = cached
         return attributes, os.read(fd, head) if head else b""  # a new descriptor reads from the start

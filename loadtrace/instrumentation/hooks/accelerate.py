@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from ... import semconv
-from .. import spans
+from ..tracing import spans
 from ._common import Stage
 from .registry import Hook
 

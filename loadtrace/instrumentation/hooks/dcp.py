@@ -23,7 +23,7 @@ from typing import Any
 import wrapt
 
 from ... import semconv
-from .. import spans
+from ..tracing import spans
 from ._common import (
     Broadcasts,
     Counting,

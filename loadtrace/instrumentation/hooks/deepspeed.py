@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from ... import semconv
-from .. import spans
+from ..tracing import spans
 from ._common import Stage
 from .registry import Hook
 

@@ -25,8 +25,8 @@ from typing import Any, Protocol, TypeVar
 import wrapt
 
 from ... import semconv
-from .. import spans
 from .._log import warn_once
+from ..tracing import spans
 
 
 class Call(Protocol):

@@ -22,7 +22,7 @@ from typing import Any
 import wrapt
 
 from ... import semconv
-from .. import spans
+from ..tracing import spans
 from ._common import FileCall, file_attributes_and_head, headers_only
 from .registry import Hook, call_through, call_through_proxies, fault
 

@@ -14,7 +14,7 @@ from types import FrameType
 from typing import Any
 
 from ... import semconv
-from .. import spans
+from ..tracing import spans
 from ._common import Broadcasts, FileCall, broadcasts, file_attributes, reader_reads, tensor_bytes
 from .registry import Hook, fault
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import witness
 from .._log import warn_once
+from ..beside import witness
 from .registry import Hook
 
 MODULE = "torch.distributed.elastic.multiprocessing.api"

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ... import semconv
-from .. import spans
+from ..tracing import spans
 from ._common import checkpoint_path, tensor_bytes
 from .registry import Hook
 

@@ -21,9 +21,9 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from .. import semconv
-from ._log import warn_once
-from .settings import Settings, speaks_for_the_node
+from ... import semconv
+from .._log import warn_once
+from ..settings import Settings, speaks_for_the_node
 
 DEFAULT_ROOT = "loadtrace-traces"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .. import statefile
+from ... import statefile
 from .memory import Memory, Peak, process_memory
 from .monitor import Monitor
 from .monitor import record as monitor_record

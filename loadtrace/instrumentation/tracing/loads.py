@@ -7,12 +7,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .. import semconv
-from . import attributes
-from .memory import limits
-from .scope import OpenScopes, Scope
+from ... import semconv
+from ..counting import attributes
+from ..counting.memory import limits
+from ..counting.scope import OpenScopes, Scope
+from ..counting.statemirror import StateMirror
 from .startup import Startup
-from .statemirror import StateMirror
 
 
 class Loads:

@@ -18,7 +18,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.trace import SpanContext, StatusCode
 
-from .. import semconv
+from ... import semconv
 from .budget import EXPORTED_WHOLE
 
 

@@ -23,11 +23,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import semconv
-from ..version import __version__
-from . import importing
-from ._log import warn_once
-from .settings import Settings
+from ... import semconv
+from ...version import __version__
+from .. import importing
+from .._log import warn_once
+from ..settings import Settings
 
 # Bucket bounds in seconds (an advisory the SDK applies): startups of a few seconds to an hour, loads from 0.1 s.
 STARTUP_BUCKETS_S = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1200.0, 1800.0, 3600.0)

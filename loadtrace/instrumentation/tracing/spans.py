@@ -19,26 +19,28 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .. import semconv, statefile
-from ..statefile import ReadSlot as ReadSlot  # the hooks' read slots, through the front
-from . import context, importing, termination
+from ... import semconv, statefile
+from ...statefile import ReadSlot as ReadSlot  # the hooks' read slots, through the front
+from .. import context, importing
+from ..beside import termination
+from ..counting.memory import cached_bytes_of as cached_bytes_of  # the hooks' page-cache reads, through the front
+from ..counting.memory import process_memory
+from ..counting.monitor import Monitor
+from ..counting.readings import Readings
+from ..counting.scope import ActiveToken as ActiveToken
+from ..counting.scope import OpenScopes, Scope, ScopeKind, owner
+from ..counting.scope import active as active
+from ..counting.scope import active_scopes as _active
+from ..counting.scope import adopt as adopt
+from ..counting.scope import current_load as current_load
+from ..counting.scope import detached_slot as detached_slot
+from ..counting.scope import release as release
+from ..counting.statemirror import StateMirror, set_phase
+from ..settings import Settings, shown_path
 from .ending import Ends
 from .lifecycle import Lifecycle
 from .loads import Loads
-from .memory import process_memory
-from .monitor import Monitor
-from .readings import Readings
-from .scope import ActiveToken as ActiveToken
-from .scope import OpenScopes, Scope, ScopeKind, owner
-from .scope import active as active
-from .scope import active_scopes as _active
-from .scope import adopt as adopt
-from .scope import current_load as current_load
-from .scope import detached_slot as detached_slot
-from .scope import release as release
-from .settings import Settings, shown_path
 from .startup import Startup
-from .statemirror import StateMirror, set_phase
 
 if TYPE_CHECKING:
     from opentelemetry import trace
@@ -72,11 +74,12 @@ class Tracing:
         self.state_file = StateMirror(self._state, self.open, self.record_fault)
         self.readings = Readings(self.open, self._state, self._monitor)
         self.handlers = termination.Handlers(lambda signo: self.lifecycle.terminated(signo))
-        self.startup = Startup(lambda: self.provider, self.handlers, self.open, self.state_file)
+        self.startup = Startup(self, self.handlers, self.open, self.state_file)
         self.loads = Loads(self.open, self.state_file, self.startup)
-        self.ends = Ends(settings, lambda: self.provider, self.state_file.release)
-        self.lifecycle = Lifecycle(settings, self.job, self.open, self.startup, self.state_file, self.readings)
-        self.lifecycle.wire(self.ends, self.close_file, lambda: self._provider)
+        self.ends = Ends(settings, self, self.state_file)
+        self.lifecycle = Lifecycle(
+            settings, self.job, self.open, self.startup, self.state_file, self.readings, self.ends, self
+        )
         self._count_lock = None if getattr(sys, "_is_gil_enabled", lambda: True)() else threading.Lock()
 
     @property
@@ -94,6 +97,11 @@ class Tracing:
                     self._provider = made
                 provider = self._provider
         return provider
+
+    @property
+    def made(self) -> Provider | None:
+        """The provider once the first span made it (None before); ``provider`` makes it."""
+        return self._provider
 
     def _state(self) -> statefile.Writer | None:
         provider = self._provider

@@ -6,25 +6,28 @@ line), a fork (``after_fork``: the child owns none of its parent's scopes) and a
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .. import semconv
-from . import summary, termination
-from .context import Job
+from ... import semconv
+from ..beside import termination
+from ..context import Job
+from ..counting.memory import process_memory
+from ..counting.readings import Readings
+from ..counting.scope import OpenScopes, Scope, detached_slot
+from ..counting.statemirror import StateMirror
+from ..exporting import summary
+from ..settings import Settings
 from .ending import Ends
-from .memory import process_memory
-from .readings import Readings
-from .scope import OpenScopes, Scope, detached_slot
-from .settings import Settings
 from .startup import Startup
-from .statemirror import StateMirror
 
 if TYPE_CHECKING:
-    from .provider import Provider
+    from .provider import ProviderSource
 
 
 class Lifecycle:
+    """Ends what is open through ``ends``; ``source.made``: the process's provider, None until the first span made it
+    (then there is nothing to flush or say)."""
+
     def __init__(
         self,
         settings: Settings,
@@ -33,22 +36,22 @@ class Lifecycle:
         startup: Startup,
         state_file: StateMirror,
         readings: Readings,
+        ends: Ends,
+        source: ProviderSource,
     ):
         self.settings, self.job, self.open, self.startup = settings, job, open, startup
-        self.state_file, self.readings = state_file, readings
+        self.state_file, self.readings, self.ends, self.source = state_file, readings, ends, source
         self.shut_down = False
         self.forked = False  # a forked child never says the job's summary line
-
-    def wire(self, ends: Ends, close_file: Callable[[Scope], None], provider: Callable[[], Provider | None]) -> None:
-        """How scopes end, and ``provider()``: the process's provider, None until the first span made it."""
-        self.ends, self.close_file, self.provider = ends, close_file, provider
 
     def shutdown(self) -> None:
         """End the files the job left open and the startup (where it was never prepared), then flush (bounded); the
         state says the process exited (not died)."""
-        for file in list(self.open.files):
-            self.close_file(file)
         said = self.shut_down
+        for file in list(self.open.files):  # as the front closes a file: once, and not after the exit
+            self.open.files.discard(file)
+            if not said:
+                self.ends.finish(file)
         try:
             self.startup.end(semconv.STARTUP_END_EXIT, self.startup.settled())
         except Exception:
@@ -56,7 +59,7 @@ class Lifecycle:
         self.shut_down = True
         self.state_file.exited()
         self.startup.handlers.restore()
-        provider = self.provider()
+        provider = self.source.made
         if provider is None:
             return  # no span was ever made here: nothing to flush, nothing to say
         state, trace_file, exported = provider.state, provider.trace_file, provider.exporting
@@ -77,7 +80,7 @@ class Lifecycle:
         self.open.reset()
         self.forked = True
         self.startup.after_fork()
-        provider = self.provider()
+        provider = self.source.made
         if provider is not None:
             provider.after_fork()
 
@@ -93,12 +96,12 @@ class Lifecycle:
 
         def work() -> None:
             self.end_open_scopes(name)
-            provider = self.provider()
+            provider = self.source.made
             if provider is not None:
                 provider.force_flush(max(0.0, deadline - time.monotonic()))
 
         if not termination.bounded(work, timeout_s, "loadtrace-signal-flush"):
-            provider = self.provider()
+            provider = self.source.made
             if provider is not None:
                 provider.gave_up(f"no answer within LOADTRACE_EXIT_TIMEOUT={timeout_s:g} s on {name}")
 

@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import semconv, statefile
-from ._log import warn_once
+from ... import semconv, statefile
+from .._log import warn_once
 from .memory import oom_kill_count
 from .scope import OpenScopes, Scope, active_scopes, detached_slot
 

@@ -13,7 +13,7 @@ from contextvars import ContextVar, Token
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from .. import semconv, statefile
+from ... import semconv, statefile
 from .ledger import Ledger
 from .memory import Memory, Peak
 

@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -24,18 +24,36 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from .. import semconv, statefile
-from ..version import __version__
-from . import budget, context, excepthooks, export, witness
-from ._log import warn_once
-from .budget_processor import Budget
-from .memory import Memory
-from .monitor import Monitor
-from .phases import PhaseRecorder
-from .progress import Progress
-from .settings import Settings, say_traces_not_written, trace_dir_problem
-from .startup_metrics import StartupMetrics
-from .termination import bounded
+from ... import semconv, statefile
+from ...version import __version__
+from .. import context
+from .._log import warn_once
+from ..beside import excepthooks, witness
+from ..beside.termination import bounded
+from ..counting.memory import Memory
+from ..counting.monitor import Monitor
+from ..counting.phases import PhaseRecorder
+from ..exporting import budget, export
+from ..exporting.budget_processor import Budget
+from ..exporting.progress import Progress
+from ..exporting.startup_metrics import StartupMetrics
+from ..settings import Settings, say_traces_not_written, trace_dir_problem
+
+
+class ProviderSource(Protocol):
+    """Where the scopes find this process's provider (``spans.Tracing``): made by the first span of any kind, so a
+    process that opens none imports no OpenTelemetry."""
+
+    @property
+    def provider(self) -> Provider:
+        """The provider, made now if no span made it yet."""
+        ...
+
+    @property
+    def made(self) -> Provider | None:
+        """The provider once the first span made it; None before (nothing to end, flush or say)."""
+        ...
+
 
 # The state files of this process, by path: a second ``instrument()`` reuses its predecessor's rather than truncating
 # a file whose pages old proxies may still count into (a store past the end of a mapped file is a SIGBUS).

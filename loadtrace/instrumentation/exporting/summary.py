@@ -23,8 +23,8 @@ import sys
 import time
 from urllib.parse import urlsplit
 
-from .. import semconv, statefile
-from .settings import Settings
+from ... import semconv, statefile
+from ..settings import Settings
 
 # Wait for peers, then the report: at most this long in all, added to the exit of rank 0 alone.
 TIMEOUT_S = 5.0

@@ -26,9 +26,9 @@ exported one. ``LOADTRACE_DETAIL=full`` (or ``tensor``) brings every span back. 
 
 from __future__ import annotations
 
-from .. import semconv
-from .context import Rank
-from .settings import Settings
+from ... import semconv
+from ..context import Rank
+from ..settings import Settings
 
 DETAIL_WORLD_SIZE = 64  # up to this many ranks, every rank exports every span
 NODE_FILE_SPANS_PER_RANK = 3  # a node's local rank 0 exports this many file spans per load for each rank of its node

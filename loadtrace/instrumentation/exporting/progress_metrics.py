@@ -19,9 +19,9 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import AggregationTemporality, MetricExporter, PeriodicExportingMetricReader
 
-from .. import semconv, statefile
-from ..version import __version__
-from .settings import Settings
+from ... import semconv, statefile
+from ...version import __version__
+from ..settings import Settings
 
 TRACES_PATH, METRICS_PATH = "/v1/traces", "/v1/metrics"
 

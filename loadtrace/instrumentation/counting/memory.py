@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from .. import statefile
+from ... import statefile
 
 _STATUS_FIELDS = {b"VmRSS": "rss", b"VmHWM": "hwm", b"RssAnon": "anon", b"RssFile": "file", b"RssShmem": "shmem"}
 

@@ -16,9 +16,9 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
-from .. import semconv
-from ..startup_split import SPLIT_SPANS, STARTUP_PHASES, PhaseSpan, split
-from ._log import warn_once
+from ... import semconv
+from ...startup_split import SPLIT_SPANS, STARTUP_PHASES, PhaseSpan, split
+from .._log import warn_once
 
 _KEPT = SPLIT_SPANS - {semconv.SPAN_STARTUP}  # the startup span itself is given when it ends
 # A startup that never ends (a preparation awaited until exit) while a process loads again and again: past this many

@@ -31,13 +31,13 @@ from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from .. import semconv, statefile
-from ..version import __version__
-from . import context
-from ._log import warn_once
-from .memory import oom_kill_count
-from .memory import parse_oom_kill as parse_oom_kill  # the worker reads the same counter when its load begins
-from .settings import Settings, from_env, say_traces_not_written, trace_dir_problem
+from ... import semconv, statefile
+from ...version import __version__
+from .. import context
+from .._log import warn_once
+from ..counting.memory import oom_kill_count
+from ..counting.memory import parse_oom_kill as parse_oom_kill  # the worker reads the same counter when its load begins
+from ..settings import Settings, from_env, say_traces_not_written, trace_dir_problem
 
 SOURCE_LAUNCHER = semconv.EXIT_SOURCE_LAUNCHER  # ``loadtrace.exit.source``
 POINTER_MAX_BYTES = 4096
@@ -364,7 +364,7 @@ class Witness:
 
     def _file_for(self, state: statefile.State, state_path: str) -> str | None:
         """``witness-<host>-<launcher pid>.jsonl`` in the dead rank's trace directory; None when it wrote no files."""
-        from .export import safe_name
+        from ..exporting.export import safe_name
 
         trace_file = state.texts.get("trace_file", "")
         if not trace_file:
@@ -375,7 +375,7 @@ class Witness:
 
     def _export(self, spans: list[tuple[Any, str | None]]) -> None:
         """Files and OTLP, in a daemon thread joined for at most ``LOADTRACE_EXIT_TIMEOUT``."""
-        from . import export
+        from ..exporting import export
 
         settings = self.settings
         by_file: dict[str, list[Any]] = {}

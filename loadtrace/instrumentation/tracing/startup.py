@@ -6,34 +6,34 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .. import semconv
-from . import attributes, context
-from .importclock import import_times, stop_import_clock
-from .memory import Memory, process_memory
-from .scope import OpenScopes, Scope, ScopeKind
-from .termination import Handlers
+from ... import semconv
+from .. import context
+from ..beside.termination import Handlers
+from ..counting import attributes
+from ..counting.memory import Memory, process_memory
+from ..counting.scope import OpenScopes, Scope, ScopeKind
+from ..importclock import import_times, stop_import_clock
 
 if TYPE_CHECKING:
-    from .provider import Provider
-    from .statemirror import StateMirror
+    from ..counting.statemirror import StateMirror
+    from .provider import ProviderSource
 
 
 class Startup:
-    """``provider()``: the process's provider, made by then (the first span made it). Our signal handlers stay while
-    a load, a startup stage or the startup itself is open (``settle_handlers``), so a rank stopped before its startup
-    is over still writes it."""
+    """``source.provider``: the process's provider (made by then: the first span made it). Our signal handlers stay
+    while a load, a startup stage or the startup itself is open (``settle_handlers``), so a rank stopped before its
+    startup is over still writes it."""
 
     def __init__(
         self,
-        provider: Callable[[], Provider],
+        source: ProviderSource,
         handlers: Handlers,
         open: OpenScopes,
         state_file: StateMirror | None = None,
     ):
-        self.provider = provider
+        self.source = source
         self.handlers = handlers
         self.open = open
         self.state_file = state_file  # keeps the open startup's record for the witness (issue 26)
@@ -59,7 +59,7 @@ class Startup:
                 if started is None or started > time.time_ns():
                     started, source = self.instrumented, semconv.STARTUP_START_INSTRUMENT
                 attrs = {semconv.STARTUP_START: source}
-                span = self.provider().start_span(semconv.SPAN_STARTUP, None, attrs, started)
+                span = self.source.provider.start_span(semconv.SPAN_STARTUP, None, attrs, started)
                 self.scope_ = Scope(ScopeKind.STAGE, semconv.SPAN_STARTUP, span)
                 if self.state_file is not None:
                     self.state_file.keep(self.scope_)
@@ -89,7 +89,7 @@ class Startup:
         if how != semconv.STARTUP_END_JOB:
             stop_import_clock()  # the startup is over for good: later imports are the job's, not its startup's
         end_time = end_time if end_time is not None else time.time_ns()
-        phases = self.provider().phases
+        phases = self.source.provider.phases
         if startup.recording:
             startup.span.set_attributes(
                 {semconv.STARTUP_END: how, **attributes.startup_end(memory or process_memory())}
@@ -100,13 +100,13 @@ class Startup:
                 startup.span.set_attribute(semconv.STARTUP_PHASE_NS, split)
             if signal_name is not None:
                 startup.span.set_attribute(semconv.EXIT_SIGNAL, signal_name)
-                self.provider().set_error(startup.span, signal_name)
+                self.source.provider.set_error(startup.span, signal_name)
         if phases is not None and how != semconv.STARTUP_END_JOB:
             phases.stop()
         startup.span.end(end_time=end_time)
         if how != semconv.STARTUP_END_JOB:  # the real end, in the job's trace: measured once
             measured = {semconv.STRATEGY: self.strategy, semconv.STARTUP_END: how}
-            self.provider().measure(semconv.METRIC_STARTUP_DURATION, startup.span, measured)
+            self.source.provider.measure(semconv.METRIC_STARTUP_DURATION, startup.span, measured)
         self.settle_handlers()
 
     def settle_handlers(self) -> None:

@@ -3,35 +3,34 @@ stopped it; the job's exception itself goes on unchanged."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .. import semconv
-from . import attributes
-from .scope import Scope, ScopeKind
-from .settings import Settings
+from ... import semconv
+from ..counting import attributes
+from ..counting.scope import Scope, ScopeKind
+from ..counting.statemirror import StateMirror
+from ..settings import Settings
 
 if TYPE_CHECKING:
     from opentelemetry import trace
 
-    from .provider import Provider
+    from .provider import ProviderSource
 
 
 class Ends:
-    """``provider()``: the process's provider (made by then: a scope's span made it)."""
+    """Ends scopes through ``source.provider`` (made by then: a scope's span made it); the state file's record of each
+    goes as it ends (statemirror.py)."""
 
-    def __init__(
-        self, settings: Settings, provider: Callable[[], Provider], on_end: Callable[[Scope], None] | None = None
-    ):
+    def __init__(self, settings: Settings, source: ProviderSource, state_file: StateMirror):
         self.settings = settings
-        self.provider = provider
-        self.on_end = on_end  # the state file's record of the scope goes (statemirror.py)
+        self.source = source
+        self.state_file = state_file
 
     def record_error(self, span: trace.Span, error: BaseException) -> None:
         # The job's own exception, raised on unchanged. Its message can name files: kept only when paths may be shown.
         if not self.settings.redact_paths:
             span.record_exception(error)
-        self.provider().set_error(span, type(error).__name__)
+        self.source.provider.set_error(span, type(error).__name__)
 
     def finish(
         self,
@@ -44,8 +43,7 @@ class Ends:
         if scope.ended:
             return
         scope.ended = True
-        if self.on_end is not None:
-            self.on_end(scope)
+        self.state_file.release(scope)
         span = scope.span
         if scope.recording:
             if scope.kind is ScopeKind.LOAD:
@@ -62,12 +60,12 @@ class Ends:
                     span.set_attribute(semconv.ERROR_TYPE, type(error).__name__)
             if signal_name is not None:
                 span.set_attribute(semconv.EXIT_SIGNAL, signal_name)
-                self.provider().set_error(span, signal_name)
+                self.source.provider.set_error(span, signal_name)
         span.end(end_time=end_time)
         if scope.kind is ScopeKind.LOAD and not scope.nested:
             failed = type(error).__name__ if error is not None else signal_name
             measured = {semconv.STRATEGY: strategy_of(span), semconv.ERROR_TYPE: failed}
-            self.provider().measure(semconv.METRIC_LOAD_DURATION, span, measured)
+            self.source.provider.measure(semconv.METRIC_LOAD_DURATION, span, measured)
 
 
 def strategy_of(span: trace.Span) -> Any:

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from .. import semconv, statefile
-from ..startup_split import union
-from ..statefile import ReadSlot
+from ... import semconv, statefile
+from ...startup_split import union
+from ...statefile import ReadSlot
 from .ledger import Ledger
 from .memory import Limits, Memory, Peak, limits
 

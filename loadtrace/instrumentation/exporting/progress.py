@@ -15,11 +15,11 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from .. import statefile
-from . import importing
-from ._log import warn_once
-from .memory import Memory
-from .settings import Settings
+from ... import statefile
+from .. import importing
+from .._log import warn_once
+from ..counting.memory import Memory
+from ..settings import Settings
 
 if TYPE_CHECKING:
     from .progress_metrics import ProgressMetrics

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from ._log import warn_once
+from .._log import warn_once
 
 SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
 

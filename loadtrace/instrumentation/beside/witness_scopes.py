@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import semconv, statefile
-from ..version import __version__
+from ... import semconv, statefile
+from ...version import __version__
 
 
 def open_scope_spans(
