@@ -71,9 +71,6 @@ LIMIT_SOURCES: dict[int, LimitSource | None] = {
     LIMIT_CGROUP_V2: "cgroup v2",
 }
 
-# Materialised bytes are counted in these device columns; any other device type goes to "other".
-DEVICES = ("cpu", "cuda", "meta", "other")
-
 # The field names, as types: the writer takes them, so a misspelt or renamed one fails at type checking. The tuples
 # after them (``COUNTERS``, ``HEADER_FIELDS``, ...) are the same names in file order; ``State`` spells them once more as
 # attributes, checked against these below.
@@ -81,7 +78,7 @@ DEVICES = ("cpu", "cuda", "meta", "other")
 # Counters that only grow; each has a ``load_<name>`` twin holding its value when the current outermost load began.
 Counter = Literal[
     "files_opened",
-    "materialized_cpu",  # materialized_<device>, one per DEVICES
+    "materialized_cpu",  # materialised bytes by device (DEVICE_COLUMNS)
     "materialized_cuda",
     "materialized_meta",
     "materialized_other",
@@ -102,8 +99,14 @@ LoadCounter = Literal[
 COUNTERS: tuple[Counter, ...] = get_args(Counter)
 LOAD_COUNTERS: tuple[LoadCounter, ...] = get_args(LoadCounter)
 assert LOAD_COUNTERS == tuple(f"load_{name}" for name in COUNTERS), "a counter without its load_ twin"
-DEVICE_COLUMNS: dict[str, Counter] = dict(zip(DEVICES, COUNTERS[1:5], strict=True))
-assert all(column == f"materialized_{device}" for device, column in DEVICE_COLUMNS.items())
+# Materialised bytes are counted by device type; any other type goes to "other".
+DEVICE_COLUMNS: dict[str, Counter] = {
+    "cpu": "materialized_cpu",
+    "cuda": "materialized_cuda",
+    "meta": "materialized_meta",
+    "other": "materialized_other",
+}
+DEVICES = tuple(DEVICE_COLUMNS)
 
 HeaderField = Literal[
     "version",
@@ -304,8 +307,7 @@ class State:
         return self.totals(since_load).materialized()
 
 
-_COUNTERS_AT = INDEX[COUNTERS[0]]  # the counters, then their load_ twins, end the header's ints
-_SPLIT = (len(COUNTERS), len(LIVE_FIELDS))
+_COUNTERS_AT, _LOAD_COUNTERS_AT = INDEX[COUNTERS[0]], INDEX[LOAD_COUNTERS[0]]  # they end the header's ints
 _TEXT_SLICES = [TEXT_OFFSETS[name] for name, _ in (*TEXT_FIELDS, *LIVE_TEXT_FIELDS)]
 assert [f.name for f in fields(Counters)] == list(COUNTERS), "Counters and COUNTERS differ"
 assert [f.name for f in fields(State)] == [
@@ -330,7 +332,7 @@ def decode(data: bytes) -> State | None:
     ints = _INTS.unpack_from(data, _INT_OFFSET)
     if ints[INDEX["version"]] != VERSION or ints[INDEX["slots_used"]] < 0 or ints[INDEX["load_first_slot"]] < 0:
         return None
-    counters, load_counters = ints[_COUNTERS_AT : _COUNTERS_AT + _SPLIT[0]], ints[_COUNTERS_AT + _SPLIT[0] :]
+    counters, load_counters = ints[_COUNTERS_AT:_LOAD_COUNTERS_AT], ints[_LOAD_COUNTERS_AT:]
     body = data[HEADER_BYTES:]
     count = len(body) // SLOT_BYTES
     values = struct.unpack_from(f"<{2 * count}q", body) if count else ()
