@@ -337,7 +337,7 @@ def decode(data: bytes) -> State | None:
     count = len(body) // SLOT_BYTES
     values = struct.unpack_from(f"<{2 * count}q", body) if count else ()
     slots = list(zip(values[0::2], values[1::2], strict=True))
-    if any(t < 0 or b < 0 for t, b in slots) or any(value < 0 for value in counters):
+    if min(values, default=0) < 0 or min(counters) < 0:  # a negative count or slot: not ours, or damaged
         return None
     head: list[object] = list(ints[:_COUNTERS_AT])
     head[_RANK] = ints[_RANK] if ints[_RANK] >= 0 else None
