@@ -85,6 +85,9 @@ def test_anonymous_state_needs_no_disk():
         lambda data: b"XXXXXXXX" + data[8:],  # foreign magic
         lambda data: data[:8] + (99).to_bytes(8, "little") + data[16:],  # an unknown version
         lambda data: b"",
+        lambda data: _negative(data, statefile.HEADER_BYTES + 8),  # the first slot's bytes
+        lambda data: _negative(data, statefile.HEADER_BYTES + 16 * 255),  # the last slot's tensors, never handed out
+        lambda data: _negative(data, 8 + 8 * statefile.INDEX["hook_errors"]),  # a counter
     ],
 )
 def test_damaged_files_are_refused(tmp_path, damage):
@@ -93,6 +96,11 @@ def test_damaged_files_are_refused(tmp_path, damage):
     state.new_slot().add(5)
     path.write_bytes(damage(path.read_bytes()))
     assert statefile.read(path) is None
+
+
+def _negative(data: bytes, offset: int) -> bytes:
+    """A count no writer makes: -1 at ``offset``."""
+    return data[:offset] + (-1).to_bytes(8, "little", signed=True) + data[offset + 8 :]
 
 
 def test_a_truncated_slot_chunk_keeps_the_whole_slots(tmp_path):
