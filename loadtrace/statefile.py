@@ -286,14 +286,14 @@ class State:
     rate_base_ns: int
     rate_base_bytes: int
     exception: str
-    slots: list[tuple[int, int]] = field(repr=False)
+    slots: list[tuple[int, int]] = field(repr=False)  # (tensors, bytes) per slot handed out that the file holds
     open_scopes: list[OpenScope] = field(default_factory=list)
 
     def totals(self, since_load: bool = True) -> Totals:
         """Tensors and bytes read, files opened, materialised bytes by device, conversions, hook faults: of the open
         (or last) outermost load with ``since_load``, else of the whole process."""
         first = self.load_first_slot if since_load else 0
-        reads = self.slots[first : min(self.slots_used, len(self.slots))]
+        reads = self.slots[first:]
         counts = self.counters.values()
         if since_load:
             counts = tuple(now - then for now, then in zip(counts, self.load_counters.values(), strict=True))
@@ -336,9 +336,10 @@ def decode(data: bytes) -> State | None:
     body = data[HEADER_BYTES:]
     count = len(body) // SLOT_BYTES
     values = struct.unpack_from(f"<{2 * count}q", body) if count else ()
-    slots = list(zip(values[0::2], values[1::2], strict=True))
     if min(values, default=0) < 0 or min(counters) < 0:  # a negative count or slot: not ours, or damaged
         return None
+    used = 2 * min(ints[INDEX["slots_used"]], count)  # those never handed out are zeros: a rank's few, not 256
+    slots = list(zip(values[0:used:2], values[1:used:2], strict=True))
     head: list[object] = list(ints[:_COUNTERS_AT])
     head[_RANK] = ints[_RANK] if ints[_RANK] >= 0 else None
     head[_LOCAL_RANK] = ints[_LOCAL_RANK] if ints[_LOCAL_RANK] >= 0 else None
