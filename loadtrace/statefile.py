@@ -3,7 +3,9 @@
 Spans leave a process only when they end, and a periodic snapshot is always behind; the OOM killer strikes between
 the two. So every count a load makes lives in a small ``MAP_SHARED`` memory-mapped file per process
 (``<trace file stem>.state``): a store into it is a store into the page cache, which outlives the process. A rank
-that dies leaves its exact last state; ``loadtrace report`` and the launcher's witness read it back with ``decode``.
+that dies leaves its exact last state; ``loadtrace report`` and the launcher's witness read it back with ``decode``,
+into a ``State``: a frozen record with an attribute per field, so that a renamed field fails at type checking, not
+in a report. Field names appear as strings only here, typed as ``Literal``s where the writer takes them.
 
 The format is the contract between the two halves (like ``semconv``), so this module is standard library only:
 
@@ -36,7 +38,9 @@ import os
 import struct
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Literal, get_args
 
 MAGIC = b"LTSTATE1"
 PAGE = 4096
@@ -49,25 +53,62 @@ STATUS_IDLE = 0  # no load open (before the first, or all finished)
 STATUS_LOADING = 1  # a load is open
 STATUS_EXITED = 2  # the interpreter exited normally
 STATUS_SIGNALLED = 3  # a termination signal arrived while loading; spans were ended and flushed
-STATUSES = {STATUS_IDLE: "idle", STATUS_LOADING: "loading", STATUS_EXITED: "exited", STATUS_SIGNALLED: "signalled"}
+Status = Literal["idle", "loading", "exited", "signalled", "unknown"]  # "unknown": a code this loadtrace does not know
+STATUSES: dict[int, Status] = {
+    STATUS_IDLE: "idle",
+    STATUS_LOADING: "loading",
+    STATUS_EXITED: "exited",
+    STATUS_SIGNALLED: "signalled",
+}
 
 # Where the memory limit came from.
 LIMIT_UNKNOWN, LIMIT_NODE, LIMIT_CGROUP_V1, LIMIT_CGROUP_V2 = 0, 1, 2, 3
-LIMIT_SOURCES = {LIMIT_UNKNOWN: None, LIMIT_NODE: "node", LIMIT_CGROUP_V1: "cgroup v1", LIMIT_CGROUP_V2: "cgroup v2"}
+LimitSource = Literal["node", "cgroup v1", "cgroup v2"]
+LIMIT_SOURCES: dict[int, LimitSource | None] = {
+    LIMIT_UNKNOWN: None,
+    LIMIT_NODE: "node",
+    LIMIT_CGROUP_V1: "cgroup v1",
+    LIMIT_CGROUP_V2: "cgroup v2",
+}
 
-# Materialised bytes are counted in these device columns; any other device type goes to "other".
-DEVICES = ("cpu", "cuda", "meta", "other")
+# The field names, as types: the writer takes them, so a misspelt or renamed one fails at type checking. The tuples
+# after them (``COUNTERS``, ``HEADER_FIELDS``, ...) are the same names in file order; ``State`` spells them once more as
+# attributes, checked against these below.
 
 # Counters that only grow; each has a ``load_<name>`` twin holding its value when the current outermost load began.
-COUNTERS = (
+Counter = Literal[
     "files_opened",
-    *(f"materialized_{device}" for device in DEVICES),
+    "materialized_cpu",  # materialised bytes by device (DEVICE_COLUMNS)
+    "materialized_cuda",
+    "materialized_meta",
+    "materialized_other",
     "conversions",
     "conversion_bytes",
     "hook_errors",
-)
+]
+LoadCounter = Literal[
+    "load_files_opened",
+    "load_materialized_cpu",
+    "load_materialized_cuda",
+    "load_materialized_meta",
+    "load_materialized_other",
+    "load_conversions",
+    "load_conversion_bytes",
+    "load_hook_errors",
+]
+COUNTERS: tuple[Counter, ...] = get_args(Counter)
+LOAD_COUNTERS: tuple[LoadCounter, ...] = get_args(LoadCounter)
+assert LOAD_COUNTERS == tuple(f"load_{name}" for name in COUNTERS), "a counter without its load_ twin"
+# Materialised bytes are counted by device type; any other type goes to "other".
+DEVICE_COLUMNS: dict[str, Counter] = {
+    "cpu": "materialized_cpu",
+    "cuda": "materialized_cuda",
+    "meta": "materialized_meta",
+    "other": "materialized_other",
+}
+DEVICES = tuple(DEVICE_COLUMNS)
 
-HEADER_FIELDS = (
+HeaderField = Literal[
     "version",
     "pid",
     "rank",  # -1: unknown
@@ -90,10 +131,14 @@ HEADER_FIELDS = (
     "load_first_slot",  # the first slot of the current outermost load
     "oom_kill_before",  # the cgroup's oom_kill counter when the first load began (-1: unreadable)
     "checkpoint_tensor_bytes",  # the open load's checkpoint, from its headers (0: unknown): the model's size
-    *COUNTERS,
-    *(f"load_{name}" for name in COUNTERS),
-)
-TEXT_FIELDS = (
+    Counter,
+    LoadCounter,
+]
+HEADER_FIELDS: tuple[HeaderField, ...] = get_args(HeaderField)
+TextField = Literal[
+    "phase", "load", "job_id", "launch_id", "host", "trace_id", "failure", "strategy", "trace_file", "cgroup"
+]
+TEXT_FIELDS: tuple[tuple[TextField, int], ...] = (
     ("phase", 96),  # the innermost span open (a phase, or the load itself)
     ("load", 96),  # the outermost load open
     ("job_id", 128),
@@ -107,7 +152,7 @@ TEXT_FIELDS = (
 )
 
 # Live fields: written off the loading thread (instrumentation/progress.py, excepthooks.py), read by ``loadtrace top``.
-LIVE_FIELDS = (
+LiveField = Literal[
     "progress_ns",  # the last time the open load's read bytes, files or phase moved (the monitor's sample)
     "rss_now",  # VmRSS at the monitor's last sample while loading
     "rss_sampled_ns",  # when that sample was taken
@@ -116,25 +161,28 @@ LIVE_FIELDS = (
     "exception_ns",  # when an uncaught exception reached sys.excepthook or threading.excepthook (0: none)
     "rate_base_ns",  # a sample up to ~10 s old of the open load's read bytes: a reader's recent rate starts there
     "rate_base_bytes",
-)
-LIVE_TEXT_FIELDS = (("exception", 256),)  # its type and the first line of its message: "RuntimeError: Timed out ..."
+]
+LIVE_FIELDS: tuple[LiveField, ...] = get_args(LiveField)
+LiveTextField = Literal["exception"]  # its type and the first line of its message: "RuntimeError: Timed out ..."
+LIVE_TEXT_FIELDS: tuple[tuple[LiveTextField, int], ...] = (("exception", 256),)
+assert [name for name, _ in TEXT_FIELDS] == list(get_args(TextField)), "TEXT_FIELDS and TextField differ"
 LIVE_OFFSET = 3072
 
 _INTS = struct.Struct(f"<{len(HEADER_FIELDS)}q")
 _LIVE_INTS = struct.Struct(f"<{len(LIVE_FIELDS)}q")
 _INT_OFFSET = len(MAGIC)
 _TEXT_OFFSET = _INT_OFFSET + _INTS.size
-INDEX = {name: i for i, name in enumerate(HEADER_FIELDS)}
-TEXT_OFFSETS: dict[str, tuple[int, int]] = {}
+INDEX: dict[HeaderField, int] = {name: i for i, name in enumerate(HEADER_FIELDS)}
+TEXT_OFFSETS: dict[TextField | LiveTextField, tuple[int, int]] = {}
 _offset = _TEXT_OFFSET
 for _name, _size in TEXT_FIELDS:
     TEXT_OFFSETS[_name] = (_offset, _size)
     _offset += _size
 assert _offset <= LIVE_OFFSET, "the header outgrew its place before the live fields"
-LIVE_INDEX = {name: i for i, name in enumerate(LIVE_FIELDS)}
+LIVE_INDEX: dict[LiveField, int] = {name: i for i, name in enumerate(LIVE_FIELDS)}
 _offset = LIVE_OFFSET + _LIVE_INTS.size
-for _name, _size in LIVE_TEXT_FIELDS:
-    TEXT_OFFSETS[_name] = (_offset, _size)
+for _live_name, _size in LIVE_TEXT_FIELDS:
+    TEXT_OFFSETS[_live_name] = (_offset, _size)
     _offset += _size
 SCOPE_NAME_BYTES = 40
 SCOPE_RECORDS = 8  # open loads, phases and stages at once; more are not kept (their children may then be orphans)
@@ -159,61 +207,151 @@ class OpenScope:
     span_id: int
 
 
-@dataclass(frozen=True)
-class State:
-    """One process's last state, decoded."""
+@dataclass(frozen=True, slots=True)
+class Counters:
+    """The counters that only grow (``COUNTERS``, in their order): of the process, or their values when its open (or
+    last) outermost load began (the ``load_*`` twins)."""
 
-    ints: dict[str, int]
-    texts: dict[str, str]
-    slots: list[tuple[int, int]] = field(repr=False)
+    files_opened: int
+    materialized_cpu: int
+    materialized_cuda: int
+    materialized_meta: int
+    materialized_other: int
+    conversions: int
+    conversion_bytes: int
+    hook_errors: int
+
+    def values(self) -> tuple[int, ...]:
+        return tuple(getattr(self, name) for name in COUNTERS)
+
+    def materialized(self) -> dict[str, int]:
+        """Materialised bytes by device (``DEVICES``), the devices with none left out."""
+        return {device: getattr(self, column) for device, column in DEVICE_COLUMNS.items() if getattr(self, column)}
+
+
+@dataclass(frozen=True, slots=True)
+class Totals(Counters):
+    """What a load (or the whole process) did: its counters, and the tensors and bytes its read slots summed."""
+
+    tensors_read: int
+    read_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    """One process's last state, decoded: an attribute per field, in the file's order (``HEADER_FIELDS``, its counters
+    in two ``Counters``, ``TEXT_FIELDS``, ``LIVE_FIELDS``, ``LIVE_TEXT_FIELDS``). Values are as written, except where
+    the file encodes one: an unknown rank is None (-1 there), and ``status`` and ``memory_limit_source`` are names."""
+
+    version: int
+    pid: int
+    rank: int | None
+    local_rank: int | None
+    world_size: int
+    local_world_size: int
+    attempt: int
+    status: Status
+    signal: int  # the termination signal that arrived while loading, 0 if none
+    created_ns: int
+    updated_ns: int  # the last change of phase or status
+    loads_open: int
+    load_start_ns: int  # when the current (or last) outermost load began
+    memory_limit: int  # bytes; 0: unknown
+    memory_limit_source: LimitSource | None
+    node_memory_total: int
+    cgroup_memory_max: int  # 0: none
+    rss_peak: int
+    slots_used: int
+    load_first_slot: int
+    oom_kill_before: int  # -1: unreadable
+    checkpoint_tensor_bytes: int  # 0: unknown
+    counters: Counters  # of the process since it started
+    load_counters: Counters  # their values when the open (or last) outermost load began
+    phase: str  # texts: empty when not known
+    load: str
+    job_id: str
+    launch_id: str
+    host: str
+    trace_id: str
+    failure: str
+    strategy: str
+    trace_file: str
+    cgroup: str
+    progress_ns: int  # live fields: 0 when not known
+    rss_now: int
+    rss_sampled_ns: int
+    rss_load_start: int
+    rss_load_start_ns: int
+    exception_ns: int
+    rate_base_ns: int
+    rate_base_bytes: int
+    exception: str
+    slots: list[tuple[int, int]] = field(repr=False)  # (tensors, bytes) per slot handed out that the file holds
     open_scopes: list[OpenScope] = field(default_factory=list)
 
-    def __getitem__(self, name: str) -> int:
-        return self.ints[name]
-
-    @property
-    def status(self) -> str:
-        return STATUSES.get(self.ints["status"], "unknown")
-
-    @property
-    def rank(self) -> int | None:
-        return self.ints["rank"] if self.ints["rank"] >= 0 else None
-
-    def totals(self, since_load: bool = True) -> dict[str, int]:
+    def totals(self, since_load: bool = True) -> Totals:
         """Tensors and bytes read, files opened, materialised bytes by device, conversions, hook faults: of the open
         (or last) outermost load with ``since_load``, else of the whole process."""
-        first = self.ints["load_first_slot"] if since_load else 0
-        used = min(self.ints["slots_used"], len(self.slots))
-        reads = self.slots[first:used]
-        totals = {"tensors_read": sum(t for t, _ in reads), "read_bytes": sum(b for _, b in reads)}
-        for name in COUNTERS:
-            totals[name] = self.ints[name] - (self.ints[f"load_{name}"] if since_load else 0)
-        return totals
+        first = self.load_first_slot if since_load else 0
+        reads = self.slots[first:]
+        counts = self.counters.values()
+        if since_load:
+            counts = tuple(now - then for now, then in zip(counts, self.load_counters.values(), strict=True))
+        return Totals(
+            **dict(zip(COUNTERS, counts, strict=True)),
+            tensors_read=sum(t for t, _ in reads),
+            read_bytes=sum(b for _, b in reads),
+        )
 
     def materialized(self, since_load: bool = True) -> dict[str, int]:
-        totals = self.totals(since_load)
-        return {device: totals[f"materialized_{device}"] for device in DEVICES if totals[f"materialized_{device}"]}
+        return self.totals(since_load).materialized()
+
+
+_COUNTERS_AT, _LOAD_COUNTERS_AT = INDEX[COUNTERS[0]], INDEX[LOAD_COUNTERS[0]]  # they end the header's ints
+_TEXT_SLICES = [TEXT_OFFSETS[name] for name, _ in (*TEXT_FIELDS, *LIVE_TEXT_FIELDS)]
+assert [f.name for f in fields(Counters)] == list(COUNTERS), "Counters and COUNTERS differ"
+assert [f.name for f in fields(State)] == [
+    *HEADER_FIELDS[:_COUNTERS_AT],
+    "counters",
+    "load_counters",
+    *(name for name, _ in TEXT_FIELDS),
+    *LIVE_FIELDS,
+    *(name for name, _ in LIVE_TEXT_FIELDS),
+    "slots",
+    "open_scopes",
+], "State and the header's fields differ"
+_RANK, _LOCAL_RANK, _STATUS, _LIMIT_SOURCE = (
+    INDEX[name] for name in ("rank", "local_rank", "status", "memory_limit_source")
+)
 
 
 def decode(data: bytes) -> State | None:
     """A state file's bytes → ``State``; None when they are not one (wrong magic or version, truncated, corrupt)."""
     if len(data) < HEADER_BYTES or data[: len(MAGIC)] != MAGIC:
         return None
-    ints = dict(zip(HEADER_FIELDS, _INTS.unpack_from(data, _INT_OFFSET), strict=True))
-    ints.update(zip(LIVE_FIELDS, _LIVE_INTS.unpack_from(data, LIVE_OFFSET), strict=True))
-    if ints["version"] != VERSION or ints["slots_used"] < 0 or ints["load_first_slot"] < 0:
+    ints = _INTS.unpack_from(data, _INT_OFFSET)
+    if ints[INDEX["version"]] != VERSION or ints[INDEX["slots_used"]] < 0 or ints[INDEX["load_first_slot"]] < 0:
         return None
-    texts = {}
-    for name, (offset, size) in TEXT_OFFSETS.items():
-        raw = data[offset : offset + size].split(b"\0", 1)[0]
-        texts[name] = raw.decode("utf-8", errors="replace")
+    counters, load_counters = ints[_COUNTERS_AT:_LOAD_COUNTERS_AT], ints[_LOAD_COUNTERS_AT:]
     body = data[HEADER_BYTES:]
     count = len(body) // SLOT_BYTES
     values = struct.unpack_from(f"<{2 * count}q", body) if count else ()
-    slots = list(zip(values[0::2], values[1::2], strict=True))
-    if any(t < 0 or b < 0 for t, b in slots) or any(ints[name] < 0 for name in COUNTERS):
+    if min(values, default=0) < 0 or min(counters) < 0:  # a negative count or slot: not ours, or damaged
         return None
-    return State(ints, texts, slots, _open_scopes(data))
+    used = 2 * min(ints[INDEX["slots_used"]], count)  # those never handed out are zeros: a rank's few, not 256
+    slots = list(zip(values[0:used:2], values[1:used:2], strict=True))
+    head: list[object] = list(ints[:_COUNTERS_AT])
+    head[_RANK] = ints[_RANK] if ints[_RANK] >= 0 else None
+    head[_LOCAL_RANK] = ints[_LOCAL_RANK] if ints[_LOCAL_RANK] >= 0 else None
+    head[_STATUS] = STATUSES.get(ints[_STATUS], "unknown")
+    head[_LIMIT_SOURCE] = LIMIT_SOURCES.get(ints[_LIMIT_SOURCE])
+    texts = [
+        data[offset : offset + size].split(b"\0", 1)[0].decode("utf-8", errors="replace")
+        for offset, size in _TEXT_SLICES
+    ]
+    live = _LIVE_INTS.unpack_from(data, LIVE_OFFSET)
+    record = (*head, Counters(*counters), Counters(*load_counters), *texts[: len(TEXT_FIELDS)], *live)
+    return State(*record, *texts[len(TEXT_FIELDS) :], slots, _open_scopes(data))  # type: ignore[call-arg]
 
 
 def _open_scopes(data: bytes) -> list[OpenScope]:
@@ -266,7 +404,7 @@ class Writer:
     """The process's state, in a file when ``path`` is given (created owner-only), else in anonymous memory: the same
     code either way, and nothing on disk when there is nowhere to put it."""
 
-    def __init__(self, path: str | None, identity: dict[str, int], texts: dict[str, str]):
+    def __init__(self, path: str | None, identity: Mapping[HeaderField, int], texts: Mapping[TextField, str]) -> None:
         self.path = path
         self._fd: int | None = None
         if path is not None:
@@ -289,8 +427,8 @@ class Writer:
         for name, value in identity.items():
             ints[INDEX[name]] = value
         ints[INDEX["created_ns"]] = time.time_ns()
-        for name, text in texts.items():
-            self.set_text(name, text)
+        for text_field, text in texts.items():
+            self.set_text(text_field, text)
         self._header[: len(MAGIC)] = MAGIC  # last: a reader never sees a half-written header as valid
 
     def _map(self, offset: int) -> mmap.mmap:
@@ -300,29 +438,29 @@ class Writer:
 
     # Fields ---------------------------------------------------------------------------------------------------------
 
-    def __getitem__(self, name: str) -> int:
+    def __getitem__(self, name: HeaderField) -> int:
         return self._ints[INDEX[name]]
 
-    def __setitem__(self, name: str, value: int) -> None:
+    def __setitem__(self, name: HeaderField, value: int) -> None:
         self._ints[INDEX[name]] = value
 
-    def live(self, name: str) -> int:
+    def live(self, name: LiveField) -> int:
         return self._live[LIVE_INDEX[name]]
 
-    def set_live(self, name: str, value: int) -> None:
+    def set_live(self, name: LiveField, value: int) -> None:
         """A live field (``LIVE_FIELDS``): from the monitor thread or an exception hook, never the loading thread."""
         self._live[LIVE_INDEX[name]] = value
 
-    def add(self, name: str, amount: int) -> None:
+    def add(self, name: Counter, amount: int) -> None:
         """Add to a counter (atomic under the GIL, like a slot)."""
         self._ints[INDEX[name]] += amount
 
-    def set_text(self, name: str, text: str) -> None:
+    def set_text(self, name: TextField | LiveTextField, text: str) -> None:
         offset, size = TEXT_OFFSETS[name]
         encoded = text.encode("utf-8", errors="replace")[: size - 1]
         self._header[offset : offset + size] = encoded + b"\0" * (size - len(encoded))
 
-    def text(self, name: str) -> str:
+    def text(self, name: TextField | LiveTextField) -> str:
         offset, size = TEXT_OFFSETS[name]
         return bytes(self._header[offset : offset + size]).split(b"\0", 1)[0].decode("utf-8", errors="replace")
 
@@ -386,8 +524,8 @@ class Writer:
     def load_started(self) -> None:
         """The current outermost load begins: remember where its slots and counters start."""
         self["load_first_slot"] = self["slots_used"]
-        for name in COUNTERS:
-            self[f"load_{name}"] = self[name]
+        for name, twin in zip(COUNTERS, LOAD_COUNTERS, strict=True):
+            self[twin] = self[name]
         self["load_start_ns"] = time.time_ns()
 
     def close(self) -> None:
@@ -415,5 +553,5 @@ def _signed(value: int) -> int:
     return value - 2**64 if value >= 2**63 else value
 
 
-def device_column(device: str) -> str:
-    return f"materialized_{device if device in DEVICES else 'other'}"
+def device_column(device: str) -> Counter:
+    return DEVICE_COLUMNS.get(device, "materialized_other")

@@ -137,11 +137,11 @@ def _state_row(path: Path, root: Path, known: set[str]) -> dict[str, Any] | None
     state = statefile.decode(data) if len(data) <= STATE_FILE_MAX_BYTES else None
     if state is None:
         return None
-    job_id = state.texts.get("job_id", "")
-    host, pid = state.texts.get("host") or None, state["pid"] if state["pid"] > 0 else None
+    job_id = state.job_id
+    host, pid = state.host or None, state.pid if state.pid > 0 else None
     resource = {sc.SERVICE_NAME: sc.DEFAULT_SERVICE_NAME, **state_resource(state, host, pid)}
-    start = state["created_ns"]
-    end = max(start, state["updated_ns"], *(state[name] for name in ("progress_ns", "rss_sampled_ns", "exception_ns")))
+    start = state.created_ns
+    end = max(start, state.updated_ns, state.progress_ns, state.rss_sampled_ns, state.exception_ns)
     attributes = {sc.STATE_FILE_PATH: os.path.relpath(path, root), sc.STATE_FILE_DATA: state_file_data(data)}
     return {
         "Timestamp": start,

@@ -324,7 +324,7 @@ def _rows_of_folders(files: list[Path], states: list[Path], limits: Thresholds) 
     found = jobs_from_spans(spans.spans, spans.states, spans.damaged_files)
     traces = {span.trace_id for span in spans.spans} | {state_trace_id(s.state) for s in spans.states}
     rows = [((job.start_ns, job.trace_id, job.attempt or 0, job.run), job_row(job, limits)) for job in found]
-    short = any(len(s.state.texts.get("trace_id", "").strip()) < TRACE_ID_HEX for s in spans.states)
+    short = any(len(s.state.trace_id.strip()) < TRACE_ID_HEX for s in spans.states)
     return _TreePart(rows, traces, spans.skipped_lines, not spans.spans and not spans.states, short)
 
 

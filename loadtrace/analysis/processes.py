@@ -82,21 +82,21 @@ class Process:
     def attempt(self) -> int | None:
         attempt = _int(self._resource_value(sc.ATTEMPT))
         if attempt is None and self.state is not None:
-            attempt = self.state["attempt"]
+            attempt = self.state.attempt
         return attempt
 
     @property
     def launch_id(self) -> str | None:
         launch = _text(self._resource_value(sc.LAUNCH_ID))
         if launch is None and self.state is not None:
-            launch = self.state.texts.get("launch_id") or None
+            launch = self.state.launch_id or None
         return launch
 
     @property
     def start_ns(self) -> int:
         times = [span.start_ns for span in self.spans]
         if self.state is not None:
-            times += [t for t in (self.state["created_ns"], self.state["load_start_ns"]) if t > 0]
+            times += [t for t in (self.state.created_ns, self.state.load_start_ns) if t > 0]
         if self.witness is not None:
             times.append(self.witness.start_ns)
         return min(times, default=0)
@@ -106,7 +106,7 @@ class Process:
         """Its last sign of life: a span's end, its state's last update, the witness's word of its death."""
         times = [span.end_ns for span in self.spans]
         if self.state is not None:
-            times.append(self.state["updated_ns"])
+            times.append(self.state.updated_ns)
         if self.witness is not None:
             times.append(self.witness.end_ns)
         return max(times, default=0)
@@ -116,32 +116,32 @@ class Process:
         """Whether it began a load of its own (a load span, a state file with a load, a witness of its death)."""
         return (
             self.witness is not None
-            or (self.state is not None and (self.state["load_start_ns"] > 0 or self.state["loads_open"] > 0))
+            or (self.state is not None and (self.state.load_start_ns > 0 or self.state.loads_open > 0))
             or any(span.name in sc.LOAD_SPANS for span in self.spans)
         )
 
 
 def state_resource(state: statefile.State, host: str | None, pid: int | None) -> dict[str, Any]:
     """The resource a process's state file tells of (its spans' own, where it has any, say more)."""
-    resource: dict[str, Any] = {sc.HOST_NAME: host, sc.PROCESS_PID: pid, sc.ATTEMPT: state["attempt"]}
+    resource: dict[str, Any] = {sc.HOST_NAME: host, sc.PROCESS_PID: pid, sc.ATTEMPT: state.attempt}
     if state.rank is not None:
         resource[sc.RANK] = state.rank
-    for key, name in ((sc.WORLD_SIZE, "world_size"), (sc.LOCAL_WORLD_SIZE, "local_world_size")):
-        if state[name] > 0:
-            resource[key] = state[name]
-    for key, name in ((sc.JOB_ID, "job_id"), (sc.LAUNCH_ID, "launch_id")):
-        if state.texts.get(name):
-            resource[key] = state.texts[name]
+    for key, size in ((sc.WORLD_SIZE, state.world_size), (sc.LOCAL_WORLD_SIZE, state.local_world_size)):
+        if size > 0:
+            resource[key] = size
+    for key, text in ((sc.JOB_ID, state.job_id), (sc.LAUNCH_ID, state.launch_id)):
+        if text:
+            resource[key] = text
     return resource
 
 
 def state_trace_id(state: statefile.State, known: Iterable[str] = ()) -> str:
     """The trace a state file belongs to: the one it names; a name cut short (a full id does not fit the field) is
     the one trace of the source it begins, else its job id's (every rank derives the same)."""
-    trace_id = state.texts.get("trace_id", "").strip().lower()
+    trace_id = state.trace_id.strip().lower()
     if len(trace_id) >= TRACE_ID_HEX:
         return trace_id
-    job_id = state.texts.get("job_id")
+    job_id = state.job_id
     derived = format(sc.job_trace_ids(job_id)[0], "032x") if job_id else None
     if trace_id:
         matches = {known_id for known_id in known if known_id.startswith(trace_id)}
@@ -166,12 +166,10 @@ def processes(spans: Iterable[Span], states: Iterable[StateFile] = ()) -> dict[s
             owner.witness = span
     for state_file in states:
         state = state_file.state
-        pid = state["pid"] if state["pid"] > 0 else None
-        owner = index.owner_of(
-            state_trace_id(state, traces), state.texts.get("host") or None, pid, {sc.RANK: state.rank}
-        )
+        pid = state.pid if state.pid > 0 else None
+        owner = index.owner_of(state_trace_id(state, traces), state.host or None, pid, {sc.RANK: state.rank})
         # A state file copied twice is the same process: the later word wins.
-        if owner.state is None or owner.state["updated_ns"] < state["updated_ns"]:
+        if owner.state is None or owner.state.updated_ns < state.updated_ns:
             owner.state = state
     return index.by_trace()
 

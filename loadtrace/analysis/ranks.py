@@ -257,8 +257,8 @@ def exit_of(process: Process) -> Exit:
             source=str_attr(witness.attributes, sc.EXIT_SOURCE) or "launcher",
         )
     caught = next((name for s in process.spans if (name := str_attr(s.attributes, sc.EXIT_SIGNAL))), None)
-    if caught is None and process.state is not None and process.state["signal"] > 0:
-        caught = sc.signal_name(process.state["signal"])
+    if caught is None and process.state is not None and process.state.signal > 0:
+        caught = sc.signal_name(process.state.signal)
     return Exit(signal=caught, source="rank") if caught is not None else Exit()
 
 
@@ -280,22 +280,22 @@ def last_state(process: Process) -> LastState | None:
         totals = state.totals()
         return LastState(
             source=STATE_FILE,
-            time_unix_nano=state["updated_ns"],
+            time_unix_nano=state.updated_ns,
             status=state.status,
-            during=state.texts.get("phase") or None,
-            load=state.texts.get("load") or None,
-            load_start_unix_nano=state["load_start_ns"] or None,
-            strategy=state.texts.get("strategy") or None,
-            files_opened=totals["files_opened"],
-            tensors_read=totals["tensors_read"],
-            read_bytes=totals["read_bytes"],
-            materialized_bytes=dict(sorted(state.materialized().items())),
-            conversions=totals["conversions"],
-            conversion_bytes=totals["conversion_bytes"],
-            hook_errors=totals["hook_errors"],
-            peak_rss_bytes=state["rss_peak"] or None,
-            memory_limit_bytes=state["memory_limit"] or None,
-            memory_limit_source=statefile.LIMIT_SOURCES.get(state["memory_limit_source"]),
+            during=state.phase or None,
+            load=state.load or None,
+            load_start_unix_nano=state.load_start_ns or None,
+            strategy=state.strategy or None,
+            files_opened=totals.files_opened,
+            tensors_read=totals.tensors_read,
+            read_bytes=totals.read_bytes,
+            materialized_bytes=dict(sorted(totals.materialized().items())),
+            conversions=totals.conversions,
+            conversion_bytes=totals.conversion_bytes,
+            hook_errors=totals.hook_errors,
+            peak_rss_bytes=state.rss_peak or None,
+            memory_limit_bytes=state.memory_limit or None,
+            memory_limit_source=state.memory_limit_source,
         )
     if witness is not None:
         attributes = witness.attributes
@@ -328,14 +328,13 @@ def _covered(process: Process, load_start_ns: int | None) -> bool:
     return any(load.end_ns >= (load_start_ns or 0) for load in loads)
 
 
-def _add_totals(rank: RankLoad, totals: LastState | dict[str, int], materialized: dict[str, int]) -> None:
-    get = totals.__getitem__ if isinstance(totals, dict) else lambda name: getattr(totals, name)
-    rank.files_opened += get("files_opened")
-    rank.tensors_read += get("tensors_read")
-    rank.read_bytes += get("read_bytes")
-    rank.conversions += get("conversions")
-    rank.conversion_bytes += get("conversion_bytes")
-    rank.hook_errors += get("hook_errors")
+def _add_totals(rank: RankLoad, totals: LastState | statefile.Totals, materialized: dict[str, int]) -> None:
+    rank.files_opened += totals.files_opened
+    rank.tensors_read += totals.tensors_read
+    rank.read_bytes += totals.read_bytes
+    rank.conversions += totals.conversions
+    rank.conversion_bytes += totals.conversion_bytes
+    rank.hook_errors += totals.hook_errors
     merged = dict(rank.materialized_bytes)
     _add(merged, materialized)
     rank.materialized_bytes = dict(sorted(merged.items()))
@@ -353,7 +352,7 @@ def apply_processes(rank: RankLoad, members: list[Process]) -> None:
         status, last = status_of(process), last_state(process)
         if not rank.checkpoint_tensor_bytes:  # a rank that died mid-load: what its load knew of the checkpoint
             if process.state is not None:
-                rank.checkpoint_tensor_bytes = process.state["checkpoint_tensor_bytes"] or None
+                rank.checkpoint_tensor_bytes = process.state.checkpoint_tensor_bytes or None
             elif process.witness is not None:
                 rank.checkpoint_tensor_bytes = opt_int_attr(process.witness.attributes, sc.CHECKPOINT_TENSOR_BYTES)
         ended = exit_of(process)
@@ -368,7 +367,8 @@ def apply_processes(rank: RankLoad, members: list[Process]) -> None:
             rank.last_state = last  # it died after its load: how, and what that load had done
         added = False
         if not process.spans and process.state is not None:
-            _add_totals(rank, process.state.totals(since_load=False), process.state.materialized(since_load=False))
+            whole = process.state.totals(since_load=False)
+            _add_totals(rank, whole, whole.materialized())
             added = True
         elif last is not None and (
             not process.spans or (died_loading and not _covered(process, last.load_start_unix_nano))
@@ -383,12 +383,12 @@ def apply_processes(rank: RankLoad, members: list[Process]) -> None:
             rank.memory_limit_bytes = rank.memory_limit_bytes or last.memory_limit_bytes
             rank.memory_limit_source = rank.memory_limit_source or last.memory_limit_source
         if process.state is not None:
-            rank.node_memory_bytes = rank.node_memory_bytes or process.state["node_memory_total"] or None
-            rank.cgroup_memory_max_bytes = rank.cgroup_memory_max_bytes or process.state["cgroup_memory_max"] or None
-            if not process.spans and not rank.failed and process.state.texts.get("failure"):
-                rank.failed = process.state.texts["failure"]
-            if rank.exception is None and process.state["exception_ns"] > 0:
-                rank.exception = (process.state.texts.get("exception") or "", process.state["exception_ns"])
+            rank.node_memory_bytes = rank.node_memory_bytes or process.state.node_memory_total or None
+            rank.cgroup_memory_max_bytes = rank.cgroup_memory_max_bytes or process.state.cgroup_memory_max or None
+            if not process.spans and not rank.failed and process.state.failure:
+                rank.failed = process.state.failure
+            if rank.exception is None and process.state.exception_ns > 0:
+                rank.exception = (process.state.exception, process.state.exception_ns)
         elif process.witness is not None:
             attributes = process.witness.attributes
             rank.node_memory_bytes = rank.node_memory_bytes or opt_int_attr(attributes, sc.NODE_MEMORY_TOTAL)

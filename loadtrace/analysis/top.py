@@ -104,8 +104,8 @@ def _seconds(later: int, earlier: int) -> float | None:
 
 def expected_bytes(state: statefile.State) -> int | None:
     """The bytes this rank's load will read, when that is known (see the module docstring)."""
-    checkpoint = state["checkpoint_tensor_bytes"]
-    strategy = state.texts.get("strategy") or ""
+    checkpoint = state.checkpoint_tensor_bytes
+    strategy = state.strategy
     partial = sc.STRATEGY_TP in strategy.split("+")
     not_loading = strategy in sc.SHARDED_STRATEGIES and state.rank not in (0, None)
     return checkpoint if checkpoint > 0 and not (partial or not_loading) else None
@@ -113,8 +113,8 @@ def expected_bytes(state: statefile.State) -> int | None:
 
 def status_of(state: statefile.State, this_host: str, alive: Alive) -> str:
     status = state.status
-    if status in ("loading", "idle") and state.texts.get("host") == this_host and state["pid"] > 0:
-        if not alive(state["pid"], state["created_ns"]):
+    if status in ("loading", "idle") and state.host == this_host and state.pid > 0:
+        if not alive(state.pid, state.created_ns):
             return DEAD
     return status
 
@@ -122,8 +122,8 @@ def status_of(state: statefile.State, this_host: str, alive: Alive) -> str:
 def oom_in(state: statefile.State, cgroup_usage: int | None) -> float | None:
     """Seconds until the memory the limit applies to (the cgroup's usage when known, else this RSS) reaches the limit,
     rising as this rank's RSS has since its load began; None without a rising trend or a limit."""
-    limit, rss, at = state["memory_limit"], state["rss_now"], state["rss_sampled_ns"]
-    start, since = state["rss_load_start"], state["rss_load_start_ns"]
+    limit, rss, at = state.memory_limit, state.rss_now, state.rss_sampled_ns
+    start, since = state.rss_load_start, state.rss_load_start_ns
     if limit <= 0 or rss <= 0 or since <= 0 or (at - since) < MIN_TREND_S * 1e9 or rss <= start:
         return None
     slope = (rss - start) / ((at - since) / 1e9)
@@ -133,8 +133,8 @@ def oom_in(state: statefile.State, cgroup_usage: int | None) -> float | None:
 
 def recent_rate(state: statefile.State, read: int, now_ns: int) -> float | None:
     """Bytes per second since the rank's own sample of up to 10 s ago (progress.py), else since its load began."""
-    base_ns, base = state["rate_base_ns"], state["rate_base_bytes"]
-    load_start = state["load_start_ns"]
+    base_ns, base = state.rate_base_ns, state.rate_base_bytes
+    load_start = state.load_start_ns
     if base_ns >= load_start > 0 and now_ns - base_ns >= MIN_TREND_S * 1e9 and read >= base:
         return (read - base) / ((now_ns - base_ns) / 1e9)
     return read / ((now_ns - load_start) / 1e9) if now_ns > load_start > 0 else None
@@ -145,42 +145,42 @@ def row(
 ) -> TopRow:
     """One state file → its row (marks come later, across rows)."""
     totals = state.totals()
-    read = totals["read_bytes"]
+    read = totals.read_bytes
     loading = status == "loading"
     expected = expected_bytes(state)
-    load_start = state["load_start_ns"]
+    load_start = state.load_start_ns
     if rate is None and loading:
         rate = recent_rate(state, read, now_ns)
     eta = None
     if loading and expected is not None and rate:
         eta = round(max(0, expected - read) / rate, 1)
-    progress = max(state["progress_ns"], state["updated_ns"], load_start)
-    limit = state["memory_limit"] or None
+    progress = max(state.progress_ns, state.updated_ns, load_start)
+    limit = state.memory_limit or None
     return TopRow(
         rank=state.rank,
-        local_rank=state["local_rank"] if state["local_rank"] >= 0 else None,
-        host=state.texts.get("host") or None,
-        pid=state["pid"],
-        job_id=state.texts.get("job_id") or None,
-        attempt=state["attempt"],
+        local_rank=state.local_rank,
+        host=state.host or None,
+        pid=state.pid,
+        job_id=state.job_id or None,
+        attempt=state.attempt,
         status=status,
-        phase=state.texts.get("phase") or None,
-        load=state.texts.get("load") or None,
-        files_opened=totals["files_opened"],
+        phase=state.phase or None,
+        load=state.load or None,
+        files_opened=totals.files_opened,
         read_bytes=read,
         expected_bytes=expected,
         percent=round(100 * read / expected, 1) if expected else None,
         read_rate_bytes_per_s=round(rate, 1) if loading and rate is not None else None,
         eta_seconds=eta,
-        load_seconds=_seconds(now_ns if loading else state["updated_ns"], load_start),
+        load_seconds=_seconds(now_ns if loading else state.updated_ns, load_start),
         seconds_since_progress=_seconds(now_ns, progress),
-        rss_bytes=(state["rss_now"] or None) if status not in ("exited", DEAD) else None,
-        peak_rss_bytes=state["rss_peak"] or None,
+        rss_bytes=(state.rss_now or None) if status not in ("exited", DEAD) else None,
+        peak_rss_bytes=state.rss_peak or None,
         limit_bytes=limit,
-        limit_source=statefile.LIMIT_SOURCES.get(state["memory_limit_source"]),
+        limit_source=state.memory_limit_source,
         cgroup_usage_bytes=cgroup_usage,
         oom_in_seconds=oom_in(state, cgroup_usage) if loading else None,
-        exception=state.texts.get("exception") or None,
+        exception=state.exception or None,
         path=path,
     )
 
@@ -239,11 +239,10 @@ def _lateness(item: TopRow) -> tuple[float, float]:
 
 def _cgroup_usage(state: statefile.State, status: str, this_host: str, usage: Usage | None) -> int | None:
     """The usage of the cgroup whose limit applies, for a loading rank of this host."""
-    source = state["memory_limit_source"]
-    cgroup = state.texts.get("cgroup")
-    if usage is None or status != "loading" or not cgroup or state.texts.get("host") != this_host:
+    cgroup = state.cgroup
+    if usage is None or status != "loading" or not cgroup or state.host != this_host:
         return None
-    return usage(cgroup) if source in (statefile.LIMIT_CGROUP_V1, statefile.LIMIT_CGROUP_V2) else None
+    return usage(cgroup) if state.memory_limit_source in ("cgroup v1", "cgroup v2") else None
 
 
 def rows(
@@ -260,13 +259,13 @@ def rows(
     found = []
     for source in states:
         state = source.state
-        if state["load_start_ns"] <= 0 and state["loads_open"] <= 0:
+        if state.load_start_ns <= 0 and state.loads_open <= 0:
             continue  # never began a load: a launcher, a helper
         status = status_of(state, this_host, alive)
-        key = (state.texts.get("host") or None, state["pid"])
+        key = (state.host or None, state.pid)
         rate = None
         if history is not None and status == "loading":
-            history.add(key, now_ns, state.totals()["read_bytes"])
+            history.add(key, now_ns, state.totals().read_bytes)
             rate = history.rate(key)
         found.append(row(source.path, state, now_ns, status, rate, _cgroup_usage(state, status, this_host, usage)))
     found.sort(

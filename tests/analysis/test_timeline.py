@@ -99,9 +99,9 @@ def test_a_killed_rank_is_marked_and_its_open_load_rebuilt_from_its_state_file()
     (state,) = [s.state for s in spans.states if s.state.rank == 1]
     (bar,) = dead.bars
     assert bar.status == UNFINISHED and bar.name == sc.SPAN_FROM_PRETRAINED
-    assert bar.bytes == state.totals()["read_bytes"] == 735_872
-    assert bar.start_ns == state["load_start_ns"] - job.start_ns
-    assert bar.end_ns == dead.death_ns == state["updated_ns"] - job.start_ns
+    assert bar.bytes == state.totals().read_bytes == 735_872
+    assert bar.start_ns == state.load_start_ns - job.start_ns
+    assert bar.end_ns == dead.death_ns == state.updated_ns - job.start_ns
     assert sc.FINDING_INCOMPLETE_RANK in dead.findings
 
 
@@ -110,7 +110,7 @@ def test_a_rank_the_launcher_saw_killed_says_how():
     spans = read_files(SPANS / "killed524")
     (state,) = [s for s in spans.states if s.state.rank == 1]
     zero = min(span.start_ns for span in spans.spans)
-    resource = {sc.RANK: 1, sc.HOST_NAME: "vm", sc.PROCESS_PID: state.state["pid"], sc.WORLD_SIZE: 2}
+    resource = {sc.RANK: 1, sc.HOST_NAME: "vm", sc.PROCESS_PID: state.state.pid, sc.WORLD_SIZE: 2}
     witness = Span(
         trace_id=spans.spans[0].trace_id,
         span_id="c3" * 8,

@@ -127,8 +127,8 @@ def test_expected_bytes_unknown_where_the_rank_does_not_read_everything(tmp_path
 
 def test_live_fields_read_as_unknown_from_a_file_without_them(tmp_path):
     found = state_file(tmp_path, 1, 11, 5)
-    assert all(found.state[name] == 0 for name in statefile.LIVE_FIELDS)
-    assert found.state.texts["exception"] == ""
+    assert all(getattr(found.state, name) == 0 for name in statefile.LIVE_FIELDS)
+    assert found.state.exception == ""
     # They sit after every older field: an older reader's layout is untouched.
     assert statefile.LIVE_OFFSET >= max(
         offset + size for name, (offset, size) in statefile.TEXT_OFFSETS.items() if name != "exception"

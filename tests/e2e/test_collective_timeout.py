@@ -31,7 +31,7 @@ def test_a_gloo_timeout_while_rank_1_loads_names_rank_1(checkpoint, tmp_path):
 
     (rank0_state,) = traces.glob(f"rank00000-*{semconv.STATE_SUFFIX}")
     state = statefile.read(rank0_state)
-    assert state["exception_ns"] > 0 and "Timed out" in state.texts["exception"], state.texts["exception"]
+    assert state.exception_ns > 0 and "Timed out" in state.exception, state.exception
 
     report = build_report(read_files(traces))
     (finding,) = [f for f in report["findings"] if f["kind"] == semconv.FINDING_COLLECTIVE_TIMEOUT]

@@ -176,13 +176,13 @@ def test_rank_killed_mid_dcp_load_is_exact(saved, tmp_path):
     (killed,) = job_dir.glob(f"rank00001-*{sc.STATE_SUFFIX}")
     state = statefile.read(killed)
     assert state is not None and state.status == "loading"
-    assert state.texts["load"] == sc.SPAN_DCP_LOAD and state.texts["phase"] == sc.SPAN_DCP_READ_DATA
-    assert state.texts["strategy"] == sc.STRATEGY_DCP_SHARDED
-    assert state.totals()["read_bytes"] == count["read_bytes"] and state.totals()["tensors_read"] == count["read_items"]
+    assert state.load == sc.SPAN_DCP_LOAD and state.phase == sc.SPAN_DCP_READ_DATA
+    assert state.strategy == sc.STRATEGY_DCP_SHARDED
+    assert state.totals().read_bytes == count["read_bytes"] and state.totals().tensors_read == count["read_items"]
     report = build_report(read_files(job_dir))
     ranks = {rank["rank"]: rank for rank in report["ranks"]}
     assert ranks[1]["incomplete"] is True and ranks[1]["last_state"]["read_bytes"] == count["read_bytes"]
     (finding,) = [f for f in report["findings"] if f["kind"] == sc.FINDING_INCOMPLETE_RANK]
     assert f"during {sc.SPAN_DCP_READ_DATA} after reading {count['read_bytes']:,} B" in finding["detail"]
-    assert state["checkpoint_tensor_bytes"] == count["model_bytes"], "a rank that dies still tells the model's size"
+    assert state.checkpoint_tensor_bytes == count["model_bytes"], "a rank that dies still tells the model's size"
     assert report["traces"][0]["model_bytes"] == count["model_bytes"]

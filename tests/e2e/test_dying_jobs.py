@@ -214,8 +214,8 @@ def test_teardown_dead_rank_has_its_exact_bytes(teardown: Teardown):
     count = teardown.count()
     assert count["read_tensors"] == KILL_AFTER and count["read_bytes"] > 0
     state = state_of(teardown.folder, 1)
-    assert state.status == "loading" and state["pid"] == count["pid"]
-    assert (state.totals()["read_bytes"], state.totals()["tensors_read"]) == (count["read_bytes"], KILL_AFTER)
+    assert state.status == "loading" and state.pid == count["pid"]
+    assert (state.totals().read_bytes, state.totals().tensors_read) == (count["read_bytes"], KILL_AFTER)
 
     rank1 = ranks_of(teardown.report)[1]
     assert rank1["incomplete"] is True and rank1["failed"] is None
@@ -231,7 +231,7 @@ def test_teardown_stopped_rank_ends_its_spans_with_sigterm(teardown: Teardown):
     assert rank0["incomplete"] is True and rank0["failed"] is None
     assert said_loading["read_bytes"] <= rank0["read_bytes"] < field_facts.BYTES, rank0
     state = state_of(teardown.folder, 0)
-    assert (state.status, state["signal"]) == ("signalled", signal.SIGTERM)
+    assert (state.status, state.signal) == ("signalled", signal.SIGTERM)
 
     # Its own spans say so: the open ones were ended with ERROR and the signal's name, and flushed before it died.
     spans = [(r, s) for r, s in file_spans(teardown.folder) if r.get(sc.RANK) == 0 and s["name"] != sc.SPAN_RANK_EXIT]

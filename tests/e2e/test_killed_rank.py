@@ -27,9 +27,9 @@ def test_report_names_the_phase_a_killed_rank_died_in(checkpoint, tmp_path_facto
     (killed,) = job_dir.glob(f"rank00001-*{semconv.STATE_SUFFIX}")
     state = statefile.read(killed)
     assert state is not None and state.status == "loading", "the killed rank's last state stays, as it was"
-    assert state.texts["phase"] == semconv.SPAN_CONVERT and state.texts["load"] == semconv.SPAN_FROM_PRETRAINED
-    assert state.totals()["read_bytes"] == count["read_bytes"], "exact at the moment of death, not a lagging snapshot"
-    assert state.totals()["tensors_read"] == count["read_tensors"]
+    assert state.phase == semconv.SPAN_CONVERT and state.load == semconv.SPAN_FROM_PRETRAINED
+    assert state.totals().read_bytes == count["read_bytes"], "exact at the moment of death, not a lagging snapshot"
+    assert state.totals().tensors_read == count["read_tensors"]
     (finished,) = job_dir.glob(f"rank00000-*{semconv.STATE_SUFFIX}")
     assert statefile.read(finished).status in ("idle", "exited"), "a rank that finished its load never looks dead"
 

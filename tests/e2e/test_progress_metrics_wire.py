@@ -47,7 +47,7 @@ def test_a_loading_rank_exports_progress_at_the_interval_and_the_launcher_export
     watched = watched_slow_load(VENVS[0], checkpoint, tmp_path_factory)
     by_pid = points(watched.metrics)
     states = {s.rank: s for s in map(statefile.read, watched.traces.glob(f"*{semconv.STATE_SUFFIX}")) if s is not None}
-    rank_pids = {rank: state["pid"] for rank, state in states.items() if rank is not None}
+    rank_pids = {rank: state.pid for rank, state in states.items() if rank is not None}
     assert set(by_pid) <= set(rank_pids.values()), "only ranks that load export: not the launcher"
     assert watched.launcher_pid not in by_pid
 
@@ -58,7 +58,7 @@ def test_a_loading_rank_exports_progress_at_the_interval_and_the_launcher_export
     read = [metrics[semconv.METRIC_READ_BYTES][0][0] for _, _, metrics in slow if semconv.METRIC_READ_BYTES in metrics]
     assert read == sorted(read) and read[-1] > read[0] >= 0 and read[-1] > 0, read  # rising (the first may be 0)
     _, resource, metrics = slow[len(slow) // 2]
-    assert resource[semconv.RANK] == 1 and resource[semconv.JOB_ID] == states[1].texts["job_id"]
+    assert resource[semconv.RANK] == 1 and resource[semconv.JOB_ID] == states[1].job_id
     assert metrics[semconv.METRIC_EXPECTED_BYTES][0][0] == 1_009_152
     assert metrics[semconv.METRIC_MEMORY_USAGE][0][0] > 0 and metrics[semconv.METRIC_MEMORY_LIMIT][0][0] > 0
     ((one, attributes),) = metrics[semconv.METRIC_PHASE]

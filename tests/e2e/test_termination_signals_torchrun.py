@@ -58,8 +58,8 @@ def test_a_rank_torchrun_stops_mid_load_ends_its_spans_and_dies_by_sigterm(check
 
     (state_path,) = job_dir.glob(f"rank00000-*{semconv.STATE_SUFFIX}")
     state = statefile.read(state_path)
-    assert state is not None and state.status == "signalled" and state["signal"] == signal.SIGTERM
-    assert state.totals()["read_bytes"] == count["read_bytes"]
+    assert state is not None and state.status == "signalled" and state.signal == signal.SIGTERM
+    assert state.totals().read_bytes == count["read_bytes"]
 
     # The launcher saw rank 0 die by SIGTERM (-15), exactly as untraced: its witness says so, and so does its log.
     witnessed = [s for s in read_files(job_dir).spans if s.name == semconv.SPAN_RANK_EXIT]

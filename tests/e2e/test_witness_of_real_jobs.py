@@ -44,7 +44,7 @@ def test_torchrun_witnesses_a_rank_killed_in_the_middle_of_its_load(checkpoint, 
     job_dir, resource, span = rank_exit_of_rank1(run.cwd / "loadtrace-traces")
     (state_path,) = job_dir.glob("rank00001-*.state")
     state = statefile.read(state_path)
-    assert state is not None and state.totals()["read_bytes"] == count["read_bytes"]
+    assert state is not None and state.totals().read_bytes == count["read_bytes"]
 
     trace_id, root_id = semconv.job_trace_ids(job_dir.name)
     assert span["traceId"] == f"{trace_id:032x}" and span["parentSpanId"] == f"{root_id:016x}"
@@ -53,8 +53,8 @@ def test_torchrun_witnesses_a_rank_killed_in_the_middle_of_its_load(checkpoint, 
     assert span["attributes"][semconv.READ_BYTES] == str(count["read_bytes"])
     assert span["attributes"][semconv.EXIT_DURING] == semconv.SPAN_CONVERT
     assert span["status"] == {"code": 2, "message": "SIGKILL"}
-    assert resource[semconv.PROCESS_PID] == str(state["pid"])
-    assert resource[semconv.LAUNCH_ID] == state.texts["launch_id"] != ""
+    assert resource[semconv.PROCESS_PID] == str(state.pid)
+    assert resource[semconv.LAUNCH_ID] == state.launch_id != ""
     assert span["attributes"][semconv.WITNESS_PID] != resource[semconv.PROCESS_PID]
     assert not list((run.cwd / "tmp").glob("loadtrace-witness-*")), "the launcher removes its witness directory"
 

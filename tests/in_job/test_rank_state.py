@@ -57,8 +57,8 @@ def test_slot_counts_equal_an_independent_count_on_a_real_load(tiny_checkpoint):
     assert load.attributes[semconv.READ_TENSORS] == counted["read_tensors"] == summary["tensors"]
     assert load.attributes[semconv.READ_BYTES] == counted["read_bytes"] == summary["bytes"]
     assert totals is not None, "the in-memory tests still keep a state file (in the temporary directory)"
-    assert totals.totals()["read_bytes"] == summary["bytes"] and totals.totals()["files_opened"] == len(files)
-    assert totals.totals()["conversions"] == t.one(semconv.SPAN_CONVERT).attributes[semconv.CONVERT_COUNT]
+    assert totals.totals().read_bytes == summary["bytes"] and totals.totals().files_opened == len(files)
+    assert totals.totals().conversions == t.one(semconv.SPAN_CONVERT).attributes[semconv.CONVERT_COUNT]
 
 
 def test_a_slot_is_exact_when_threads_count_into_it_at_once():
@@ -178,7 +178,7 @@ def test_materialisation_and_faults_are_counted_in_the_state():
             spans.tracing().record_fault("test")
         totals = statefile.read(state().path).totals() if state().path else None
     assert totals is not None
-    assert (totals["materialized_cpu"], totals["materialized_meta"], totals["hook_errors"]) == (40, 16, 1)
+    assert (totals.materialized_cpu, totals.materialized_meta, totals.hook_errors) == (40, 16, 1)
 
 
 def test_a_failed_load_says_why_and_the_exception_goes_on_unchanged(tmp_path):

@@ -33,10 +33,10 @@ def test_counts_survive_sigkill_exactly(tmp_path):
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
     found = statefile.read(path)
     assert found is not None
-    assert found.rank == 1 and found.status == "loading" and found.texts["phase"] == "transformers.convert"
+    assert found.rank == 1 and found.status == "loading" and found.phase == "transformers.convert"
     totals = found.totals()
-    assert totals["tensors_read"] == 300
-    assert totals["read_bytes"] == sum(1000 + i for i in range(300))
+    assert totals.tensors_read == 300
+    assert totals.read_bytes == sum(1000 + i for i in range(300))
     assert found.materialized() == {"cpu": 4096}
 
 
@@ -56,7 +56,7 @@ def test_threads_count_without_a_lock(tmp_path):
     for thread in threads:
         thread.join()
     assert (slot.tensors, slot.bytes) == (400_000, 1_200_000)
-    assert statefile.read(tmp_path / "s.state").totals(since_load=False)["read_bytes"] == 1_200_000
+    assert statefile.read(tmp_path / "s.state").totals(since_load=False).read_bytes == 1_200_000
 
 
 def test_open_load_is_counted_apart_from_earlier_loads(tmp_path):
@@ -68,8 +68,8 @@ def test_open_load_is_counted_apart_from_earlier_loads(tmp_path):
     state.new_slot().add(7)
     state.add("conversions", 1)
     found = statefile.read(tmp_path / "s.state")
-    assert found.totals()["read_bytes"] == 7 and found.totals()["conversions"] == 1
-    assert found.totals(since_load=False)["read_bytes"] == 17
+    assert found.totals().read_bytes == 7 and found.totals().conversions == 1
+    assert found.totals(since_load=False).read_bytes == 17
 
 
 def test_anonymous_state_needs_no_disk():
@@ -85,6 +85,9 @@ def test_anonymous_state_needs_no_disk():
         lambda data: b"XXXXXXXX" + data[8:],  # foreign magic
         lambda data: data[:8] + (99).to_bytes(8, "little") + data[16:],  # an unknown version
         lambda data: b"",
+        lambda data: _negative(data, statefile.HEADER_BYTES + 8),  # the first slot's bytes
+        lambda data: _negative(data, statefile.HEADER_BYTES + 16 * 255),  # the last slot's tensors, never handed out
+        lambda data: _negative(data, 8 + 8 * statefile.INDEX["hook_errors"]),  # a counter
     ],
 )
 def test_damaged_files_are_refused(tmp_path, damage):
@@ -95,6 +98,11 @@ def test_damaged_files_are_refused(tmp_path, damage):
     assert statefile.read(path) is None
 
 
+def _negative(data: bytes, offset: int) -> bytes:
+    """A count no writer makes: -1 at ``offset``."""
+    return data[:offset] + (-1).to_bytes(8, "little", signed=True) + data[offset + 8 :]
+
+
 def test_a_truncated_slot_chunk_keeps_the_whole_slots(tmp_path):
     path = tmp_path / "s.state"
     state = _writer(path)
@@ -103,7 +111,7 @@ def test_a_truncated_slot_chunk_keeps_the_whole_slots(tmp_path):
     data = path.read_bytes()
     path.write_bytes(data[: statefile.HEADER_BYTES + 24])  # the second slot cut in half
     found = statefile.read(path)
-    assert found is not None and found.totals(since_load=False)["read_bytes"] == 5
+    assert found is not None and found.totals(since_load=False).read_bytes == 5
 
 
 def test_texts_are_cut_to_their_field(tmp_path):

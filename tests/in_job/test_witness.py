@@ -165,7 +165,7 @@ def test_a_dead_rank_becomes_one_rank_exit_span_with_its_exact_last_state(tmp_pa
     assert span["traceId"] == f"{trace_id:032x}" and span["parentSpanId"] == f"{root_id:016x}"
     assert span["status"] == {"code": 2, "message": "SIGKILL (OOM)"}
     state = statefile.read(state_path)
-    assert int(span["startTimeUnixNano"]) == state["load_start_ns"] <= int(span["endTimeUnixNano"])
+    assert int(span["startTimeUnixNano"]) == state.load_start_ns <= int(span["endTimeUnixNano"])
     assert resource == {
         semconv.SERVICE_NAME: "loadtrace",
         semconv.SERVICE_INSTANCE_ID: "job-7/rank-1",

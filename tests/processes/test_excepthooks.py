@@ -62,8 +62,8 @@ def test_uncaught_exceptions_are_recorded_and_the_job_s_hooks_still_run(tmp_path
     assert main[semconv.EXCEPTION_MESSAGE] == "[pair.cc:598] Timed out waiting 5000ms for recv operation to complete"
     (state_path,) = (tmp_path / "traces").glob(f"*{semconv.STATE_SUFFIX}")
     state = statefile.read(state_path)
-    assert state.texts["exception"] == f"RuntimeError: {main[semconv.EXCEPTION_MESSAGE]}"
-    assert state["exception_ns"] > state["load_start_ns"] > 0
+    assert state.exception == f"RuntimeError: {main[semconv.EXCEPTION_MESSAGE]}"
+    assert state.exception_ns > state.load_start_ns > 0
 
 
 def test_python_s_own_traceback_still_comes_and_a_failing_recorder_changes_nothing(tmp_path):

@@ -59,13 +59,13 @@ def test_a_process_that_finished_says_so_and_names_its_attempt_and_launch(tmp_pa
     (path,) = (tmp_path / "traces").glob(f"*{semconv.STATE_SUFFIX}")
     found = statefile.read(path)
     assert found is not None and found.status == "exited"
-    assert found["attempt"] == 2 and found.texts["launch_id"] == "launch-1" and found["pid"] > 0
-    assert found.texts["trace_file"] == str(path.with_suffix(semconv.TRACE_FILE_SUFFIX))
-    assert found.texts["trace_id"] == format(semconv.job_trace_ids(found.texts["job_id"])[0], "032x")
+    assert found.attempt == 2 and found.launch_id == "launch-1" and found.pid > 0
+    assert found.trace_file == str(path.with_suffix(semconv.TRACE_FILE_SUFFIX))
+    assert found.trace_id == format(semconv.job_trace_ids(found.job_id)[0], "032x")
     totals = found.totals()
-    assert (totals["tensors_read"], totals["read_bytes"], totals["files_opened"]) == (1, 64, 1)
+    assert (totals.tensors_read, totals.read_bytes, totals.files_opened) == (1, 64, 1)
     (pointer,) = witness_dir.iterdir()  # announced to the witnessing launcher
-    assert pointer.name == str(found["pid"]) and pointer.read_text() == str(path)
+    assert pointer.name == str(found.pid) and pointer.read_text() == str(path)
     (span,) = [s for s in read_files(tmp_path / "traces").spans if s.name == semconv.SPAN_LOAD]
     assert span.resource[semconv.ATTEMPT] == 2 and span.resource[semconv.LAUNCH_ID] == "launch-1"
     assert oct(path.stat().st_mode & 0o777) == oct(0o600)
@@ -83,8 +83,8 @@ def test_spans_only_over_otlp_keep_the_state_in_a_private_temporary_directory(tm
     (path,) = base.glob(f"job_one/*{semconv.STATE_SUFFIX}")
     assert oct(base.stat().st_mode & 0o777) == oct(0o700)
     found = statefile.read(path)
-    assert found is not None and found.status == "exited" and found.texts["trace_file"] == ""
-    assert found.texts["job_id"] == "job/one" and found.totals()["read_bytes"] == 64
+    assert found is not None and found.status == "exited" and found.trace_file == ""
+    assert found.job_id == "job/one" and found.totals().read_bytes == 64
     assert not (tmp_path / "loadtrace-traces").exists()
 
 
@@ -130,7 +130,7 @@ def test_a_forked_child_reading_an_inherited_handle_leaves_the_parents_state_alo
     assert result.returncode == 0, result.stderr
     path = result.stdout.split()[-1]
     found = statefile.read(path)
-    assert found is not None and found.totals()["tensors_read"] == 1 and found.totals()["read_bytes"] == 64
+    assert found is not None and found.totals().tensors_read == 1 and found.totals().read_bytes == 64
 
 
 def test_a_full_disk_is_an_error_not_a_sigbus(tmp_path):

@@ -141,8 +141,8 @@ def test_default_action_spans_ended_then_death_by_the_signal(tmp_path, ckpt):
     assert result.returncode == -signal.SIGTERM, result.stderr  # what a launcher sees: the same as untraced
     assert "during ours" in result.stdout and "load goes on" not in result.stdout
     assert_ended_by(spans, "SIGTERM")
-    assert state.status == "signalled" and state["signal"] == signal.SIGTERM
-    assert state.totals()["read_bytes"] == 128 and state.texts["phase"] == semconv.SPAN_LOAD
+    assert state.status == "signalled" and state.signal == signal.SIGTERM
+    assert state.totals().read_bytes == 128 and state.phase == semconv.SPAN_LOAD
     assert "loadtrace:" not in result.stderr, result.stderr
 
 
@@ -161,7 +161,7 @@ def test_sigint_raises_keyboardinterrupt_as_untraced_and_spans_end_once(tmp_path
     assert_ended_by(spans, "SIGINT")  # exactly one load span and one file span: the unwinding ended nothing twice
     assert "loadtrace:" not in result.stderr, result.stderr  # no "span already ended" warnings either
     assert "after original" in result.stdout
-    assert state.status == "signalled" and state["signal"] == signal.SIGINT, "its load was stopped by the signal"
+    assert state.status == "signalled" and state.signal == signal.SIGINT, "its load was stopped by the signal"
 
 
 def test_the_jobs_own_handler_is_called_and_the_load_goes_on(tmp_path, ckpt):
@@ -171,7 +171,7 @@ def test_the_jobs_own_handler_is_called_and_the_load_goes_on(tmp_path, ckpt):
     assert_ended_by(spans, "SIGTERM")  # ended once, at the signal, with what it had read then
     assert "after original" in result.stdout, "the job's handler is back in place after the load"
     assert state.status == "exited", "it went on and finished: it must not look dead"
-    assert state.totals()["read_bytes"] == 128 + 64, "the state keeps counting after the signal"
+    assert state.totals().read_bytes == 128 + 64, "the state keeps counting after the signal"
 
 
 def test_an_ignored_signal_stays_ignored(tmp_path, ckpt):
@@ -180,7 +180,7 @@ def test_an_ignored_signal_stays_ignored(tmp_path, ckpt):
     assert "during theirs" in result.stdout and "load goes on" in result.stdout
     (load,) = by_name(spans)[semconv.SPAN_LOAD]
     assert semconv.EXIT_SIGNAL not in load.attributes and load.status_code == 0
-    assert state.status == "exited" and state["signal"] == 0
+    assert state.status == "exited" and state.signal == 0
 
 
 def test_a_handler_the_job_installs_during_the_load_is_kept(tmp_path, ckpt):

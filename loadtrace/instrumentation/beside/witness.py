@@ -121,8 +121,8 @@ def resource_attributes(
     (the state's when the launcher's are missing), the rest from the state."""
     env = death.env
     launched = context.rank_from_env(env, context.launcher())  # this process is the dead rank's launcher
-    host = state.texts.get("host") or socket.gethostname()
-    pid = state["pid"] if state["pid"] > 0 else death.pid
+    host = state.host or socket.gethostname()
+    pid = state.pid if state.pid > 0 else death.pid
     rank = launched.rank if launched.rank is not None else state.rank
     attempt = _int(env.get("TORCHELASTIC_RESTART_COUNT"))
     attributes: dict[str, Any] = {
@@ -132,19 +132,19 @@ def resource_attributes(
         semconv.PROCESS_PID: pid,
         semconv.LAUNCHER: launched.launcher,
         semconv.JOB_ID: job_id,
-        semconv.ATTEMPT: attempt if attempt is not None else state["attempt"],
+        semconv.ATTEMPT: attempt if attempt is not None else state.attempt,
         semconv.VERSION: __version__,
     }
-    launch_id = state.texts.get("launch_id") or env.get(semconv.ENV_LAUNCH_ID)
+    launch_id = state.launch_id or env.get(semconv.ENV_LAUNCH_ID)
     if launch_id:
         attributes[semconv.LAUNCH_ID] = launch_id
     if cluster:
         attributes[semconv.CLUSTER] = cluster
     from_state = {
         "rank": state.rank,
-        "local_rank": state["local_rank"] if state["local_rank"] >= 0 else None,
-        "world_size": state["world_size"] or None,
-        "local_world_size": state["local_world_size"] or None,
+        "local_rank": state.local_rank,
+        "world_size": state.world_size or None,
+        "local_world_size": state.local_world_size or None,
         "node_rank": None,
     }
     for field, key in semconv.RANK_FIELDS.items():
@@ -167,32 +167,35 @@ def span_attributes(state: statefile.State, exitcode: int | None, oom: bool | No
         attributes[semconv.EXIT_OOM_KILLED] = oom
     attributes[semconv.EXIT_SOURCE] = SOURCE_LAUNCHER
     attributes[semconv.EXIT_STATUS] = state.status
-    for key, text in ((semconv.EXIT_DURING, "phase"), (semconv.EXIT_LOAD, "load"), (semconv.STRATEGY, "strategy")):
-        if state.texts.get(text):
-            attributes[key] = state.texts[text]
+    for key, text in (
+        (semconv.EXIT_DURING, state.phase),
+        (semconv.EXIT_LOAD, state.load),
+        (semconv.STRATEGY, state.strategy),
+    ):
+        if text:
+            attributes[key] = text
     attributes[semconv.WITNESS_PID] = witness_pid
     totals = state.totals()
-    attributes[semconv.READ_TENSORS] = totals["tensors_read"]
-    attributes[semconv.READ_BYTES] = totals["read_bytes"]
-    attributes[semconv.FILES_OPENED] = totals["files_opened"]
-    for device, nbytes in state.materialized().items():
+    attributes[semconv.READ_TENSORS] = totals.tensors_read
+    attributes[semconv.READ_BYTES] = totals.read_bytes
+    attributes[semconv.FILES_OPENED] = totals.files_opened
+    for device, nbytes in totals.materialized().items():
         attributes[semconv.materialized_bytes_key(device)] = nbytes
-    if totals["conversions"]:
-        attributes[semconv.CONVERT_COUNT] = totals["conversions"]
-        attributes[semconv.CONVERT_BYTES] = totals["conversion_bytes"]
-    attributes[semconv.HOOK_ERRORS] = totals["hook_errors"]
-    for key, field in (
-        (semconv.RSS_PEAK, "rss_peak"),
-        (semconv.MEMORY_LIMIT, "memory_limit"),
-        (semconv.CGROUP_MEMORY_MAX, "cgroup_memory_max"),
-        (semconv.NODE_MEMORY_TOTAL, "node_memory_total"),
-        (semconv.CHECKPOINT_TENSOR_BYTES, "checkpoint_tensor_bytes"),
+    if totals.conversions:
+        attributes[semconv.CONVERT_COUNT] = totals.conversions
+        attributes[semconv.CONVERT_BYTES] = totals.conversion_bytes
+    attributes[semconv.HOOK_ERRORS] = totals.hook_errors
+    for key, value in (
+        (semconv.RSS_PEAK, state.rss_peak),
+        (semconv.MEMORY_LIMIT, state.memory_limit),
+        (semconv.CGROUP_MEMORY_MAX, state.cgroup_memory_max),
+        (semconv.NODE_MEMORY_TOTAL, state.node_memory_total),
+        (semconv.CHECKPOINT_TENSOR_BYTES, state.checkpoint_tensor_bytes),
     ):
-        if state[field] > 0:
-            attributes[key] = state[field]
-    source = statefile.LIMIT_SOURCES.get(state["memory_limit_source"])
-    if source:
-        attributes[semconv.MEMORY_LIMIT_SOURCE] = source
+        if value > 0:
+            attributes[key] = value
+    if state.memory_limit_source:
+        attributes[semconv.MEMORY_LIMIT_SOURCE] = state.memory_limit_source
     return attributes
 
 
@@ -211,13 +214,13 @@ def rank_exit_span(
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
     from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-    job_id = state.texts.get("job_id") or context.job_id_from_env(death.env)[0]
+    job_id = state.job_id or context.job_id_from_env(death.env)[0]
     if not job_id:
         return None
     trace_id, root_id = semconv.job_trace_ids(job_id)
     flags = TraceFlags(TraceFlags.SAMPLED)
     end = time.time_ns() if end_ns is None else end_ns
-    start = state["load_start_ns"] or state["created_ns"] or end
+    start = state.load_start_ns or state.created_ns or end
     return ReadableSpan(
         semconv.SPAN_RANK_EXIT,
         context=SpanContext(trace_id, random.getrandbits(64) or 1, is_remote=False, trace_flags=flags),
@@ -302,8 +305,8 @@ class Witness:
                 if found is None:
                     continue
                 state_path, state = found
-                now = oom_kill_count(state.texts.get("cgroup", ""))
-                oom = oom_killed(death.exitcode, state["oom_kill_before"], now)
+                now = oom_kill_count(state.cgroup)
+                oom = oom_killed(death.exitcode, state.oom_kill_before, now)
                 span = rank_exit_span(state, death, oom, witness_pid, self.settings.cluster)
                 if span is not None:
                     path = self._file_for(state, state_path)
@@ -337,7 +340,7 @@ class Witness:
             return None
         pointer, state_path, state = found
         self.forget([_int(pointer) or -1])
-        if state["load_start_ns"] == 0 and state["loads_open"] == 0:
+        if state.load_start_ns == 0 and state.loads_open == 0:
             return None  # it never began a load: nothing of loadtrace's to report
         return state_path, state
 
@@ -354,7 +357,7 @@ class Witness:
             if found is None or _alive(int(name)):
                 continue
             state = found[2]
-            if state.rank == rank and (attempt is None or state["attempt"] == attempt):
+            if state.rank == rank and (attempt is None or state.attempt == attempt):
                 with self._lock:
                     self._seen.add(int(name))
                 return found
@@ -366,7 +369,7 @@ class Witness:
         """``witness-<host>-<launcher pid>.jsonl`` in the dead rank's trace directory; None when it wrote no files."""
         from ..exporting.export import safe_name
 
-        trace_file = state.texts.get("trace_file", "")
+        trace_file = state.trace_file
         if not trace_file:
             return None
         directory = os.path.dirname(trace_file) if os.path.isabs(trace_file) else os.path.dirname(state_path)

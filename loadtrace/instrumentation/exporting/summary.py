@@ -104,7 +104,7 @@ def wait_for_peers(node_files: str, trace_id: str, local_world_size: int, until:
     files that no longer say ``loading``."""
     while time.monotonic() < until:
         states = [statefile.read(path) for path in glob.glob(node_files)]
-        ours = [state for state in states if state is not None and state.texts.get("trace_id") == trace_id]
+        ours = [state for state in states if state is not None and state.trace_id == trace_id]
         ranks = {state.rank for state in ours if state.rank is not None}
         if len(ranks) >= local_world_size and all(state.status != "loading" for state in ours):
             return

@@ -193,7 +193,7 @@ class Provider:
         """The process's state file (see the module's docstring), described and announced."""
         rank = context.current_rank()
         job_id = self.job.id or self.job.fallback_id()
-        identity = {
+        identity: dict[statefile.HeaderField, int] = {
             "pid": os.getpid(),
             "rank": -1 if rank.rank is None else rank.rank,
             "local_rank": -1 if rank.local_rank is None else rank.local_rank,
@@ -201,7 +201,7 @@ class Provider:
             "local_world_size": rank.local_world_size or 0,
             "attempt": self.settings.attempt,
         }
-        texts = {
+        texts: dict[statefile.TextField, str] = {
             "job_id": job_id,
             "trace_id": format(semconv.job_trace_ids(job_id)[0], "032x"),
             "launch_id": self.settings.launch_id or "",
@@ -330,8 +330,10 @@ class Provider:
         self._lock = threading.Lock()
 
 
-def describe(writer: statefile.Writer, identity: dict[str, int], texts: dict[str, str]) -> None:
+def describe(
+    writer: statefile.Writer, identity: dict[statefile.HeaderField, int], texts: dict[statefile.TextField, str]
+) -> None:
     for name, value in identity.items():
         writer[name] = value
-    for name, text in texts.items():
-        writer.set_text(name, text)
+    for text_field, text in texts.items():
+        writer.set_text(text_field, text)
