@@ -151,7 +151,8 @@ TEXT_FIELDS: tuple[tuple[TextField, int], ...] = (
     ("cgroup", 512),  # the process's memory cgroup directory when the load began (the witness reads its oom_kill)
 )
 
-# Live fields: written off the loading thread (instrumentation/exporting/progress.py, beside/excepthooks.py), read by ``loadtrace top``.
+# Live fields: written off the loading thread (instrumentation/exporting/progress.py, beside/excepthooks.py), read by
+# ``loadtrace top``.
 LiveField = Literal[
     "progress_ns",  # the last time the open load's read bytes, files or phase moved (the monitor's sample)
     "rss_now",  # VmRSS at the monitor's last sample while loading
