@@ -156,6 +156,9 @@ STRATEGY = "loadtrace.strategy"
 DEVICE_MAP = "loadtrace.device_map"  # ``str()`` of from_pretrained's ``device_map``, absent when not given
 TP_PLAN = "loadtrace.tp_plan"  # ``str()`` of its ``tp_plan``, absent when not given
 HELD_BYTES_PREFIX = "loadtrace.model.held_bytes."  # + device type
+# The whole model as built, every parameter and buffer at its full size in its dtype (a ZeRO-3 partitioned one by
+# its ``ds_numel``, a DTensor by its global size): what a rank's share is judged against.
+MODEL_BYTES = "loadtrace.model.bytes"
 LOAD_NAME = "loadtrace.load.name"
 FILES_OPENED = "loadtrace.files.opened"
 HOOK_ERRORS = "loadtrace.hook_errors"

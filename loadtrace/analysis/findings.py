@@ -80,10 +80,12 @@ def nonzero_rank_materialization(job: Job, model: int) -> Finding | None:
     created: dict[RankLoad, int] = {}  # real bytes zeros_like / empty_like made during the load
     held: dict[RankLoad, int] = {}  # real bytes the model keeps when from_pretrained returns
     candidates = _non_loading(job, sharded)
+    whole = job.whole_model_bytes()
     for rank in candidates:
         made, kept = real_bytes(rank.materialized_bytes), real_bytes(rank.held_bytes)
-        # A ZeRO-3 rank may legitimately hold its own partition: 1/world_size of the model.
-        partition = model / (rank.world_size or job.world_size or len(job.ranks))
+        # A ZeRO-3 rank may legitimately hold its own partition: 1/world_size of the model as built, in its own dtype
+        # (a bf16 checkpoint under a ZeRO-3 config without bf16 is built as fp32: each partition is twice as big).
+        partition = whole / (rank.world_size or job.world_size or len(job.ranks))
         # A DCP set_state_dict makes each rank's own shard to distribute into: that much is no copy of the model.
         own = partition + TOLERANCE * model if rank.strategy in sc.DCP_STRATEGIES else 0
         if made >= MODEL_SHARE * model and made > own:

@@ -560,10 +560,11 @@ def forecast(job: Job, target: Target) -> Forecast:
     calibration = target.calibration if target.calibration is not None else packaged_calibration()
     scale = target.model_bytes / measured_model
     # The model as the ranks hold it, for their shares: a bf16 checkpoint loaded as fp32 is twice its file bytes in
-    # memory, all of it a replica's own share (not "duplicated").
+    # memory, all of it a replica's own share (not "duplicated"); under ZeRO-3 a rank holds only its partition, so
+    # the model as built (``whole_model_bytes``) tells it.
     held = max((real_bytes(r.held_bytes) for r in job.ranks), default=0)
     profiles, left_out, first = _profiles(
-        job, loading, max(measured_model, held), scale, (world_s, world_t), calibration
+        job, loading, max(measured_model, held, job.whole_model_bytes()), scale, (world_s, world_t), calibration
     )
     others = [p for p in profiles if p is not first]
     worst = max(others, key=lambda p: (p.at_target("mid")[0], -(p.rank.rank or 0)), default=None)

@@ -94,6 +94,18 @@ class Job:
             return read
         return max((real_bytes(rank.held_bytes) for rank in self.ranks), default=0)
 
+    def whole_model_bytes(self) -> int:
+        """The model as the ranks built it in memory (``loadtrace.model.bytes``: every parameter and buffer at its
+        full size in its dtype, a ZeRO-3 partition's whole parameter included), else ``model_bytes``: a bf16
+        checkpoint built as fp32 is twice its file bytes, and a ZeRO-3 rank's partition is a share of that."""
+        built = [
+            int_attr(span.attributes, sc.MODEL_BYTES)
+            for rank in self.ranks
+            for span in rank.spans
+            if span.name == sc.SPAN_FROM_PRETRAINED
+        ]
+        return max([*built, self.model_bytes()])
+
     def file_bytes(self) -> int:
         """The tensor bytes of the distinct files (``loadtrace.file.path``) the ranks' file spans opened (a file's
         size where its tensor bytes are unknown, a ``torch.load`` file): the checkpoint, as far as the job read it."""

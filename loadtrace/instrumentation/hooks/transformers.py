@@ -64,20 +64,32 @@ def strategy(kwargs: dict | None = None) -> str:
 
 
 def held_bytes(model: Any, partitioned: bool) -> dict[str, int]:
-    """Bytes of parameters and buffers the model holds, by device type (ZeRO-3: this rank's partitions), each tensor
-    once (tied weights are one tensor)."""
+    """Bytes of parameters and buffers the model holds, by device type (``held_and_whole``)."""
+    return held_and_whole(model, partitioned)[0]
+
+
+def held_and_whole(model: Any, partitioned: bool) -> tuple[dict[str, int], int]:
+    """Bytes of parameters and buffers the model holds, by device type (ZeRO-3: this rank's partitions; tensor
+    parallel: its local shards), each tensor once (tied weights are one tensor); and the whole model's bytes as built,
+    every tensor at its full size in its own dtype (a ZeRO-3 parameter's ``ds_numel``, a DTensor's global size): what
+    a rank's share of it is judged against (a bf16 checkpoint built as fp32 weighs twice its file bytes)."""
     held: dict[str, int] = {}
+    elsewhere = 0  # bytes of the whole model held by other ranks (their partitions or shards)
     dtensor = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)  # none made if never imported
     for tensor in _parameters_and_buffers(model):
         if partitioned:
             # Only ZeRO-3 parameters have a partition; looking for one on a plain tensor costs a caught AttributeError.
             partition = getattr(tensor, "ds_tensor", None)
-            tensor = partition if partition is not None else tensor
+            if partition is not None:
+                elsewhere += tensor.ds_numel * partition.element_size() - partition.nbytes
+                tensor = partition
         if dtensor is not None and isinstance(tensor, dtensor):
-            tensor = tensor._local_tensor  # its ``nbytes`` is the global size
+            local = tensor._local_tensor  # its ``nbytes`` is the global size
+            elsewhere += tensor.nbytes - local.nbytes
+            tensor = local
         device = "cpu" if tensor.is_cpu else tensor.device.type  # ``device`` makes an object per call: CPU skips it
         held[device] = held.get(device, 0) + tensor.nbytes
-    return held
+    return held, sum(held.values()) + elsewhere
 
 
 def _parameters_and_buffers(model: Any) -> Iterable[Any]:
@@ -246,8 +258,10 @@ class Load:
         try:
             model = result[0] if isinstance(result, tuple) else result
             if model is not None and hasattr(model, "parameters"):
-                for device, nbytes in held_bytes(model, self.partitioned).items():
+                held, whole = held_and_whole(model, self.partitioned)
+                for device, nbytes in held.items():
                     attributes[semconv.held_bytes_key(device)] = nbytes
+                attributes[semconv.MODEL_BYTES] = whole
             # Without an index (one file), or a hub checkpoint not yet cached at the start: one header read per file.
             tensors = checkpoint_tensor_bytes(self.checkpoint, self.kwargs) if self.tensor_bytes is None else None
             if tensors is not None:
