@@ -50,8 +50,13 @@ SPAN_DCP_SET_STATE_DICT = "dcp.set_state_dict"
 SPAN_DCP_FILE = "dcp.read_file"
 SPAN_DCP_READ_METADATA = "dcp.read_metadata"  # phase: the storage reader reads the checkpoint's metadata
 SPAN_DCP_READ_DATA = "dcp.read_data"  # phase: the storage reader reads this rank's plan
+# accelerate's ``load_checkpoint_in_model`` (``load_checkpoint_and_dispatch`` calls it): the DCP loads it makes per
+# file are inside it.
+SPAN_ACCELERATE_LOAD_CHECKPOINT = "accelerate.load_checkpoint_in_model"
 
-LOAD_SPANS = frozenset({SPAN_FROM_PRETRAINED, SPAN_LOAD, SPAN_DCP_LOAD, SPAN_DCP_SET_STATE_DICT})
+LOAD_SPANS = frozenset(
+    {SPAN_FROM_PRETRAINED, SPAN_LOAD, SPAN_DCP_LOAD, SPAN_DCP_SET_STATE_DICT, SPAN_ACCELERATE_LOAD_CHECKPOINT}
+)
 # Loads that say how the model was loaded (strategy, checkpoint, its tensor bytes); a ``set_state_dict`` first.
 MODEL_LOAD_SPANS = frozenset({SPAN_FROM_PRETRAINED, SPAN_DCP_LOAD, SPAN_DCP_SET_STATE_DICT})
 FILE_SPANS = frozenset({SPAN_SAFETENSORS_OPEN, SPAN_TORCH_LOAD, SPAN_DCP_FILE})

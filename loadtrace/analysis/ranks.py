@@ -503,7 +503,7 @@ def _reads(spans: list[Span], loads: list[Span], pretrained: list[Span]) -> dict
         _add(held, by_device(load.attributes, sc.HELD_BYTES_PREFIX))
     files_opened = sum(int_attr(s.attributes, sc.FILES_OPENED) for s in loads)
     return {
-        "files_opened": files_opened + sum(1 for s in stray_files if s.name in sc.FILE_SPANS),
+        "files_opened": files_opened + _distinct_files(s for s in stray_files if s.name in sc.FILE_SPANS),
         "tensors_read": sum(int_attr(s.attributes, sc.READ_TENSORS) for s in readers),
         "read_bytes": sum(int_attr(s.attributes, sc.READ_BYTES) for s in readers),
         # A load counts each conversion made under it once, in whichever phase: ZeRO-3 converts outside
@@ -520,6 +520,12 @@ def _reads(spans: list[Span], loads: list[Span], pretrained: list[Span]) -> dict
         "storage_read_bytes": sum_known(loads, sc.IO_STORAGE_READ_BYTES),
         "cached_bytes": sum_known(loads, sc.IO_CACHED_BYTES),
     }
+
+
+def _distinct_files(files: Iterable[Span]) -> int:
+    """Files opened outside every load, each once however often it was opened (as a load counts its own: a path, or
+    a file span without one on its own)."""
+    return len({str_attr(span.attributes, sc.FILE_PATH) or span.span_id for span in files})
 
 
 def _memory(spans: list[Span], loads: list[Span]) -> dict[str, Any]:

@@ -134,6 +134,12 @@ class CountingFile(Counted):
         self._counts.read(self._path, tensor, "get_tensor")
         return tensor
 
+    def get_tensors(self) -> Any:
+        tensors = self._inner.get_tensors()  # ``safetensors.torch.load_file`` (0.8)
+        for tensor in tensors.values():
+            self._counts.read(self._path, tensor, "get_tensor")
+        return tensors
+
     def get_slice(self, name: str) -> Any:
         return CountingSlice(self._inner.get_slice(name), self._path, self._counts)
 

@@ -27,7 +27,7 @@ def load_end(scope: Scope, extra: dict[str, Any]) -> dict[str, Any]:
     its files' reads, cache and memory, what was materialised and converted under it."""
     attributes = dict(extra)
     attributes.update(reads(*(file.slot for file in scope.files if file.slot is not None)))
-    attributes[semconv.FILES_OPENED] = len(scope.files)
+    attributes[semconv.FILES_OPENED] = len(scope.opened)  # each file once, however often it was opened
     opened = [start for file in scope.files if (start := getattr(file.span, "start_time", None))]
     if opened:  # the model's construction ends here (docs/report.md, Startup)
         attributes[semconv.LOAD_FIRST_FILE_OPEN] = min(opened)

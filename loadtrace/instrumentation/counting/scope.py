@@ -40,6 +40,7 @@ class Scope:
         "load",
         "phases",
         "files",
+        "opened",
         "calls",
         "last_end",
         "ended",
@@ -61,6 +62,9 @@ class Scope:
         self.load = load  # the load a phase or file belongs to
         self.phases: dict[str, Scope] = {}
         self.files: list[Scope] = []
+        # Loads only: the files opened, each once however often (a path, or a pathless file scope's id): accelerate
+        # opens each safetensors file for its metadata, then again for its tensors; that is one file opened.
+        self.opened: set[str | int] = set()
         self.calls = 0  # phases: times entered
         self.last_end: int | None = None
         self.ended = False

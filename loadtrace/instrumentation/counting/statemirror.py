@@ -77,13 +77,15 @@ class StateMirror:
             except Exception as error:
                 self.failed(error, scope)
 
-    def new_slot(self, scope: Scope) -> statefile.ReadSlot:
-        """The file's read slot in the state file; private memory when there is no state (or no room in it)."""
+    def new_slot(self, scope: Scope, counted: bool = True) -> statefile.ReadSlot:
+        """The file's read slot in the state file; private memory when there is no state (or no room in it).
+        ``counted``: a file the load has not opened before (one opened again is not a second file opened)."""
         state = self.state()
         if state is not None:
             try:
                 slot = state.new_slot()
-                state.add("files_opened", 1)
+                if counted:
+                    state.add("files_opened", 1)
                 return slot
             except Exception as error:
                 warn_once("state", f"cannot grow the state file ({type(error).__name__}: {error}); reads are counted")

@@ -234,12 +234,14 @@ class Tracing:
         load = current_load()
         stack = _active.get()
         scope = Scope(ScopeKind.FILE, name, self._start(name, start, stack[-1] if stack else None, start_time), load)
-        scope.slot = self.state_file.new_slot(scope)
         path, size = start.get(semconv.FILE_PATH), start.get(semconv.FILE_SIZE)
+        again = load is not None and path is not None and path in load.opened
+        scope.slot = self.state_file.new_slot(scope, counted=not again)  # a file opened again is no second file
         if path is not None and size is not None:
             scope.residency = (path, size, start.get(semconv.FILE_CACHED_BYTES_AT_OPEN))
         if load is not None:
             load.files.append(scope)
+            load.opened.add(path if path is not None else id(scope))
         self.open.files.add(scope)
         return scope
 
