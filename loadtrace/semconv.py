@@ -97,6 +97,10 @@ STARTUP_PHASE_SPANS = frozenset(
 # dies of it: a point span.
 SPAN_EXCEPTION = "loadtrace.exception"
 
+# The first sign of training (an optimizer, ``deepspeed.initialize``) when it came after the rank's startup span
+# ended: a point span, once per process, with the workload attributes below.
+SPAN_TRAINING_SIGN = "loadtrace.training_sign"
+
 # A state file carried into ClickHouse by ``loadtrace ingest`` (analysis/ingest.py): one row per state file, its bytes
 # compressed, read back as the state file it was (the table holds spans only otherwise).
 SPAN_STATE_FILE = "loadtrace.state_file"
@@ -104,7 +108,7 @@ STATE_FILE_PATH = "loadtrace.state_file.path"  # its path under the folder inges
 STATE_FILE_DATA = "loadtrace.state_file.data"  # its bytes, zlib-compressed, in base64
 
 ALL_SPANS = (
-    frozenset({SPAN_JOB, SPAN_RANK_EXIT, SPAN_STARTUP, SPAN_EXCEPTION, SPAN_STATE_FILE})
+    frozenset({SPAN_JOB, SPAN_RANK_EXIT, SPAN_STARTUP, SPAN_EXCEPTION, SPAN_STATE_FILE, SPAN_TRAINING_SIGN})
     | STARTUP_PHASE_SPANS
     | LOAD_SPANS
     | FILE_SPANS
@@ -173,6 +177,15 @@ def held_bytes_key(device: str) -> str:
     return HELD_BYTES_PREFIX + device
 
 
+# What kind of job the process is, as far as it showed by then (instrumentation/counting/workload.py): on load spans
+# and the startup span at their end; a first sign of training after the startup ended is a span of its own
+# (SPAN_TRAINING_SIGN).
+WORKLOAD = "loadtrace.workload"  # WORKLOAD_TRAINING or WORKLOAD_INFERENCE
+WORKLOAD_TRAINING = "training"  # an optimizer constructed, deepspeed.initialize called, or TRL or Lightning imported
+WORKLOAD_INFERENCE = "inference"  # none of those: a replica that reads its weights to serve them
+WORKLOAD_EVIDENCE = "loadtrace.workload.evidence"  # what showed it: ``optimizer AdamW``, ``vllm imported``, ...
+SERVING_ENGINE = "loadtrace.serving_engine"  # the serving engine imported: vllm or sglang
+
 # Startup --------------------------------------------------------------------------------------------------------------
 
 RENDEZVOUS_BACKEND = "loadtrace.rendezvous.backend"  # init_process_group's backend: gloo, nccl, ...
@@ -181,6 +194,7 @@ BROADCAST_BYTES_RECEIVED = "loadtrace.broadcast.bytes_received"  # weight bytes 
 BROADCAST_TENSORS = "loadtrace.broadcast.tensors"  # the ``dist.broadcast`` calls those bytes went through
 ACCELERATE_DISTRIBUTED_TYPE = "loadtrace.accelerate.distributed_type"  # FSDP, DEEPSPEED, MULTI_GPU, ...
 ACCELERATE_FSDP_VERSION = "loadtrace.accelerate.fsdp_version"  # 1 or 2, under FSDP
+DEEPSPEED_ZERO_STAGE = "loadtrace.deepspeed.zero_stage"  # the ZeRO stage of the engine deepspeed.initialize made
 STARTUP_START = "loadtrace.startup.start"  # where the span's start time comes from: STARTUP_START_*
 STARTUP_START_PROCESS = "process"  # the kernel's start time of this process (Linux /proc/self/stat)
 STARTUP_START_INSTRUMENT = "instrument"  # where that is unknown: when loadtrace was instrumented
@@ -406,6 +420,8 @@ FINDING_SLOW_RANK = "slow_rank"  # a rank's startup far behind the other ranks'
 FINDING_SLOW_STORAGE = "slow_storage"  # a node reading its checkpoint from storage far slower than the job's others
 FINDING_RENDEZVOUS_WAIT = "rendezvous_wait"  # ranks that waited in init_process_group for the others
 FINDING_COLLECTIVE_TIMEOUT = "collective_timeout"  # a rank timed out in a collective while another was still loading
+# ranks that built the whole model and only then gave it to deepspeed.initialize with ZeRO stage 3 (config too late)
+FINDING_WHOLE_MODEL_BEFORE_ZERO3 = "whole_model_before_zero3"
 FINDING_KINDS = (
     FINDING_INCOMPLETE_RANK,
     FINDING_DUPLICATE_CHECKPOINT_READ,
@@ -418,6 +434,7 @@ FINDING_KINDS = (
     FINDING_SLOW_STORAGE,
     FINDING_RENDEZVOUS_WAIT,
     FINDING_COLLECTIVE_TIMEOUT,
+    FINDING_WHOLE_MODEL_BEFORE_ZERO3,
 )
 # Causes: findings that are symptoms of one cause carry its name (``cause``), and the table shows them as one.
 CAUSE_WHOLE_MODEL_ON_OTHER_RANKS = "whole_model_on_other_ranks"  # non-loading ranks read, converted or held the model

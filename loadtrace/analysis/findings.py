@@ -19,9 +19,9 @@ from typing import Any
 from .. import semconv as sc
 from . import alike
 from .alike import numbers_text
-from .attrs import META, int_attr, real_bytes
+from .attrs import META, by_device, int_attr, real_bytes, str_attr
 from .model import INFO, WARNING, Finding, LastState, RankLoad, UnfinishedSpans, to_json
-from .ranks import LOADING_RANK, STATUS_ERROR, Job, converted_bytes, sharded
+from .ranks import LOADING_RANK, STATUS_ERROR, Job, converted_bytes, outermost, sharded
 from .skew import collective_timeout
 from .units import human_bytes, percent
 
@@ -157,10 +157,12 @@ def _whole(rank: RankLoad) -> int:
 
 
 def replicated_load(job: Job, model: int) -> Finding | None:
-    """Ranks that read the same bytes as the loading rank: the whole model, as whole tensors."""
+    """Ranks that read the same bytes as the loading rank: the whole model, as whole tensors (not those that did it
+    only to hand the model to ZeRO-3 afterwards: ``whole_model_before_zero3`` tells them)."""
     if model <= 0:
         return None
-    readers = {r: r.read_bytes for r in _non_loading(job, _replicated) if _whole(r) >= REPLICATED_SHARE * model}
+    replicas = [r for r in _non_loading(job, _replicated) if not loaded_before_zero3(r)]
+    readers = {r: r.read_bytes for r in replicas if _whole(r) >= REPLICATED_SHARE * model}
     if not readers:
         return None
     return _finding(
@@ -171,14 +173,75 @@ def replicated_load(job: Job, model: int) -> Finding | None:
         model,
         what="read {bytes} ({share} of the model) as whole tensors",
         why=_replica_why(readers),
-        extra=lambda r: {"read_bytes": r.read_bytes, "partial_bytes": r.partial_bytes},
+        extra=lambda r: {
+            "read_bytes": r.read_bytes,
+            "partial_bytes": r.partial_bytes,
+            "workload": r.workload,
+            "serving_engine": r.serving_engine,
+        },
     )
 
 
 def _replica_why(readers: dict[RankLoad, int]) -> str:
     if any(rank.strategy == sc.STRATEGY_DCP_RESHARDED for rank in readers):
         return "a resharded DCP load: each rank read whole saved chunks of which it keeps only a part"
+    if all(rank.workload == sc.WORKLOAD_INFERENCE for rank in readers):
+        return (
+            "an inference job (no optimizer, no training framework): every rank read the whole checkpoint, whether "
+            "it serves all of the model or only its tensor-parallel part of it"
+        )
     return "expected without a sharding strategy: every rank loads its own replica"
+
+
+# Loads that built a whole model on the rank: no strategy of their own (plain, or a ``traced_load``).
+_WHOLE_MODEL_STRATEGIES = (None, sc.STRATEGY_PLAIN)
+
+
+def loaded_before_zero3(rank: RankLoad) -> int:
+    """The real bytes the rank's loads brought into memory before its first ``deepspeed.initialize`` with ZeRO stage
+    3, where those loads built a whole model (no ZeRO-3 config alive during them): the held bytes a
+    ``from_pretrained`` returned with, the bytes another load read. 0 when there is no such initialize or load."""
+    starts = [
+        span.start_ns
+        for span in rank.spans
+        if span.name == sc.SPAN_DEEPSPEED_INITIALIZE and int_attr(span.attributes, sc.DEEPSPEED_ZERO_STAGE) == 3
+    ]
+    if not starts:
+        return 0
+    by_id = {span.span_id: span for span in rank.spans if span.span_id}
+    loaded = 0
+    for load in outermost(rank.spans, sc.LOAD_SPANS, by_id):
+        if load.end_ns > min(starts) or str_attr(load.attributes, sc.STRATEGY) not in _WHOLE_MODEL_STRATEGIES:
+            continue
+        if load.name == sc.SPAN_FROM_PRETRAINED:
+            loaded += real_bytes(by_device(load.attributes, sc.HELD_BYTES_PREFIX))
+        else:
+            loaded += int_attr(load.attributes, sc.READ_BYTES)
+    return loaded
+
+
+def whole_model_before_zero3(job: Job, model: int) -> Finding | None:
+    """Ranks that each built the whole model and only then handed it to ``deepspeed.initialize`` with ZeRO stage 3:
+    the DeepSpeed config came after ``from_pretrained`` (Roblox/FAI-RL#66: 230 GB per rank), so no rank loaded
+    under ``zero.Init`` and every rank held all of it. Every such rank counts, rank 0 too: done right, each holds only
+    its partition."""
+    whole = job.whole_model_bytes() if model > 0 else 0  # the model as built: a share of it in its own dtype
+    if whole <= 0:
+        return None
+    offenders = {rank: loaded for rank in job.ranks if (loaded := loaded_before_zero3(rank)) >= MODEL_SHARE * whole}
+    if not offenders:
+        return None
+    return _finding(
+        job,
+        sc.FINDING_WHOLE_MODEL_BEFORE_ZERO3,
+        WARNING,
+        offenders,
+        whole,
+        what="held {bytes} of real weights when from_pretrained returned ({share} of the model)",
+        why="deepspeed.initialize partitioned them with ZeRO stage 3 only afterwards: the ZeRO-3 config was made "
+        + "after from_pretrained, so every rank built and loaded the whole model instead of its partition",
+        extra=lambda r: {"held_bytes": r.held_bytes, "read_bytes": r.read_bytes},
+    )
 
 
 def sharded_read(job: Job, model: int) -> Finding | None:
@@ -412,6 +475,7 @@ RULES: list[Callable[[Job, int], Finding | None]] = [
     duplicate_checkpoint_read,
     nonzero_rank_materialization,
     duplicate_conversion,
+    whole_model_before_zero3,
     replicated_load,
     sharded_read,
     collective_timeout,

@@ -171,6 +171,11 @@ class RankLoad:
     resource: dict[str, Any] = field(repr=False, metadata=NOT_IN_JSON)
     spans: list[Span] = field(repr=False, metadata=NOT_IN_JSON)
     node_memory_bytes: int | None = None
+    # What kind of job the rank showed itself to be (``loadtrace.workload``): training when any of its spans saw a
+    # sign of training, else inference; None when its spans do not say (an older loadtrace). The serving engine it
+    # imported (vllm, sglang), if any.
+    workload: str | None = None
+    serving_engine: str | None = None
     # The memory limit that applies: ``loadtrace.memory.limit`` of the loads, else the lower of the node's memory and
     # the cgroup's limit; its source: "cgroup v1", "cgroup v2", "cgroup" (version unknown) or "node".
     memory_limit_bytes: int | None = None

@@ -484,9 +484,22 @@ def summarize_rank(
         spans=spans,
         failed=_failure(loads),
         checkpoint_tensor_bytes=max_known(models, sc.CHECKPOINT_TENSOR_BYTES),
+        **_workload(spans),
         **_reads(spans, loads, pretrained),
         **_memory(spans, loads),
     )
+
+
+def _workload(spans: list[Span]) -> dict[str, Any]:
+    """What kind of job the rank was (RankLoad's ``workload`` and ``serving_engine``): training when any span saw a
+    sign of it (a ``deepspeed.initialize`` is one, whatever loadtrace wrote it), else what its spans say."""
+    said = {str_attr(span.attributes, sc.WORKLOAD) for span in spans}
+    if sc.WORKLOAD_TRAINING in said or any(span.name == sc.SPAN_DEEPSPEED_INITIALIZE for span in spans):
+        workload: str | None = sc.WORKLOAD_TRAINING
+    else:
+        workload = sc.WORKLOAD_INFERENCE if sc.WORKLOAD_INFERENCE in said else None
+    engines = (str_attr(span.attributes, sc.SERVING_ENGINE) for span in spans)
+    return {"workload": workload, "serving_engine": next((engine for engine in engines if engine), None)}
 
 
 def _reads(spans: list[Span], loads: list[Span], pretrained: list[Span]) -> dict[str, Any]:

@@ -33,6 +33,8 @@ RANK_KEYS = {
     "held_bytes",
     "peak_rss_bytes",
     "hook_errors",
+    "workload",
+    "serving_engine",
     "node_memory_bytes",
     "memory_limit_bytes",
     "memory_limit_source",

@@ -15,6 +15,7 @@ from ...startup_split import union
 from ...statefile import ReadSlot
 from .ledger import Ledger
 from .memory import Limits, Memory, Peak, limits
+from .workload import attributes as workload
 
 if TYPE_CHECKING:
     from .scope import Scope
@@ -45,6 +46,8 @@ def load_end(scope: Scope, extra: dict[str, Any]) -> dict[str, Any]:
         attributes.update(conversions(scope.ledger))
     if scope.ledger.casts:
         attributes.update(casts(scope.ledger))
+    if not scope.nested:
+        attributes.update(workload())
     return attributes
 
 
@@ -112,10 +115,12 @@ def stage_end(scope: Scope, extra: dict[str, Any]) -> dict[str, Any]:
     return attributes
 
 
-def startup_end(now: Memory) -> dict[str, int]:
+def startup_end(now: Memory) -> dict[str, Any]:
     """The rank's startup, from the process's start: resident memory at its end, the process's high-water mark
-    (its peak since it started: exact) and the bytes it made the kernel fetch from storage since it started."""
-    return {semconv.RSS_AFTER: now.rss, semconv.RSS_PEAK: now.hwm, semconv.IO_STORAGE_READ_BYTES: now.storage_read}
+    (its peak since it started: exact), the bytes it made the kernel fetch from storage since it started, and what
+    kind of job it showed itself to be by then (workload.py)."""
+    ended = {semconv.RSS_AFTER: now.rss, semconv.RSS_PEAK: now.hwm, semconv.IO_STORAGE_READ_BYTES: now.storage_read}
+    return ended | workload()
 
 
 def file_end(scope: Scope) -> dict[str, Any]:

@@ -148,5 +148,15 @@ class Stage:
         self.counting = Counting(counts)
 
     def done(self, result: Any, error: BaseException | None) -> Any:
-        self.tracing.exit_stage(self.scope, self.token, self.counting.stop(), error, self.prepares)
+        extra = self.counting.stop()
+        if error is None:
+            try:
+                extra.update(self.learned(result))
+            except Exception:
+                pass  # what the result tells is extra: the span ends as it would without it
+        self.tracing.exit_stage(self.scope, self.token, extra, error, self.prepares)
         return result
+
+    def learned(self, result: Any) -> dict[str, Any]:
+        """What the call's result tells its span (``deepspeed.initialize``: the engine's ZeRO stage)."""
+        return {}

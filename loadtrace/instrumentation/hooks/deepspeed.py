@@ -1,5 +1,5 @@
 """deepspeed: ``deepspeed.initialize`` (the engine: ZeRO partitioning of what was not yet partitioned, the optimizer),
-whose end ends the rank's startup; ZeRO-3's ``zero.Init`` (parameters partitioned as modules are built) and
+whose end ends the rank's startup and whose span says the engine's ZeRO stage (a sign of training, too); ZeRO-3's ``zero.Init`` (parameters partitioned as modules are built) and
 ``GatheredParameters`` (gather the partitions, then partition again) inside a load or a startup phase.
 
 ``zero.Init`` and ``GatheredParameters`` are context managers entered per model and per module: each is a phase,
@@ -24,9 +24,23 @@ PARTITION = "deepspeed.runtime.zero.partition_parameters"
 _open: dict[int, tuple[spans.Scope, spans.ActiveToken]] = {}
 
 
+class Initialize(Stage):
+    """``deepspeed.initialize``: its span says which ZeRO stage the engine it returned runs (0 to 3)."""
+
+    __slots__ = ()
+
+    def learned(self, result: Any) -> dict[str, Any]:
+        engine = result[0] if isinstance(result, tuple) and result else result
+        stage = engine.zero_optimization_stage()
+        return {semconv.DEEPSPEED_ZERO_STAGE: int(stage)} if isinstance(stage, int) else {}
+
+
 def initialize(instance, args, kwargs):
     tracing = spans.tracing()
-    return Stage(tracing, semconv.SPAN_DEEPSPEED_INITIALIZE, {}, prepares=True) if tracing is not None else None
+    if tracing is None:
+        return None
+    spans.saw_training(semconv.SPAN_DEEPSPEED_INITIALIZE)
+    return Initialize(tracing, semconv.SPAN_DEEPSPEED_INITIALIZE, {}, prepares=True)
 
 
 class Entered:

@@ -1,5 +1,6 @@
 """torch: bytes created by ``zeros_like`` / ``empty_like`` during a load, ``torch.load`` files, the rendezvous
-(``init_process_group``, and the job id through its store), and the bytes ``broadcast`` moves in a broadcast phase.
+(``init_process_group``, and the job id through its store), the bytes ``broadcast`` moves in a broadcast phase, and
+the first optimizer constructed (a sign of training).
 
 ``zeros_like`` is called constantly in training: its hooks are in place only while a load is open, and even then a
 call from a thread that is not loading returns at the first check.
@@ -188,10 +189,19 @@ def broadcast(instance, args, kwargs):
     return Broadcast(counted, args, kwargs) if counted is not None else None
 
 
+def optimizer(instance, args, kwargs):
+    """``Optimizer.__init__``, which every torch optimizer runs: a sign of training (counting/workload.py); after the
+    process's first, each passes at the first check."""
+    if not spans.trained():
+        spans.saw_training(f"optimizer {type(instance).__name__}")
+    return None
+
+
 HOOKS = [
     Hook("torch", "zeros_like", _materializer("zeros_like"), while_loading=True),
     Hook("torch", "empty_like", _materializer("empty_like"), while_loading=True),
     Hook("torch", "load", torch_load),
     Hook("torch.distributed.distributed_c10d", "init_process_group", init_process_group),
     Hook("torch.distributed.distributed_c10d", "broadcast", broadcast),
+    Hook("torch.optim.optimizer", "Optimizer.__init__", optimizer),
 ]

@@ -36,6 +36,8 @@ from ..counting.scope import current_load as current_load
 from ..counting.scope import detached_slot as detached_slot
 from ..counting.scope import release as release
 from ..counting.statemirror import StateMirror, set_phase
+from ..counting import workload
+from ..counting.workload import trained as trained
 from ..settings import Settings, shown_path
 from .ending import Ends
 from .lifecycle import Lifecycle
@@ -335,6 +337,17 @@ def tracing() -> Tracing | None:
 def set_tracing(value: Tracing | None) -> None:
     global _tracing
     _tracing = value
+
+
+def saw_training(sign: str) -> None:
+    """A sign of training (``counting/workload.py``): the load and startup spans that end later carry it; the
+    process's first, when its startup span has already ended, is a ``loadtrace.training_sign`` span of its own."""
+    if not workload.saw_training(sign):
+        return
+    tracing = _tracing
+    startup = tracing.startup.scope_ if tracing is not None else None
+    if tracing is not None and startup is not None and startup.ended and not tracing.lifecycle.shut_down:
+        tracing.point_span(semconv.SPAN_TRAINING_SIGN, None, time.time_ns(), workload.attributes())
 
 
 def _after_fork_in_child() -> None:
