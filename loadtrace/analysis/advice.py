@@ -43,7 +43,7 @@ _ZERO3 = (
 )
 _ZERO3_CONFIG_FIRST = (
     "make the ZeRO-3 config before from_pretrained and keep it alive during it: HfDeepSpeedConfig(ds_config) (with "
-    "no \"auto\" values left in it), or TrainingArguments(deepspeed=ds_config) built before the model, or build the "
+    'no "auto" values left in it), or TrainingArguments(deepspeed=ds_config) built before the model, or build the '
     "model under deepspeed.zero.Init(config_dict_or_path=ds_config); then each rank holds only its partition as it "
     f"loads; upstream: {ZERO3_CONFIG_TOO_LATE}"
 )

@@ -26,6 +26,11 @@ MAX_SIGNS = 8
 _signs: list[str] = []  # the signs of training the hooks saw, in order
 
 
+def forget() -> None:
+    """A new tracing of the process starts with no sign seen (``instrument`` again, as the tests do)."""
+    _signs.clear()
+
+
 def saw_training(sign: str) -> bool:
     """Record a sign of training (``deepspeed.initialize``, ``optimizer AdamW``); True for the process's first."""
     first = not _signs

@@ -1,6 +1,7 @@
 """deepspeed: ``deepspeed.initialize`` (the engine: ZeRO partitioning of what was not yet partitioned, the optimizer),
-whose end ends the rank's startup and whose span says the engine's ZeRO stage (a sign of training, too); ZeRO-3's ``zero.Init`` (parameters partitioned as modules are built) and
-``GatheredParameters`` (gather the partitions, then partition again) inside a load or a startup phase.
+whose end ends the rank's startup and whose span says the engine's ZeRO stage (and which is a sign of training);
+ZeRO-3's ``zero.Init`` (parameters partitioned as modules are built) and ``GatheredParameters`` (gather the
+partitions, then partition again) inside a load or a startup phase.
 
 ``zero.Init`` and ``GatheredParameters`` are context managers entered per model and per module: each is a phase,
 aggregated like transformers' per-file ``load_state_dict``: one span per load (or per ``deepspeed.initialize``) with

@@ -23,6 +23,7 @@ from ... import semconv, statefile
 from ...statefile import ReadSlot as ReadSlot  # the hooks' read slots, through the front
 from .. import context, importing
 from ..beside import termination
+from ..counting import workload
 from ..counting.memory import cached_bytes_of as cached_bytes_of  # the hooks' page-cache reads, through the front
 from ..counting.memory import process_memory
 from ..counting.monitor import Monitor
@@ -36,7 +37,6 @@ from ..counting.scope import current_load as current_load
 from ..counting.scope import detached_slot as detached_slot
 from ..counting.scope import release as release
 from ..counting.statemirror import StateMirror, set_phase
-from ..counting import workload
 from ..counting.workload import trained as trained
 from ..settings import Settings, shown_path
 from .ending import Ends
@@ -83,6 +83,7 @@ class Tracing:
             settings, self.job, self.open, self.startup, self.state_file, self.readings, self.ends, self
         )
         self._count_lock = None if getattr(sys, "_is_gil_enabled", lambda: True)() else threading.Lock()
+        workload.forget()
 
     @property
     def provider(self) -> Provider:
