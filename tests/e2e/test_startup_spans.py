@@ -27,6 +27,7 @@ from support.venvs import REPO, discover
 
 from loadtrace import semconv
 from loadtrace.analysis.ranks import jobs_from_spans
+from loadtrace.analysis.report import build_report
 from loadtrace.analysis.sources import Span, read_files
 from loadtrace.analysis.startup import phase_spans, window
 from loadtrace.startup_split import STARTUP_PHASES, split
@@ -202,6 +203,22 @@ def test_without_a_preparation_the_startup_ends_with_the_load(late):
         assert startup.attributes[semconv.STARTUP_END] == semconv.STARTUP_END_LOAD
         assert 0 <= startup.end_ns - load.end_ns < 500_000_000
         assert not [s for s in spans if s.name in {semconv.SPAN_ACCELERATE_PREPARE, semconv.SPAN_DEEPSPEED_INITIALIZE}]
+
+
+def test_a_training_job_made_its_optimizer_after_the_startup_and_keeps_the_training_advice(late):
+    """Issue 49: the worker makes its optimizer after the load, when the startup span has ended: a
+    ``loadtrace.training_sign`` span says so, and the plain replicas are told the training strategies."""
+    for rank in (0, 1):
+        spans = late.spans(rank)
+        startup = one(spans, semconv.SPAN_STARTUP)
+        assert startup.attributes[semconv.WORKLOAD] == semconv.WORKLOAD_INFERENCE  # nothing seen by then
+        sign = one(spans, semconv.SPAN_TRAINING_SIGN)
+        assert sign.attributes[semconv.WORKLOAD] == semconv.WORKLOAD_TRAINING and sign.start_ns >= startup.end_ns
+        assert list(sign.attributes[semconv.WORKLOAD_EVIDENCE]) == ["optimizer SGD"]
+    report = build_report(read_files(late.result.cwd / "loadtrace-traces"))
+    assert {rank["workload"] for rank in report["ranks"]} == {semconv.WORKLOAD_TRAINING}
+    (replicated,) = [f for f in report["findings"] if f["kind"] == semconv.FINDING_REPLICATED_LOAD]
+    assert "use FSDP with cpu_ram_efficient_loading or ZeRO-3" in replicated["next_step"]
 
 
 def test_a_rank_stopped_before_its_preparation_still_writes_its_startup(checkpoint, tmp_path):
