@@ -41,9 +41,9 @@ class Opens:
         self.restore: list[tuple[Any, Any]] = []
 
     def __enter__(self) -> Any:
+        import accelerate.utils.modeling as modeling
         import safetensors
         import safetensors.torch
-        import accelerate.utils.modeling as modeling
 
         for module in (safetensors, safetensors.torch, modeling):
             current = module.safe_open
