@@ -24,6 +24,8 @@ model as the ranks hold it (its 64 B of buffers are a rank's own share, not ``du
 forecast at 54 GB by 6 MB (0.006%).
 And once more (issue 42): ``incomplete_rank``'s evidence gains ``groups`` (how its detail tells the ranks, as the
 table groups its rows); nothing else changed.
+And once more (issue 49): the JSON only by added fields (each rank's ``workload`` and ``serving_engine``, null: these
+jobs predate them, so their advice stays the training one; ``replicated_load``'s evidence gains the same two).
 """
 
 from __future__ import annotations
