@@ -7,8 +7,9 @@ What scales is told apart from what does not (docs/report.md, Forecast, has the 
   categories by what the job's strategy expects of this rank (its *share* ``P`` is ``M / W`` under a sharded strategy,
   ``zero3`` or ``fsdp_cpu_ram_efficient``, and the whole model ``M`` otherwise, a replica):
 
-  (``M`` being the model as the ranks hold it: the larger of the checkpoint's bytes and a rank's real held bytes, so
-  a bf16 checkpoint loaded as fp32 is no duplicate)
+  (``M`` being the model as the ranks hold it: the largest of the checkpoint's bytes, a rank's real held bytes and
+  the model as built (``loadtrace.model.bytes``: a ZeRO-3 rank holds only its partition), so a bf16 checkpoint loaded
+  as fp32 is no duplicate)
 
   ``once_per_job``  the loading rank's (rank 0's) copy under a sharded strategy: ``min(T_s, M_s)``
   ``per_rank``      its own share: ``min(rest, P_s)``, where ``rest`` is ``T_s`` less ``once_per_job``
