@@ -161,7 +161,8 @@ def replicated_load(job: Job, model: int) -> Finding | None:
     only to hand the model to ZeRO-3 afterwards: ``whole_model_before_zero3`` tells them)."""
     if model <= 0:
         return None
-    replicas = [r for r in _non_loading(job, _replicated) if not loaded_before_zero3(r)]
+    told = _before_zero3(job, model)
+    replicas = [r for r in _non_loading(job, _replicated) if r not in told]
     readers = {r: r.read_bytes for r in replicas if _whole(r) >= REPLICATED_SHARE * model}
     if not readers:
         return None
@@ -220,15 +221,21 @@ def loaded_before_zero3(rank: RankLoad) -> int:
     return loaded
 
 
+def _before_zero3(job: Job, model: int) -> dict[RankLoad, int]:
+    """The ranks whose loads before a ZeRO-3 ``deepspeed.initialize`` built half the model as built or more (its
+    share in its own dtype), and those bytes."""
+    whole = job.whole_model_bytes() if model > 0 else 0
+    if whole <= 0:
+        return {}
+    return {rank: loaded for rank in job.ranks if (loaded := loaded_before_zero3(rank)) >= MODEL_SHARE * whole}
+
+
 def whole_model_before_zero3(job: Job, model: int) -> Finding | None:
     """Ranks that each built the whole model and only then handed it to ``deepspeed.initialize`` with ZeRO stage 3:
     the DeepSpeed config came after ``from_pretrained`` (Roblox/FAI-RL#66: 230 GB per rank), so no rank loaded
     under ``zero.Init`` and every rank held all of it. Every such rank counts, rank 0 too: done right, each holds only
     its partition."""
-    whole = job.whole_model_bytes() if model > 0 else 0  # the model as built: a share of it in its own dtype
-    if whole <= 0:
-        return None
-    offenders = {rank: loaded for rank in job.ranks if (loaded := loaded_before_zero3(rank)) >= MODEL_SHARE * whole}
+    offenders = _before_zero3(job, model)
     if not offenders:
         return None
     return _finding(
@@ -236,7 +243,7 @@ def whole_model_before_zero3(job: Job, model: int) -> Finding | None:
         sc.FINDING_WHOLE_MODEL_BEFORE_ZERO3,
         WARNING,
         offenders,
-        whole,
+        job.whole_model_bytes(),
         what="held {bytes} of real weights when from_pretrained returned ({share} of the model)",
         why="deepspeed.initialize partitioned them with ZeRO stage 3 only afterwards: the ZeRO-3 config was made "
         + "after from_pretrained, so every rank built and loaded the whole model instead of its partition",
