@@ -81,7 +81,8 @@ class Loose:
         with self.lock:
             if file in self.files:
                 self.files.discard(file)
-                self.last_close = time.time_ns()
+                ended = getattr(file.span, "end_time", None) or time.time_ns()  # the span's own end: ours ends there
+                self.last_close = max(self.last_close or 0, ended)
                 self.lock.notify()
 
     def settle(self) -> None:
