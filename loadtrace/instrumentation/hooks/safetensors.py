@@ -406,21 +406,22 @@ def load_bytes(instance, args, kwargs):
     attributes = dict(source.attributes)
     if (tensor_bytes := data_bytes(bytes(data[:8]), len(data))) is not None:
         attributes[semconv.FILE_TENSOR_BYTES] = tensor_bytes
-    return FileCall(tracing, semconv.SPAN_SAFETENSORS_LOAD, attributes, loaded, (source.started, source.expected))
+    return FileCall(tracing, semconv.SPAN_SAFETENSORS_LOAD, attributes, loaded, (source.started, source.before))
 
 
 class Opened:
     """A ``.safetensors`` file this thread opened for reading (``open_for_reading``): its path, size and page-cache
-    residency as found before it was read, and when; ``expected``: it told the load of reads outside any load."""
+    residency as found before it was read, when, and the memory then (outside any load: where the load of reads
+    outside any load begins, if its bytes are loaded)."""
 
-    __slots__ = ("file", "size", "attributes", "started", "expected", "__weakref__")
+    __slots__ = ("file", "size", "attributes", "started", "before")
 
-    def __init__(self, file: Any, attributes: dict[str, Any], started: int, expected: bool):
+    def __init__(self, file: Any, attributes: dict[str, Any], started: int, before: Any):
         self.file = weakref.ref(file)
         self.size = attributes.get(semconv.FILE_SIZE)
         self.attributes = attributes
         self.started = started
-        self.expected = expected
+        self.before = before
 
 
 _opened = threading.local()  # .files: this thread's ``Opened``, newest last (at most MAX_OPENED)
@@ -430,7 +431,8 @@ MAX_OPENED = 8
 def read_from(data: Any) -> Opened | None:
     """The file ``data`` was read from: the newest ``.safetensors`` file this thread opened for reading whose size is
     ``len(data)`` and that was read to its end (or is closed already: ``Path.read_bytes``). Matched by identity of
-    size and thread, not guessed from a name; None when none matches (the bytes came from elsewhere)."""
+    size and thread, not guessed from a name; None when none matches (the bytes came from elsewhere). An opened file
+    whose bytes are never loaded (a hash, a header read) is no read of weights: it is simply forgotten."""
     files: list[Opened] = getattr(_opened, "files", None) or []
     try:
         length = len(data)
@@ -451,39 +453,23 @@ def read_from(data: Any) -> Opened | None:
     return None
 
 
-def _forget(opened: Opened) -> None:
-    """An opened file gone without its bytes loaded (a hash of the file, a header read): not a read of weights."""
-    if opened.expected:
-        opened.expected = False
-        tracing = spans.tracing()
-        if tracing is not None:
-            tracing.unexpect_read()
-
-
 class Opening:
     """``open()`` of a ``.safetensors`` file for reading: its residency is read before the job reads it."""
 
-    __slots__ = ("tracing", "attributes", "started", "expected")
+    __slots__ = ("attributes", "started", "before")
 
     def __init__(self, tracing: spans.Tracing, path: str):
-        self.tracing = tracing
-        self.expected = tracing.expect_read()
+        self.before = tracing.memory_outside_loads()
         self.started = time.time_ns()
         self.attributes = file_attributes(tracing, path)
 
     def done(self, file: Any, error: BaseException | None) -> Any:
-        opened = Opened(file, self.attributes, self.started, self.expected)
-        if error is not None:
-            _forget(opened)
-            return file
-        files = getattr(_opened, "files", None)
-        if files is None:
-            files = _opened.files = []
-        files.append(opened)
-        if len(files) > MAX_OPENED:
-            _forget(files.pop(0))
-        if opened.expected:
-            weakref.finalize(file, _forget, opened)
+        if error is None:
+            files = getattr(_opened, "files", None)
+            if files is None:
+                files = _opened.files = []
+            files.append(Opened(file, self.attributes, self.started, self.before))
+            del files[:-MAX_OPENED]
         return file
 
 

@@ -55,7 +55,7 @@ class Loose:
                 self.first = None
             self.lock.notify()
 
-    def attach(self, file_start: int | None, expected: bool) -> Scope:
+    def attach(self, file_start: int | None, expected: bool, before: Memory | None = None) -> Scope:
         """The load a file opened outside any load belongs to, opened now if none is (from the earliest read that
         expected it, else from the file's start). The file is then given to ``opened``."""
         with self.lock:
@@ -63,7 +63,7 @@ class Loose:
                 self.expected += 1  # until ``opened``: the load must not end in between
             load = self.load
             if load is None:
-                start, reading = self.first or (file_start, None)
+                start, reading = self.first or (file_start, before)
                 self.first = None
                 load = self.load = self.tracing.start_loose_load(start, reading)
                 self._watch()

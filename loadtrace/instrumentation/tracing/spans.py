@@ -277,11 +277,25 @@ class Tracing:
         self.state_file.update(set_phase, phase)
 
     def open_file(
-        self, name: str, start: dict[str, Any], start_time: int | None = None, load: Scope | None = None
+        self,
+        name: str,
+        start: dict[str, Any],
+        start_time: int | None = None,
+        load: Scope | None = None,
+        before: Memory | None = None,
     ) -> Scope:
         """A file opened or read: charged to ``load`` if given, else to this thread's load, else to the process's load
-        of reads outside any load (loose.py; ``expected``: its read announced itself with ``expect_read``)."""
-        return self._open_file(name, start, start_time, load, False)
+        of reads outside any load (loose.py: ``before``, the memory where this read began, if it opens that load)."""
+        return self._open_file(name, start, start_time, load, False, before)
+
+    def memory_outside_loads(self) -> Memory | None:
+        """The memory now, where a read may open the load of reads outside any load (None inside a load, or while that
+        load is open: not needed). The process's first span builds the SDK here, before the read."""
+        if current_load() is not None or self.loose.load is not None:
+            return None
+        if self._provider is None:
+            _ = self.provider
+        return process_memory()
 
     def expect_read(self) -> bool:
         """Before a call that may read a file: outside any load, the loose load's start and memory are taken now (the
@@ -300,14 +314,20 @@ class Tracing:
         self.loose.unexpect()
 
     def _open_file(
-        self, name: str, start: dict[str, Any], start_time: int | None, load: Scope | None, expected: bool
+        self,
+        name: str,
+        start: dict[str, Any],
+        start_time: int | None,
+        load: Scope | None,
+        expected: bool,
+        before: Memory | None = None,
     ) -> Scope:
         stack = _active.get()
         loose = False
         if load is None:
             load = current_load()
             if load is None:
-                load, loose = self.loose.attach(start_time, expected), True
+                load, loose = self.loose.attach(start_time, expected, before), True
         parent = stack[-1] if stack and not loose else load
         scope = Scope(ScopeKind.FILE, name, self._start(name, start, parent, start_time), load)
         scope.slot = self.state_file.new_slot(scope)
