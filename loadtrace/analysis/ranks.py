@@ -76,10 +76,10 @@ class Job:
         return self.rank(LOADING_RANK)
 
     def model_bytes(self) -> int:
-        """The model's size: the checkpoint's tensor bytes (recorded by ``from_pretrained`` or a DCP load);
-        else, when ranks read slices or a streaming loader's share of the files, the tensor bytes of the distinct files they opened; else what the loading rank
-        read, if it finished, else the most any finished rank read; else the most real bytes any rank holds after
-        loading; 0 when nothing tells (shown as unknown)."""
+        """The model's size: the checkpoint's tensor bytes (recorded by ``from_pretrained`` or a DCP load); else, when
+        ranks read slices or each a streaming loader's share of the files, the tensor bytes of the distinct files
+        they opened; else what the loading rank read, if it finished, else the most any finished rank read; else the
+        most real bytes any rank holds after loading; 0 when nothing tells (shown as unknown)."""
         known = [rank.checkpoint_tensor_bytes for rank in self.ranks if rank.checkpoint_tensor_bytes]
         if known:
             return max(known)

@@ -165,7 +165,11 @@ def test_a_one_process_fastsafetensors_load_writes_its_trace(checkpoint, tmp_pat
     subprocess.run(args, cwd=tmp_path, env=env, check=True, capture_output=True, timeout=300)
     report = subprocess.run(
         [str(venv.bin / "loadtrace"), "report", str(tmp_path / "traces"), "--format", "json"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert report.returncode == 0, report.stderr
     (row,) = json.loads(report.stdout)["ranks"]

@@ -1,7 +1,7 @@
 """Promise (issue 49): weights read with no load around them (a bare ``safe_open``, ``load_file``,
-``safetensors.torch.load(f.read())``, ``torch.load``) make a load of their own, from the first read to the last, whatever
-the thread; a burst of reads after an idle gap is another load; an ``open()`` of a ``.safetensors`` file whose bytes
-are never loaded is no load (tracing/loose.py)."""
+``safetensors.torch.load(f.read())``, ``torch.load``) make a load of their own, from the first read to the last,
+whatever the thread; a burst of reads after an idle gap is another load; an ``open()`` of a ``.safetensors`` file
+whose bytes are never loaded is no load (tracing/loose.py)."""
 
 from __future__ import annotations
 

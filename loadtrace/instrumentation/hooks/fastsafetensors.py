@@ -65,7 +65,7 @@ class Copying:
         checkpoint = [_tensor_bytes(meta) for meta, _ in loader.meta.values()]
         start: dict[str, Any] = {semconv.FASTSAFETENSORS_FILES: len(checkpoint)}
         if checkpoint and None not in checkpoint:
-            start[semconv.CHECKPOINT_TENSOR_BYTES] = sum(checkpoint)  # type: ignore[arg-type]
+            start[semconv.CHECKPOINT_TENSOR_BYTES] = sum(size for size in checkpoint if size is not None)
         self.load = load = FastLoad(tracing, start)
         self.files: dict[str, spans.Scope] = {}
         for path, (meta, owner) in sorted(loader.meta.items()):
@@ -125,17 +125,22 @@ def wait_io(instance, args, kwargs):
     return Waiting(instance, scope, keep) if scope is not None and instance.copier is not None else None
 
 
+class Closing:
+    """``FilesBufferOnDevice.close``: the load ends once the buffer is closed (every tensor handed out by then)."""
+
+    __slots__ = ("load",)
+
+    def __init__(self, load: FastLoad):
+        self.load = load
+
+    def done(self, result: Any, error: BaseException | None) -> Any:
+        self.load.end()
+        return result
+
+
 def close_buffer(instance, args, kwargs):
     load = _buffers.pop(instance, None)
-    if load is None:
-        return None
-
-    class Closing:
-        def done(self, result: Any, error: BaseException | None) -> Any:
-            load.end()
-            return result
-
-    return Closing()
+    return Closing(load) if load is not None else None
 
 
 def _count(nbytes: int, sent: bool) -> None:
@@ -185,7 +190,8 @@ def broadcast(instance, args, kwargs):
 def scatter(instance, args, kwargs):
     if not _open or instance.real_pg is None:
         return None
-    tensor, pieces, source = _arg(args, kwargs, 0, "dst"), _arg(args, kwargs, 1, "scatter_list"), _arg(args, kwargs, 2, "src")
+    tensor, source = _arg(args, kwargs, 0, "dst"), _arg(args, kwargs, 2, "src")
+    pieces = _arg(args, kwargs, 1, "scatter_list")
     if source == instance.rank():  # the source keeps its own piece: it sends the others
         return Moved(sum(_nbytes(piece) for piece in pieces or ()) - _nbytes(tensor), True)
     return Moved(_nbytes(tensor), False)

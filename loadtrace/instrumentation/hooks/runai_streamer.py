@@ -105,7 +105,7 @@ _streams: weakref.WeakKeyDictionary[Any, Stream] = weakref.WeakKeyDictionary()
 class Streaming:
     __slots__ = ("streamer", "stream")
 
-    def __init__(self, tracing: spans.Tracing, streamer: Any, paths: list[Any]):
+    def __init__(self, tracing: spans.Tracing, streamer: Any, paths: list[Any] | tuple[Any, ...]):
         previous = _streams.pop(streamer, None)
         if previous is not None:  # streamed again before the last was drained
             previous.end()

@@ -15,13 +15,18 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..counting.memory import Memory, process_memory
 from ..counting.scope import Scope
 
-if TYPE_CHECKING:
-    from .spans import Tracing
+
+class Tracing(Protocol):
+    """What the loose load needs of the tracing front (spans.Tracing)."""
+
+    def start_loose_load(self, start_time: int | None, reading: Memory | None) -> Scope: ...
+
+    def end_loose_load(self, scope: Scope, end_time: int | None) -> None: ...
 
 
 class Loose:
@@ -97,7 +102,8 @@ class Loose:
 
     def after_fork(self) -> None:
         self.lock = threading.Condition(threading.Lock())
-        self.load, self.files, self.expected, self.first, self.last_close, self.watcher = None, set(), 0, None, None, None
+        self.load, self.files, self.expected, self.first = None, set(), 0, None
+        self.last_close, self.watcher = None, None
 
     def _idle(self) -> bool:
         return not self.files and self.expected == 0

@@ -23,8 +23,8 @@ from ... import semconv, statefile
 from ...statefile import ReadSlot as ReadSlot  # the hooks' read slots, through the front
 from .. import context, importing
 from ..beside import termination
-from ..counting.memory import cached_bytes_of as cached_bytes_of  # the hooks' page-cache reads, through the front
 from ..counting.memory import Memory, process_memory
+from ..counting.memory import cached_bytes_of as cached_bytes_of  # the hooks' page-cache reads, through the front
 from ..counting.monitor import Monitor
 from ..counting.readings import Readings
 from ..counting.scope import ActiveToken as ActiveToken
