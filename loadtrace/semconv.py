@@ -43,6 +43,11 @@ SPAN_SAFETENSORS_LOAD = "safetensors.load"  # ``safetensors.torch.load(bytes)``:
 SPAN_SAFETENSORS_READ = "safetensors.read"  # LOADTRACE_DETAIL=tensor only
 SPAN_TORCH_LOAD = "torch.load"
 SPAN_TORCH_MATERIALIZE = "torch.materialize"  # LOADTRACE_DETAIL=tensor only
+# Streaming loaders (issue 49): each rank's own reads, outside Python, counted from the headers' byte ranges.
+SPAN_FASTSAFETENSORS_LOAD = "fastsafetensors.load"  # copy_files_to_device until its buffer is closed
+SPAN_FASTSAFETENSORS_READ = "fastsafetensors.read_file"  # one file this rank read (its own reads, O_DIRECT or GDS)
+SPAN_RUNAI_LOAD = "runai_streamer.load"  # SafetensorsStreamer.stream_files until get_tensors is exhausted
+SPAN_RUNAI_READ = "runai_streamer.read_file"  # one file the streamer's C++ threads read for this rank
 # torch.distributed.checkpoint (issue 24): ``dcp.load`` / ``load_state_dict``, ``set_model_state_dict`` /
 # ``set_state_dict``, and one span per checkpoint file its ``FileSystemReader`` reads.
 SPAN_DCP_LOAD = "dcp.load"
@@ -54,12 +59,23 @@ SPAN_DCP_READ_DATA = "dcp.read_data"  # phase: the storage reader reads this ran
 # file are inside it.
 SPAN_ACCELERATE_LOAD_CHECKPOINT = "accelerate.load_checkpoint_in_model"
 
+# Streaming loaders' loads: each knows the tensor bytes of the files it was given, not always the whole checkpoint's.
+STREAM_LOAD_SPANS = frozenset({SPAN_FASTSAFETENSORS_LOAD, SPAN_RUNAI_LOAD})
 LOAD_SPANS = frozenset(
-    {SPAN_FROM_PRETRAINED, SPAN_LOAD, SPAN_DCP_LOAD, SPAN_DCP_SET_STATE_DICT, SPAN_ACCELERATE_LOAD_CHECKPOINT}
+    {
+        SPAN_FROM_PRETRAINED,
+        SPAN_LOAD,
+        SPAN_DCP_LOAD,
+        SPAN_DCP_SET_STATE_DICT,
+        SPAN_ACCELERATE_LOAD_CHECKPOINT,
+        *STREAM_LOAD_SPANS,
+    }
 )
 # Loads that say how the model was loaded (strategy, checkpoint, its tensor bytes); a ``set_state_dict`` first.
 MODEL_LOAD_SPANS = frozenset({SPAN_FROM_PRETRAINED, SPAN_DCP_LOAD, SPAN_DCP_SET_STATE_DICT})
-FILE_SPANS = frozenset({SPAN_SAFETENSORS_OPEN, SPAN_TORCH_LOAD, SPAN_DCP_FILE})
+FILE_SPANS = frozenset(
+    {SPAN_SAFETENSORS_OPEN, SPAN_TORCH_LOAD, SPAN_DCP_FILE, SPAN_FASTSAFETENSORS_READ, SPAN_RUNAI_READ}
+)
 BYTES_SPANS = frozenset({SPAN_SAFETENSORS_LOAD})
 PHASE_SPANS = frozenset(
     {
@@ -169,6 +185,11 @@ HELD_BYTES_PREFIX = "loadtrace.model.held_bytes."  # + device type
 # its ``ds_numel``, a DTensor by its global size): what a rank's share is judged against.
 MODEL_BYTES = "loadtrace.model.bytes"
 LOAD_NAME = "loadtrace.load.name"
+FASTSAFETENSORS_FILES = "loadtrace.fastsafetensors.files"  # the files of a copy_files_to_device, every rank's
+RUNAI_DISTRIBUTED = "loadtrace.runai.distributed"  # the streamer split the files' reads between the ranks
+# The load name of weights read with no load around them (a bare ``safe_open``, ``load_file``, ``torch.load``, a
+# serving engine's weight iterator): their load runs from the first read to the last (tracing/loose.py).
+LOAD_NAME_READS = "reads outside any load"
 FILES_OPENED = "loadtrace.files.opened"
 HOOK_ERRORS = "loadtrace.hook_errors"
 

@@ -41,7 +41,7 @@ def checkpoint_residency(ranks: list[RankLoad]) -> tuple[int, int, int] | None:
     coldest: dict[str, tuple[int, int | None]] = {}  # path → (size, the least cached at any open; None: one unmeasured)
     for rank in ranks:
         for span in rank.spans:
-            if span.name not in sc.FILE_SPANS:
+            if span.name not in sc.FILE_SPANS and span.name not in sc.BYTES_SPANS:  # bytes loaded from a known file
                 continue
             path, size = span.attributes.get(sc.FILE_PATH), span.attributes.get(sc.FILE_SIZE)
             if not isinstance(path, str) or not isinstance(size, int):

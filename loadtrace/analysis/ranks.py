@@ -76,14 +76,16 @@ class Job:
         return self.rank(LOADING_RANK)
 
     def model_bytes(self) -> int:
-        """The model's size: the checkpoint's tensor bytes (recorded by ``from_pretrained`` or a DCP load);
-        else, when ranks read slices, the tensor bytes of the distinct files they opened; else what the loading rank
-        read, if it finished, else the most any finished rank read; else the most real bytes any rank holds after
-        loading; 0 when nothing tells (shown as unknown)."""
+        """The model's size: the checkpoint's tensor bytes (recorded by ``from_pretrained`` or a DCP load); else, when
+        ranks read slices or each a streaming loader's share of the files, the tensor bytes of the distinct files
+        they opened; else what the loading rank read, if it finished, else the most any finished rank read; else the
+        most real bytes any rank holds after loading; 0 when nothing tells (shown as unknown)."""
         known = [rank.checkpoint_tensor_bytes for rank in self.ranks if rank.checkpoint_tensor_bytes]
         if known:
             return max(known)
-        if any(rank.partial_bytes for rank in self.ranks) and (files := self.file_bytes()):
+        # Ranks that read slices, or a streaming loader's share of the files each (fastsafetensors): the files.
+        streamed = any(span.name in sc.STREAM_LOAD_SPANS for rank in self.ranks for span in rank.spans)
+        if (streamed or any(rank.partial_bytes for rank in self.ranks)) and (files := self.file_bytes()):
             return files
         # A rank that was killed or raised read only part of the model: its bytes are no measure of it.
         finished = [rank for rank in self.ranks if not rank.incomplete and rank.failed is None]
@@ -112,7 +114,7 @@ class Job:
         sizes: dict[str, int] = {}
         for rank in self.ranks:
             for span in rank.spans:
-                path = str_attr(span.attributes, sc.FILE_PATH) if span.name in sc.FILE_SPANS else None
+                path = str_attr(span.attributes, sc.FILE_PATH) if span.name in sc.FILE_SPANS | sc.BYTES_SPANS else None
                 if path is not None:
                     known = opt_int_attr(span.attributes, sc.FILE_TENSOR_BYTES)
                     size = known if known is not None else int_attr(span.attributes, sc.FILE_SIZE)

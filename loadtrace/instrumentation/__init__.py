@@ -38,6 +38,8 @@ INSTRUMENTS = {
     "safetensors": ">= 0.8, < 1",
     "accelerate": ">= 1.15, < 2",
     "deepspeed": ">= 0.19, < 1",
+    "fastsafetensors": ">= 0.5, < 0.6",
+    "runai_model_streamer": ">= 0.17, < 0.18",
 }
 # Their top-level packages: every hook's module is one of them or inside one (tested). accelerate and deepspeed import
 # torch first, so torch alone would bring their hooks in; they are named for clarity.

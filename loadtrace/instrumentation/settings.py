@@ -68,6 +68,9 @@ class Settings:
     progress_interval_s: float = 10.0
     """``LOADTRACE_PROGRESS_INTERVAL``: with an OTLP endpoint, a loading rank exports its progress as metrics this
     often, in seconds (0: never)."""
+    load_idle_s: float = 5.0
+    """``LOADTRACE_LOAD_IDLE``: weights read outside any load make a load of their own, which ends once none of its
+    files has been open for this many seconds (its span ends where the last one closed: tracing/loose.py)."""
     launch_id: str | None = None
     """``LOADTRACE_LAUNCH_ID``: the launcher invocation, set by a witnessing launcher (never by users)."""
 
@@ -198,6 +201,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         quiet=_flag(env, "LOADTRACE_QUIET"),
         launch_id=(env.get(semconv.ENV_LAUNCH_ID) or "").strip() or None,
         progress_interval_s=_seconds(env, "LOADTRACE_PROGRESS_INTERVAL", 10.0),
+        load_idle_s=_seconds(env, "LOADTRACE_LOAD_IDLE", 5.0),
     )
 
 

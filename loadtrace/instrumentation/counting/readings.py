@@ -34,9 +34,10 @@ class Readings:
             if peak > state["rss_peak"]:
                 state["rss_peak"] = peak
 
-    def from_now(self, scope: Scope) -> Memory:
-        """A load's memory at its start, read here and now (exact: its storage reads and high-water mark start here)."""
-        reading = process_memory()
+    def from_now(self, scope: Scope, reading: Memory | None = None) -> Memory:
+        """A load's memory at its start, read here and now (exact: its storage reads and high-water mark start here),
+        or the ``reading`` taken where it began (a load of reads outside any load: tracing/loose.py)."""
+        reading = reading or process_memory()
         scope.memory_before = reading
         scope.peak = Peak.starting_at(reading)
         monitor = self.monitor()

@@ -10,7 +10,17 @@ if TYPE_CHECKING:
 
 
 def all_hooks() -> list[Hook]:
-    from . import accelerate, dcp, deepspeed, safetensors, torch, torchelastic, transformers
+    from . import (
+        accelerate,
+        dcp,
+        deepspeed,
+        fastsafetensors,
+        runai_streamer,
+        safetensors,
+        torch,
+        torchelastic,
+        transformers,
+    )
 
     return [
         *safetensors.HOOKS,
@@ -20,4 +30,6 @@ def all_hooks() -> list[Hook]:
         *deepspeed.HOOKS,
         *torchelastic.HOOKS,
         *dcp.HOOKS,
+        *fastsafetensors.HOOKS,
+        *runai_streamer.HOOKS,
     ]

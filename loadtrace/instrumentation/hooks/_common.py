@@ -69,7 +69,9 @@ def file_attributes_and_head(tracing: spans.Tracing, path: Any, head: int) -> tu
 
 class FileCall:
     """A call that opens or reads a file: its span starts before the call; ``on_result`` accounts the result and
-    returns what the caller gets (a counting proxy, or the result itself after closing the span)."""
+    returns what the caller gets (a counting proxy, or the result itself after closing the span). Outside any load,
+    the load of reads outside a load is told before the call (``expect_read``: its figures include this read);
+    ``opened``: the read began earlier, (when, the memory then): the ``open()`` of the file whose bytes it loads."""
 
     def __init__(
         self,
@@ -77,15 +79,24 @@ class FileCall:
         name: str,
         attributes: dict[str, Any],
         on_result: Callable[[Any, spans.Scope], Any],
+        opened: tuple[int, Any] | None = None,
     ):
         self.tracing = tracing
         self.name = name
         self.attributes = attributes
         self.on_result = on_result
-        self.started = time.time_ns()
+        self.before = None
+        if opened is not None:
+            (self.started, self.before), self.expected = opened, False
+        else:
+            self.expected = tracing.expect_read()
+            self.started = time.time_ns()
 
     def done(self, result: Any, error: BaseException | None) -> Any:
-        scope = self.tracing.open_file(self.name, self.attributes, self.started)
+        if self.expected:
+            scope = self.tracing.open_expected_file(self.name, self.attributes, self.started)
+        else:
+            scope = self.tracing.open_file(self.name, self.attributes, self.started, before=self.before)
         if error is not None:
             self.tracing.close_file(scope, error)
             return result

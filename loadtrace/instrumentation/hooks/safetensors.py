@@ -13,9 +13,11 @@ wrapt proxy, a ``get_slice`` of each file's own that reaches the library and the
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +25,7 @@ import wrapt
 
 from ... import semconv
 from ..tracing import spans
-from ._common import FileCall, file_attributes_and_head, headers_only
+from ._common import FileCall, file_attributes, file_attributes_and_head, headers_only
 from .registry import Hook, call_through, call_through_proxies, fault
 
 # Free-threaded Python (3.13t, the GIL off): the ``+=`` on a read slot is no longer indivisible, so reads count under a
@@ -384,7 +386,8 @@ def data_bytes(head: bytes, size: int) -> int | None:
 
 
 def load_bytes(instance, args, kwargs):
-    """``safetensors.torch.load(data)``: transformers reads files this way when mmap is off."""
+    """``safetensors.torch.load(data)``: transformers reads files this way when mmap is off, vLLM's eager strategy and
+    SGLang's ``--weight-loader-disable-mmap`` too (``open(path, "rb").read()`` first: ``read_from``)."""
     tracing = spans.tracing()
     if tracing is None:
         return None
@@ -396,16 +399,110 @@ def load_bytes(instance, args, kwargs):
             tracing.close_file(scope)
         return tensors
 
-    return FileCall(tracing, semconv.SPAN_SAFETENSORS_LOAD, {}, loaded)
+    data = args[0] if args else kwargs.get("data")
+    source = read_from(data)
+    if source is None:
+        return FileCall(tracing, semconv.SPAN_SAFETENSORS_LOAD, {}, loaded)
+    attributes = dict(source.attributes)
+    if (tensor_bytes := data_bytes(bytes(data[:8]), len(data))) is not None:
+        attributes[semconv.FILE_TENSOR_BYTES] = tensor_bytes
+    return FileCall(tracing, semconv.SPAN_SAFETENSORS_LOAD, attributes, loaded, (source.started, source.before))
+
+
+class Opened:
+    """A ``.safetensors`` file this thread opened for reading (``open_for_reading``): its path, size and page-cache
+    residency as found before it was read, when, and the memory then (outside any load: where the load of reads
+    outside any load begins, if its bytes are loaded)."""
+
+    __slots__ = ("file", "size", "attributes", "started", "before")
+
+    def __init__(self, file: Any, attributes: dict[str, Any], started: int, before: Any):
+        self.file = weakref.ref(file)
+        self.size = attributes.get(semconv.FILE_SIZE)
+        self.attributes = attributes
+        self.started = started
+        self.before = before
+
+
+_opened = threading.local()  # .files: this thread's ``Opened``, newest last (at most MAX_OPENED)
+MAX_OPENED = 8
+
+
+def read_from(data: Any) -> Opened | None:
+    """The file ``data`` was read from: the newest ``.safetensors`` file this thread opened for reading whose size is
+    ``len(data)`` and that was read to its end (or is closed already: ``Path.read_bytes``). Matched by identity of
+    size and thread, not guessed from a name; None when none matches (the bytes came from elsewhere). An opened file
+    whose bytes are never loaded (a hash, a header read) is no read of weights: it is simply forgotten."""
+    files: list[Opened] = getattr(_opened, "files", None) or []
+    try:
+        length = len(data)
+    except TypeError:
+        return None
+    for index in range(len(files) - 1, -1, -1):
+        opened = files[index]
+        if opened.size != length:
+            continue
+        file = opened.file()
+        try:
+            if file is not None and not file.closed and file.tell() != length:
+                continue
+        except (OSError, ValueError):
+            continue
+        del files[index]
+        return opened
+    return None
+
+
+class Opening:
+    """``open()`` of a ``.safetensors`` file for reading: its residency is read before the job reads it."""
+
+    __slots__ = ("attributes", "started", "before")
+
+    def __init__(self, tracing: spans.Tracing, path: str):
+        self.before = tracing.memory_outside_loads()
+        self.started = time.time_ns()
+        self.attributes = file_attributes(tracing, path)
+
+    def done(self, file: Any, error: BaseException | None) -> Any:
+        if error is None:
+            files = getattr(_opened, "files", None)
+            if files is None:
+                files = _opened.files = []
+            files.append(Opened(file, self.attributes, self.started, self.before))
+            del files[:-MAX_OPENED]
+        return file
+
+
+def open_for_reading(instance, args, kwargs):
+    """``open()``, ``io.open``: a ``.safetensors`` file opened to be read whole (mode ``rb``) is remembered
+    (``Opened``), so that ``safetensors.torch.load`` of its bytes is that file's read. Any other open passes at the
+    first checks."""
+    path = args[0] if args else kwargs.get("file")
+    if type(path) is not str:
+        if not isinstance(path, os.PathLike) or not isinstance(path := os.fspath(path), str):
+            return None
+    if not path.endswith(".safetensors"):
+        return None
+    mode = args[1] if len(args) > 1 else kwargs.get("mode", "r")
+    if mode not in ("rb", "br"):
+        return None
+    tracing = spans.tracing()
+    if tracing is None or "safetensors.torch" not in sys.modules:
+        return None
+    return Opening(tracing, path)
 
 
 HOOKS = [
     Hook("safetensors", "safe_open", open_file),
     Hook("safetensors.torch", "load", load_bytes),
+    # The one hook outside safetensors: which file ``safetensors.torch.load(f.read())`` read (``read_from``).
+    Hook("builtins", "open", open_for_reading),
 ]
 
 # The proxies' methods stand between the job and safetensors: warnings raised below them name the job's line. The
 # slices are plain classes, marked the same way (``counting_get_slice`` is marked where it is defined).
 call_through_proxies(__name__)
 for _method in (*vars(CountingSlice).values(), *vars(LockedCountingSlice).values()):
+    call_through(_method)
+for _method in (*vars(Opened).values(), *vars(Opening).values()):  # run inside the job's ``open()``
     call_through(_method)

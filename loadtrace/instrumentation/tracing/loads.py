@@ -41,7 +41,8 @@ class Loads:
         if self.limit and scope.recording:
             scope.span.set_attributes(self.limit)
 
-    def closed(self, scope: Scope, error: BaseException | None) -> None:
+    def closed(self, scope: Scope, error: BaseException | None, end_time: int | None = None) -> None:
+        """``end_time``: where the load's span ended, when not now (then the startup it ends ends there too)."""
         open, startup = self.open, self.startup
         with open.lock:
             open.loads.discard(scope)
@@ -49,9 +50,9 @@ class Loads:
             last = open.loads_open == 0
             others = [load.name for load in open.loads]
         self.state_file.load_closed(scope, error, last, others)
-        startup.last_activity = time.time_ns()
+        startup.last_activity = end_time or time.time_ns()
         if last and not open.stages and not startup.awaits_preparation:
-            startup.end(semconv.STARTUP_END_LOAD, memory=scope.memory_after)
+            startup.end(semconv.STARTUP_END_LOAD, end_time, memory=scope.memory_after)
         startup.settle_handlers()
 
     def learned(self, scope: Scope, learned: dict[str, Any]) -> None:

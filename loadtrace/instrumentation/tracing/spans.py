@@ -16,7 +16,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ... import semconv, statefile
@@ -24,8 +24,8 @@ from ...statefile import ReadSlot as ReadSlot  # the hooks' read slots, through 
 from .. import context, importing
 from ..beside import termination
 from ..counting import workload
+from ..counting.memory import Memory, process_memory
 from ..counting.memory import cached_bytes_of as cached_bytes_of  # the hooks' page-cache reads, through the front
-from ..counting.memory import process_memory
 from ..counting.monitor import Monitor
 from ..counting.readings import Readings
 from ..counting.scope import ActiveToken as ActiveToken
@@ -42,6 +42,7 @@ from ..settings import Settings, shown_path
 from .ending import Ends
 from .lifecycle import Lifecycle
 from .loads import Loads
+from .loose import Loose
 from .startup import Startup
 
 if TYPE_CHECKING:
@@ -84,6 +85,9 @@ class Tracing:
         )
         self._count_lock = None if getattr(sys, "_is_gil_enabled", lambda: True)() else threading.Lock()
         workload.forget()
+        self.loose = Loose(self, settings.load_idle_s)
+        # Detached loads still open, each with what its hook adds at its end: ended at exit if the job never ends them.
+        self.detached: dict[Scope, Callable[[], dict[str, Any]]] = {}
 
     @property
     def provider(self) -> Provider:
@@ -117,9 +121,17 @@ class Tracing:
         return provider.monitor if provider is not None else None
 
     def shutdown(self) -> None:
+        try:
+            self.loose.finish()
+            for load, extra in list(self.detached.items()):
+                self.end_detached_load(load, extra())
+        except Exception:
+            pass  # the exit goes on whatever happened to those loads
         self.lifecycle.shutdown()
 
     def after_fork(self) -> None:
+        self.loose.after_fork()
+        self.detached = {}
         self.lifecycle.after_fork()
 
     def job_changed(self) -> None:
@@ -134,22 +146,53 @@ class Tracing:
     # Scopes ---------------------------------------------------------------------------------------------------------
 
     def start_load(self, name: str, start: dict[str, Any]) -> tuple[Scope, ActiveToken]:
+        self.loose.settle()  # reads before it outside any load were a load of their own: it ends where they did
         stack = _active.get()
         scope = Scope(ScopeKind.LOAD, name, self._start(name, start, stack[-1] if stack else None))
         scope.nested = any(open.kind is ScopeKind.LOAD for open in stack)
+        self._opened_load(scope, start)
+        return scope, _active.set(stack + (scope,))
+
+    def start_detached_load(
+        self, name: str, start: dict[str, Any], extra: Callable[[], dict[str, Any]] = dict
+    ) -> Scope:
+        """A load that outlives the call that opened it (a streaming loader's): no thread's active load, its files
+        given to it explicitly (``open_file(load=)``); ``end_detached_load`` ends it, else the process's exit (with
+        ``extra()``: what its hook counted)."""
+        self.loose.settle()
+        scope = Scope(ScopeKind.LOAD, name, self._start(name, start, None))
+        self._opened_load(scope, start)
+        self.detached[scope] = extra
+        return scope
+
+    def start_loose_load(self, start_time: int | None, reading: Memory | None) -> Scope:
+        start = {semconv.LOAD_NAME: semconv.LOAD_NAME_READS}
+        scope = Scope(ScopeKind.LOAD, semconv.SPAN_LOAD, self._start(semconv.SPAN_LOAD, start, None, start_time))
+        self._opened_load(scope, start, reading)
+        return scope
+
+    def _opened_load(self, scope: Scope, start: dict[str, Any], reading: Memory | None = None) -> None:
         self.state_file.keep(scope)
-        reading = self.readings.from_now(scope)
+        reading = self.readings.from_now(scope, reading)
         if self.open.loads_open == 0:
             self.readings.load_hwm = reading.hwm
         self.loads.opened(scope, start)
         self.readings.raise_rss_peak(reading)
         if self.listener is not None:
             self.listener.load_opened()
-        return scope, _active.set(stack + (scope,))
 
     def end_load(self, scope: Scope, token: ActiveToken, extra: dict[str, Any], error: BaseException | None) -> None:
         """``extra``: what the hook learnt from the result (the model's held bytes)."""
         _active.reset(token)
+        self.end_detached_load(scope, extra, error)
+
+    def end_detached_load(
+        self, scope: Scope, extra: dict[str, Any], error: BaseException | None = None, end_time: int | None = None
+    ) -> None:
+        """``end_time``: where its span ends when not now (a loose load: where its last file closed)."""
+        self.detached.pop(scope, None)
+        if scope.ended:
+            return
         if self.listener is not None:
             self.listener.load_closed()
         reading = self.readings.until_now(scope)
@@ -160,8 +203,11 @@ class Tracing:
             self.ends.finish(phase, phase.last_end)
         for file in scope.files:
             self.close_file(file)
-        self.ends.finish(scope, error=error, extra=extra)
-        self.loads.closed(scope, error)
+        self.ends.finish(scope, end_time=end_time, error=error, extra=extra)
+        self.loads.closed(scope, error, end_time)
+
+    def end_loose_load(self, scope: Scope, end_time: int | None) -> None:
+        self.end_detached_load(scope, {}, None, end_time)
 
     def enter_stage(self, name: str, start: dict[str, Any]) -> tuple[Scope, ActiveToken]:
         """A startup phase outside loading (accelerate's preparation, ``deepspeed.initialize``): a span per call;
@@ -233,19 +279,70 @@ class Tracing:
             self.ends.finish(phase, phase.last_end)
         self.state_file.update(set_phase, phase)
 
-    def open_file(self, name: str, start: dict[str, Any], start_time: int | None = None) -> Scope:
-        load = current_load()
+    def open_file(
+        self,
+        name: str,
+        start: dict[str, Any],
+        start_time: int | None = None,
+        load: Scope | None = None,
+        before: Memory | None = None,
+    ) -> Scope:
+        """A file opened or read: charged to ``load`` if given, else to this thread's load, else to the process's load
+        of reads outside any load (loose.py: ``before``, the memory where this read began, if it opens that load)."""
+        return self._open_file(name, start, start_time, load, False, before)
+
+    def memory_outside_loads(self) -> Memory | None:
+        """The memory now, where a read may open the load of reads outside any load (None inside a load, or while that
+        load is open: not needed). The process's first span builds the SDK here, before the read."""
+        if current_load() is not None or self.loose.load is not None:
+            return None
+        if self._provider is None:
+            _ = self.provider
+        return process_memory()
+
+    def expect_read(self) -> bool:
+        """Before a call that may read a file: outside any load, the loose load's start and memory are taken now (the
+        read is in its figures). True when the call's file must then be opened with ``open_expected_file``."""
+        if current_load() is not None:
+            return False
+        if self._provider is None:
+            _ = self.provider  # the process's first span builds the SDK: before the read, not inside its load's time
+        self.loose.expect()
+        return True
+
+    def open_expected_file(self, name: str, start: dict[str, Any], start_time: int | None = None) -> Scope:
+        return self._open_file(name, start, start_time, None, True)
+
+    def unexpect_read(self) -> None:
+        self.loose.unexpect()
+
+    def _open_file(
+        self,
+        name: str,
+        start: dict[str, Any],
+        start_time: int | None,
+        load: Scope | None,
+        expected: bool,
+        before: Memory | None = None,
+    ) -> Scope:
         stack = _active.get()
-        scope = Scope(ScopeKind.FILE, name, self._start(name, start, stack[-1] if stack else None, start_time), load)
+        loose = False
+        if load is None:
+            load = current_load()
+            if load is None:
+                load, loose = self.loose.attach(start_time, expected, before), True
+        parent = stack[-1] if stack and not loose else load
+        scope = Scope(ScopeKind.FILE, name, self._start(name, start, parent, start_time), load)
         path, size = start.get(semconv.FILE_PATH), start.get(semconv.FILE_SIZE)
-        again = load is not None and path is not None and path in load.opened
+        again = path is not None and path in load.opened
         scope.slot = self.state_file.new_slot(scope, counted=not again)  # a file opened again is no second file
         if path is not None and size is not None:
             scope.residency = (path, size, start.get(semconv.FILE_CACHED_BYTES_AT_OPEN))
-        if load is not None:
-            load.files.append(scope)
-            load.opened.add(path if path is not None else id(scope))
+        load.files.append(scope)
+        load.opened.add(path if path is not None else id(scope))
         self.open.files.add(scope)
+        if loose:
+            self.loose.opened(scope)
         return scope
 
     def count_reads(self, scope: Scope, tensors: Iterable[Any]) -> None:
@@ -273,6 +370,7 @@ class Tracing:
         if scope.ended or self.lifecycle.shut_down:
             return
         self.ends.finish(scope, error=error)
+        self.loose.closed(scope)
 
     def point_span(self, name: str, parent: Scope | None, start_time: int, start: dict[str, Any]) -> None:
         """A short span for one tensor (``LOADTRACE_DETAIL=tensor``), parented explicitly: it may run in a worker
