@@ -20,6 +20,7 @@ from loadtrace.analysis.model import (
     Comparison,
     Finding,
     Forecast,
+    JobSummary,
     NodeReads,
     NodeStartup,
     PartialFile,
@@ -124,10 +125,8 @@ def report_table(report: Report, wide: bool = False, every_rank: bool = False) -
     keep = [RANK_COLUMNS.index(name) for name in columns]
     blocks = []
     for trace in report.traces:
-        key = (trace.trace_id, trace.attempt, trace.run)
-        ranks = [rank for rank in report.ranks if (rank.trace_id, rank.attempt, rank.run) == key]
-        findings = [f for f in report.findings if (f.trace_id, f.attempt, f.run) == key]
-        runs = sum(1 for other in report.traces if (other.trace_id, other.attempt) == key[:2])
+        ranks, findings = of_job(report, trace)
+        runs = sum(1 for other in report.traces if (other.trace_id, other.attempt) == (trace.trace_id, trace.attempt))
         # The launch id tells attempts of one trace apart; on a trace's only job it is noise (JSON keeps it).
         launch = trace.launch_id if sum(other.trace_id == trace.trace_id for other in report.traces) > 1 else None
         header = f"job {trace.job_id or '-'}  trace {trace.trace_id}"
@@ -187,14 +186,40 @@ def stored(nodes: list[NodeStartup]) -> list[NodeStartup]:
     return [node for node in nodes if node.checkpoint is not None or node.storage_bytes is not None]
 
 
+def report_lines(report: Report) -> list[str]:
+    """``loadtrace report --format line``: the one job's ``report_line``; of several, one line each, in start order,
+    after the job it is of: ``job nightly, run 2, 2 ranks, 1 finding``. Never one line summed over several jobs."""
+    if len(report.traces) <= 1:
+        return [report_line(report)]
+    lines = []
+    for trace in report.traces:
+        ranks, findings = of_job(report, trace)
+        one = Report(traces=[trace], ranks=ranks, findings=findings, skipped_lines=0)
+        lines.append(f"job {trace.job_id or trace.trace_id}, {report_line(one)}")
+    return lines
+
+
+def of_job(report: Report, trace: JobSummary) -> tuple[list[RankLoad], list[Finding]]:
+    """The report's ranks and findings of one of its jobs (one attempt and run of a trace)."""
+    key = (trace.trace_id, trace.attempt, trace.run)
+    ranks = [rank for rank in report.ranks if (rank.trace_id, rank.attempt, rank.run) == key]
+    return ranks, [f for f in report.findings if (f.trace_id, f.attempt, f.run) == key]
+
+
 def report_line(report: Report) -> str:
-    """``2 ranks, 3 findings`` (``1 of 2 ranks here, ...`` when ranks of the job left nothing in the source), then the
-    ranks that stand out whatever their numbers (``alike.standouts``; alike ones together, the first few): ``; rank
-    300 incomplete, rank 700 slow``. What rank 0 says of its job when it ends (instrumentation/exporting/summary.py)."""
+    """Of one job (one attempt and run): ``2 ranks, 3 findings`` (``1 of 2 ranks here, ...`` when ranks of the job
+    left nothing in the source; ``attempt 1, `` and ``run 2, `` before, for a restart and for a job id used again), then
+    the ranks that stand out whatever their numbers (``alike.standouts``; alike ones together, the first few): ``; rank
+    300 incomplete, rank 700 slow``. What rank 0's closing line says of its job (instrumentation/exporting/summary.py):
+    the same function over the same job, so the two always count alike."""
     present = len({rank.rank for rank in report.ranks})
     world = max((trace.world_size or 0 for trace in report.traces), default=0)
     plural = "s" * (present != 1)
-    text = f"{number(present)} of {number(world)} ranks here" if world > present else f"{number(present)} rank{plural}"
+    text = "".join(
+        f"attempt {trace.attempt}, " * bool(trace.attempt) + f"run {trace.run + 1}, " * bool(trace.run)
+        for trace in report.traces[:1]
+    )
+    text += f"{number(present)} of {number(world)} ranks here" if world > present else f"{number(present)} rank{plural}"
     text += f", {number(len(report.findings))} finding{'s' * (len(report.findings) != 1)}"
     standing = alike.standouts(report.ranks, report.findings)
     kinds, nodes = alike.kinds_by_rank(report.findings), alike.node_outliers(report.findings)

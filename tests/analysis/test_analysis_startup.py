@@ -388,3 +388,34 @@ def test_a_zero3_startup_shows_deepspeed_initialisation_as_prepare_and_gathering
         "open": 0.0, "read": 0.0, "convert": 0.0, "materialize": 0.0, "broadcast": 1.0, "wait": 1.0, "prepare": 5.5,
         "imports": 0.0, "construct": 0.0, "other": 2.5,
     }  # fmt: skip
+
+
+def crashed_before_its_load(ready: float, raised: float) -> list[dict]:
+    """A rank whose own code raised after the rendezvous, before any load (issue 48): its startup, awaiting a load
+    that never came, ended at the exit, at its last activity (the rendezvous), and the exception came after."""
+    root = span_id()
+    return [
+        span(sc.SPAN_STARTUP, TRACE, at(0), at(ready), sid=root, **{sc.STARTUP_END: sc.STARTUP_END_EXIT}),
+        span(sc.SPAN_INIT_PROCESS_GROUP, TRACE, at(0), at(ready), parent=root),
+        span(sc.SPAN_EXCEPTION, TRACE, at(raised), at(raised), **{sc.EXCEPTION_TYPE: "RuntimeError"}),
+    ]
+
+
+def test_a_rank_that_crashed_in_its_own_code_before_it_was_ready_is_shown_never_judged():
+    """Its 2 s "startup" is its rendezvous: the rank that loaded in 10 s was said slow against it (issue 48, the
+    closing line's "rank 1 slow" of a job that crashed in its own code)."""
+    result, found = findings_of({0: crashed_before_its_load(2.0, 4.0), 1: startup_rank(broadcast=None)})
+    assert found == []
+    (trace,) = result.traces
+    assert trace.startup is not None and trace.startup.slowest_rank == 1 and trace.startup.median_rank_seconds == 10.0
+    assert [rank.rank for rank in trace.startup.ranks] == [0, 1]  # shown
+
+
+def test_an_exception_after_a_rank_was_ready_leaves_it_judged():
+    """A plain rank whose startup ended at its load, then raised in its own code: it was ready, and is judged."""
+    ready = startup_rank(broadcast=None)
+    ready[0]["attributes"] += attributes({sc.STARTUP_END: sc.STARTUP_END_LOAD})
+    ready.append(span(sc.SPAN_EXCEPTION, TRACE, at(12), at(12), **{sc.EXCEPTION_TYPE: "RuntimeError"}))
+    result, _ = findings_of({0: ready, 1: startup_rank(broadcast=None, end=13.0)})
+    (trace,) = result.traces
+    assert trace.startup is not None and trace.startup.median_rank_seconds == 11.5

@@ -316,6 +316,34 @@ class Witness:
         if spans:
             self._export(spans)
 
+    # When they are all done.
+
+    def rank0_state_path(self, pids: Mapping[int, int], envs: Mapping[int, Mapping[str, str]]) -> str | None:
+        """The state file of rank 0 among the workers (local rank → pid, and their environments), read before their
+        pointers go: its pointer, else (a wrapper script between the launcher and Python) the pointer of a process of
+        rank 0. None when rank 0 is not among them or left no state."""
+        directory = os.environ.get(semconv.ENV_WITNESS_DIR)
+        local = next((local for local, env in envs.items() if env.get("RANK") == "0"), None)
+        if not directory or local is None:
+            return None
+        found = _follow(directory, str(pids.get(local, -1)))
+        if found is None:
+            try:
+                names = sorted(name for name in os.listdir(directory) if name.isdigit())
+            except OSError:
+                return None
+            found = next((f for name in names if (f := _follow(directory, name)) is not None and f[2].rank == 0), None)
+        return found[1] if found is not None else None
+
+    def say_closing_line(self, state_path: str) -> None:
+        """Rank 0's closing line (exporting/summary.py), said here once every worker is done and the deaths among
+        them are written: what the report will say of the run, even where rank 0 was killed or stopped with the job."""
+        from ..exporting import summary
+
+        state = statefile.read(state_path)
+        if state is not None:
+            summary.said_by_launcher(self.settings, state)
+
     def forget(self, pids: Iterable[int]) -> None:
         """Remove the pointers of workers that are done (exited cleanly or already witnessed)."""
         directory = os.environ.get(semconv.ENV_WITNESS_DIR)
