@@ -251,10 +251,7 @@ def startup_text(
     """``Startup:`` the slowest rank and the median, a row per rank split by phase (alike ranks together as in
     ``rank_rows``, whole nodes a finding tells so titled as in ``nodes``), a ``Storage:`` line per node whose
     checkpoint residency or storage bytes are known (alike nodes together as in ``storage``)."""
-    slowest = f"rank {startup.slowest_rank}" if startup.slowest_rank is not None else "a rank without a number"
-    phase = f", {startup.slowest_phase} phase" if startup.slowest_phase else ""
-    median = number(startup.median_rank_seconds)
-    lines = [f"Startup: {number(startup.seconds)} s (slowest: {slowest}{phase}), median rank {median} s; in seconds:"]
+    lines = [f"Startup: {startup_headline(startup)}; in seconds:"]
     phases = list(startup.ranks[0].phases) if startup.ranks else []
     shared = {rank.rank: row for row, members in enumerate(rank_rows or []) if len(members) > 1 for rank in members}
     rows: list[list[str] | str] = []
@@ -274,6 +271,17 @@ def startup_text(
     for alike_nodes in storage if storage is not None else [[node] for node in stored(startup.nodes)]:
         lines.append(storage_line(alike_nodes))
     return "\n".join(lines)
+
+
+def startup_headline(startup: Startup) -> str:
+    """The slowest of the ranks judged and their median; where none is judged (every rank died, failed, was stopped
+    or lost spans before it was ready), that, never a slowest rank that is no rank at all."""
+    if startup.seconds is None:
+        return "not judged (no rank was whole and ready: each died, failed, was stopped or lost spans first)"
+    slowest = f"rank {startup.slowest_rank}" if startup.slowest_rank is not None else "a rank without a number"
+    phase = f", {startup.slowest_phase} phase" if startup.slowest_phase else ""
+    median = number(startup.median_rank_seconds)
+    return f"{number(startup.seconds)} s (slowest: {slowest}{phase}), median rank {median} s"
 
 
 def storage_line(nodes: list[NodeStartup]) -> str:

@@ -419,3 +419,18 @@ def test_an_exception_after_a_rank_was_ready_leaves_it_judged():
     result, _ = findings_of({0: ready, 1: startup_rank(broadcast=None, end=13.0)})
     (trace,) = result.traces
     assert trace.startup is not None and trace.startup.median_rank_seconds == 11.5
+
+
+def test_a_startup_no_rank_of_which_is_judged_says_so_above_its_table(tmp_path, capsys):
+    """Issue 48, point 5: every rank died loading (their startups ended by the launcher's witness): the header read
+    "Startup: - s (slowest: a rank without a number)" above a table giving each its seconds."""
+    ranks = {rank: startup_rank(broadcast=None, end=11.744 - rank) for rank in (0, 1)}
+    for spans in ranks.values():
+        spans[0]["attributes"] += attributes({sc.EXIT_SOURCE: sc.EXIT_SOURCE_LAUNCHER})
+    path = tmp_path / "spans.jsonl"
+    path.write_text("\n".join(job_lines(TRACE, ranks)) + "\n")
+    assert main(["report", str(path)]) == 0
+    table = capsys.readouterr().out
+    assert "a rank without a number" not in table and "Startup: - s" not in table, table
+    assert "Startup: not judged (no rank was whole and ready: each died, failed, was stopped or lost spans first)" in table
+    assert "\n0      11.744 " in table, table
