@@ -7,8 +7,9 @@ Each side is one job (one attempt of a trace) of its source; ``pick_job`` picks 
 Phases, each from the spans named in docs/reference.md's span reference:
 - ``open``: ``safetensors.open`` / ``torch.load`` spans (the time any was open, each instant once; the files' sizes,
   how many);
-- ``read``: tensors and bytes read; its time (as every phase's: each instant once) only where spans of its own exist (``safetensors.read`` at tensor detail,
-  ``transformers.load_state_dict``, ``safetensors.load``), since at default detail reads happen inside file spans;
+- ``read``: tensors and bytes read; its time (as every phase's: each instant once) only where spans of its own exist
+  (``safetensors.read`` at tensor detail, ``transformers.load_state_dict``, ``safetensors.load``), since at default
+  detail reads happen inside file spans;
 - ``convert``: ``transformers.convert`` (time, ``loadtrace.convert.bytes``, ``loadtrace.convert.count``);
 - ``materialize``: ``transformers.materialize_missing`` time, and the real (non-meta) bytes ``zeros_like`` /
   ``empty_like`` created during the load;
