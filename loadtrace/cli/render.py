@@ -444,14 +444,22 @@ def sizes(text: str, wide: bool) -> str:
     return text if wide else _EXACT_AND_HUMAN.sub(r"\1", text)
 
 
-_PROJECTION = re.compile(r"Projected host memory: (.+?) x (\d+) ranks? per node = (.+?) per node")
+# The detail's per-node figures, shortened for the table: ``Projected host memory: 1.0 MB x 8 ranks per node = 8.1 MB
+# per node`` → ``Per node: 1.0 MB x 8 = 8.1 MB``; a read finding's ``... read x 2 ranks per node = 2.0 MB read per
+# node`` → ``... read x 2 = 2.0 MB read``.
+_PROJECTION = re.compile(r"Projected (?:host memory|per node): ")
+_PER_NODE = re.compile(r" x (\d+) ranks? per node = (.+?) per node")
 
 
 def finding_lines(finding: Finding, wide: bool) -> list[str]:
     ranks = who(finding.ranks)
     amount = human_bytes(finding.bytes) if wide else size(finding.bytes)
     lines = [f"  {finding.severity.upper()} {finding.kind}  {ranks}  {amount}"]
-    detail = finding.detail if wide else _PROJECTION.sub(r"Per node: \1 x \2 = \3", sizes(finding.detail, wide))
+    detail = (
+        finding.detail
+        if wide
+        else _PER_NODE.sub(r" x \1 = \2", _PROJECTION.sub("Per node: ", sizes(finding.detail, wide)))
+    )
     lines.append(wrapped(detail, "    "))
     return lines + next_lines(finding)
 
