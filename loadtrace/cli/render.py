@@ -158,7 +158,7 @@ def report_table(report: Report, wide: bool = False, every_rank: bool = False) -
             storage = stored(trace.startup.nodes)
             storage_rows = [[node] for node in storage] if every_rank else alike.storage_groups(storage, findings)
             startup = "\n" + sizes(startup_text(trace.startup, rank_rows, storage_rows, nodes), wide)
-        body = table(columns, rows, left=3) + missing + io + startup
+        body = table(columns, rows, left=3) + load_note(ranks) + missing + io + startup
         blocks.append(header + "\n" + body + "\n\n" + findings_text(findings, wide))
     if report.skipped_lines:
         blocks.append(f"{report.skipped_lines} corrupt or truncated lines skipped")
@@ -167,6 +167,23 @@ def report_table(report: Report, wide: bool = False, every_rank: bool = False) -
     if report.forecast is not None:
         blocks.append(forecast_text(report.forecast, wide))
     return "\n\n".join(blocks)
+
+
+CLASS_IMPORT_NOTED_S = 0.1  # a class import shorter than this surprises nobody who timed the call
+
+
+def load_note(ranks: list[RankLoad]) -> str:
+    """Under the ``load s`` column: where the caller of a load imported the model's class just before it
+    (``class_import_seconds``, AutoModel's lazy import), that ``load s`` starts after it and where those seconds are."""
+    seconds = [s for r in ranks if (s := r.class_import_seconds) is not None and s >= CLASS_IMPORT_NOTED_S]
+    if not seconds:
+        return ""
+    took = number(seconds[0]) if len(set(seconds)) == 1 else f"{number(min(seconds))}-{number(max(seconds))}"
+    note = (
+        "load s starts at the model class's own from_pretrained: importing that class just before it (AutoModel does)"
+        f" took {took} s, counted under Startup's imports."
+    )
+    return "\n" + wrapped(note, "", "  ")
 
 
 def partial_text(file: PartialFile) -> str:

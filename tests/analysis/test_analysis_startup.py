@@ -434,3 +434,22 @@ def test_a_startup_no_rank_of_which_is_judged_says_so_above_its_table(tmp_path, 
     assert "a rank without a number" not in table and "Startup: - s" not in table, table
     assert "Startup: not judged (no rank was whole and ready: each died, failed, was stopped or lost spans first)" in table
     assert "\n0      11.744 " in table, table
+
+
+def test_load_s_says_the_model_class_s_import_before_it_is_under_imports():
+    """Issue 48, point 5, on a recorded real run (docs/samples/fsdp524): ``AutoModelForCausalLM.from_pretrained``
+    imports the model's class (4.5 s here) before the class's own ``from_pretrained``, where ``load s`` (0.439 s)
+    starts; a person who timed the call read nothing of it where ``load s`` stands."""
+    from support.paths import REPO
+
+    from loadtrace.analysis.sources import read_files
+    from loadtrace.cli.render import report_table
+
+    result = report(read_files(str(REPO / "docs" / "samples" / "fsdp524")))
+    seconds = {rank.rank: (rank.load_seconds, rank.class_import_seconds) for rank in result.ranks}
+    assert seconds == {0: (0.438709, 4.537272), 1: (0.231587, 4.582213)}, seconds
+    table = report_table(result)
+    assert (
+        "load s starts at the model class's own from_pretrained: importing that class just before it (AutoModel does)"
+        " took 4.537-4.582 s, counted under Startup's imports." in " ".join(table.split())
+    ), table

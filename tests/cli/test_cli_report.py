@@ -22,6 +22,7 @@ RANK_KEYS = {
     "strategy",
     "checkpoint",
     "load_seconds",
+    "class_import_seconds",  # issue 48
     "loads",
     "files_opened",
     "tensors_read",
