@@ -10,7 +10,9 @@ or signal. With ``LOADTRACE=1`` it is traced too, and ``hooks/torchelastic.py`` 
 - when workers die (``witness``): the pointer leads to the dead worker's exact last state, which becomes one
   ``loadtrace.rank_exit`` span in the job's trace, with the dead rank's own resource, how it ended (signal or exit
   code, and whether the cgroup's OOM killer did it) and what it was doing. It goes where the rank's own spans went:
-  ``witness-<host>-<launcher pid>.jsonl`` beside the rank's trace file, and OTLP when an endpoint is configured.
+  ``witness-<host>-<launcher pid>.jsonl`` beside the rank's trace file, and OTLP when an endpoint is configured;
+- once all its workers are done, and where rank 0 was among them, the run's closing line (exporting/summary.py): said
+  here, after every death is written, it counts what the report will, even where rank 0 was killed.
 
 Nothing here may hang or break the launcher: reads are of small local files, export runs in a daemon thread joined for
 at most ``LOADTRACE_EXIT_TIMEOUT``, and every fault is one line on stderr.
