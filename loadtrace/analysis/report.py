@@ -76,7 +76,7 @@ def select_jobs(jobs: list[Job], pick: str | None, latest: bool, source: str) ->
         return chosen
     if not chosen:
         raise SourceError(f"{source} holds no job")
-    return [max(reversed(chosen), key=lambda job: job.start_ns)]  # of jobs that started together, the last listed
+    return [max(chosen, key=lambda job: job.start_ns)]
 
 
 def _picked(jobs: list[Job], pick: str, source: str) -> list[Job]:

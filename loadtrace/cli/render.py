@@ -158,7 +158,7 @@ def report_table(report: Report, wide: bool = False, every_rank: bool = False) -
             storage = stored(trace.startup.nodes)
             storage_rows = [[node] for node in storage] if every_rank else alike.storage_groups(storage, findings)
             startup = "\n" + sizes(startup_text(trace.startup, rank_rows, storage_rows, nodes), wide)
-        body = table(columns, rows, left=3) + load_note(ranks) + missing + io + startup
+        body = table(columns, rows, left=3) + missing + load_note(ranks) + io + startup
         blocks.append(header + "\n" + body + "\n\n" + findings_text(findings, wide))
     if report.skipped_lines:
         blocks.append(f"{report.skipped_lines} corrupt or truncated lines skipped")
