@@ -432,7 +432,9 @@ def test_a_startup_no_rank_of_which_is_judged_says_so_above_its_table(tmp_path, 
     assert main(["report", str(path)]) == 0
     table = capsys.readouterr().out
     assert "a rank without a number" not in table and "Startup: - s" not in table, table
-    assert "Startup: not judged (no rank was whole and ready: each died, failed, was stopped or lost spans first)" in table
+    assert (
+        "Startup: not judged (no rank was whole and ready: each died, failed, was stopped or lost spans first)" in table
+    )
     assert "\n0      11.744 " in table, table
 
 
