@@ -5,9 +5,11 @@ parallel plan, launcher, library versions).
 Each side is one job (one attempt of a trace) of its source; ``pick_job`` picks it when the source holds several.
 
 Phases, each from the spans named in docs/reference.md's span reference:
-- ``open``: ``safetensors.open`` / ``torch.load`` spans (their time, the files' sizes, how many);
-- ``read``: tensors and bytes read; its time only where spans of its own exist (``safetensors.read`` at tensor detail,
-  ``transformers.load_state_dict``, ``safetensors.load``), since at default detail reads happen inside file spans;
+- ``open``: ``safetensors.open`` / ``torch.load`` spans (the time any was open, each instant once; the files' sizes,
+  how many);
+- ``read``: tensors and bytes read; its time (as every phase's: each instant once) only where spans of its own exist
+  (``safetensors.read`` at tensor detail, ``transformers.load_state_dict``, ``safetensors.load``), since at default
+  detail reads happen inside file spans;
 - ``convert``: ``transformers.convert`` (time, ``loadtrace.convert.bytes``, ``loadtrace.convert.count``);
 - ``materialize``: ``transformers.materialize_missing`` time, and the real (non-meta) bytes ``zeros_like`` /
   ``empty_like`` created during the load;
@@ -24,6 +26,7 @@ import re
 from typing import Any
 
 from .. import semconv as sc
+from ..startup_split import length, union
 from . import alike
 from .attrs import int_attr, real_bytes
 from .findings import find
@@ -44,9 +47,11 @@ PRETRAINED = frozenset({sc.SPAN_FROM_PRETRAINED})
 
 
 def _seconds(rank: RankLoad, names: frozenset[str]) -> float | None:
-    """Summed duration of the rank's spans with these names; None when there are none (unknown is not zero)."""
-    spans = [span for span in rank.spans if span.name in names]
-    return round(sum(span.seconds for span in spans), 6) if spans else None
+    """The time any of the rank's spans with these names was open: the union of their intervals, each instant once
+    (files read in transformers' thread pool overlap, and their summed lengths outgrew the load); None when there are
+    none (unknown is not zero)."""
+    spans = [(span.start_ns, span.end_ns) for span in rank.spans if span.name in names]
+    return round(length(union(spans)) / 1e9, 6) if spans else None
 
 
 def phase_metrics(rank: RankLoad) -> dict[str, dict[str, float | int | None]]:

@@ -70,6 +70,7 @@ def duplicate_checkpoint_read(job: Job, model: int) -> Finding | None:
         model,
         what="read {bytes} of checkpoint tensors ({share} of the model)",
         why="only the loading rank (rank 0) should read the checkpoint",
+        reads=True,
         extra=lambda r: {"read_bytes": r.read_bytes, "tensors_read": r.tensors_read, "files_opened": r.files_opened},
     )
 
@@ -174,6 +175,7 @@ def replicated_load(job: Job, model: int) -> Finding | None:
         model,
         what="read {bytes} ({share} of the model) as whole tensors",
         why=_replica_why(readers),
+        reads=True,
         extra=lambda r: {
             "read_bytes": r.read_bytes,
             "partial_bytes": r.partial_bytes,
@@ -273,6 +275,7 @@ def sharded_read(job: Job, model: int) -> Finding | None:
         what="read {bytes} ({share} of the model), partly as tensor slices; all ranks together read "
         + f"{human_bytes(together)} ({times}x the model)",
         why="a sharded read: each rank reads only its own part of the tensors",
+        reads=True,
         extra=lambda r: {
             "read_bytes": r.read_bytes,
             "partial_tensors": r.partial_tensors,
@@ -508,8 +511,10 @@ def _finding(
     why: str,
     extra: Callable[[RankLoad], dict[str, Any]],
     note: str = "",
+    reads: bool = False,
 ) -> Finding:
-    """One finding over the offending ranks, with the host-memory projection: worst rank's bytes × ranks per node."""
+    """One finding over the offending ranks, with the host-memory projection: worst rank's bytes × ranks per node.
+    ``reads``: its bytes are bytes read, not memory made or kept (``projected``)."""
     ranks = sorted(offenders, key=lambda r: r.rank or 0)
     worst = max(offenders.values())
     per_node = max(job.ranks_per_node(r) for r in ranks)
@@ -518,11 +523,9 @@ def _finding(
     each = " each" if len(ranks) > 1 and min(offenders.values()) == worst else ""
     amount = human_bytes(worst) if each or len(ranks) == 1 else f"up to {human_bytes(worst)}"
     symptom = what.format(bytes=amount + each, share=percent(worst, model))
-    projection = (
-        f"Projected host memory: {human_bytes(worst)} x {per_node} rank{'s' if per_node > 1 else ''} per node"
-        + f" = {human_bytes(worst * per_node)} per node"
-        + (f" ({limit})." if (limit := limit_text(*lowest_limit(ranks))) else ".")
-    )
+    held = max(r.held_bytes.get("cpu", 0) for r in ranks) if reads else 0
+    held = held if held > (1 + TOLERANCE) * worst else 0  # the buffers a replica adds are no other figure
+    projection, host = projected(worst, held, per_node, limit_text(*lowest_limit(ranks)), reads)
     detail = (
         f"rank{'s' if len(ranks) > 1 else ''} {names} "
         + symptom
@@ -541,10 +544,29 @@ def _finding(
         sum(offenders.values()),
         detail,
         {"model_bytes": model, "ranks_per_node": per_node, "per_rank": per_rank},
-        projected_node_bytes=worst * per_node,
+        projected_node_bytes=max(worst, held) * per_node,
     )
     # For the table's one finding per cause (cli/render.py): what the ranks did, the projection, the model's share.
     found.symptom = symptom + (f"; {note[0].lower()}{note[1:].rstrip('.')}" if note.startswith(_SITE_NOTE) else "")
-    found.projection = projection
+    found.projection = host
     found.model_share = worst / model if model > 0 else 0.0
     return found
+
+
+def projected(worst: int, held: int, per_node: int, limit: str, reads: bool) -> tuple[str, str]:
+    """(the detail's per-node sentence, its host-memory part: ``X x N ranks per node = Y per node (limit).``). The
+    bytes of most findings are memory the ranks made or kept: host memory. A read finding's are bytes read: its figure
+    says so, and adds what each rank held in host memory at return where that is more (a replica cast to a wider
+    dtype: 439.7 MB read, 879.3 MB held; 0: not more); a tensor read was in the rank's memory, so the host memory is
+    the larger."""
+    ranks = f"{per_node} rank{'s' if per_node > 1 else ''} per node"
+    against = f" ({limit})." if limit else "."
+    memory = max(worst, held)
+    host = f"{human_bytes(memory)} x {ranks} = {human_bytes(memory * per_node)} per node" + against
+    if not reads:
+        return f"Projected host memory: {host}", host
+    read = f"Projected per node: {human_bytes(worst)} read x {ranks} = {human_bytes(worst * per_node)} read per node"
+    if held <= worst:
+        return read + against, host
+    kept = f"{human_bytes(held)} x {ranks} = {human_bytes(held * per_node)} of host memory per node"
+    return f"{read}; held at return: {kept}{against}", host

@@ -570,12 +570,7 @@ def forecast(job: Job, target: Target) -> Forecast:
     others = [p for p in profiles if p is not first]
     worst = max(others, key=lambda p: (p.at_target("mid")[0], -(p.rank.rank or 0)), default=None)
     stand_in = worst or first
-    node0 = [first] + [stand_in] * (per_node - 1)
-    trust, widen = confidence(node0, calibration)
-    for p in profiles:
-        p.widen = widen  # every rank's range, as wide as node 0's confidence says
-    ends = {end: _node_peak(node0, end) for end in ENDS}
-    others_ends = {end: _node_peak([stand_in] * per_node, end) for end in ENDS} if world_t > per_node else None
+    trust, ends, others_ends = _node_ends(profiles, first, stand_in, per_node, world_t > per_node, calibration)
     # The node the verdict is about: node 0, or another node when the world spans several and theirs is worse.
     chosen = others_ends if others_ends is not None and others_ends["mid"][0] > ends["mid"][0] else ends
     node_peak, node_sum, node_shared = chosen["mid"]
@@ -617,6 +612,28 @@ def forecast(job: Job, target: Target) -> Forecast:
             calibration=str(calibration.get("about", "")),
         ),
     )
+
+
+NodeEnds = dict[str, tuple[int, int, int]]  # per end (low, mid, high): ``_node_peak``'s figures
+
+
+def _node_ends(
+    profiles: list[Profile],
+    first: Profile,
+    stand_in: Profile,
+    per_node: int,
+    several_nodes: bool,
+    calibration: Mapping[str, Any],
+) -> tuple[Confidence, NodeEnds, NodeEnds | None]:
+    """Node 0 (rank 0's profile once, the ``stand_in``'s for its other ranks): how far to trust it, which widens every
+    rank's range, and its peak at each end; the other nodes' (the stand-in's on every rank) where there are any."""
+    node0 = [first] + [stand_in] * (per_node - 1)
+    trust, widen = confidence(node0, calibration)
+    for profile in profiles:
+        profile.widen = widen  # every rank's range, as wide as node 0's confidence says
+    ends = {end: _node_peak(node0, end) for end in ENDS}
+    others = {end: _node_peak([stand_in] * per_node, end) for end in ENDS} if several_nodes else None
+    return trust, ends, others
 
 
 def _node_profiles(first: Profile, stand_in: Profile, per_node: int) -> list[NodeProfile]:

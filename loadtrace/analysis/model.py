@@ -157,6 +157,8 @@ class RankLoad:
     strategy: str | None
     checkpoint: str | None
     load_seconds: float | None  # rounded to the microsecond
+    # The import of the model's class just before its load (AutoModel's), in the startup's imports, not in load_seconds.
+    class_import_seconds: float | None
     loads: int
     files_opened: int
     tensors_read: int

@@ -7,14 +7,19 @@ its state file and the launcher's ``loadtrace.rank_exit`` span of its death all 
 
 1. ``loadtrace.attempt`` (the launcher's restart count) splits first. A process that does not say which attempt it
    belongs to joins the only attempt its trace has (and stays apart when there are several).
-2. Within an attempt, processes in start order form *runs*: a process that loaded something (a load span, a state file
-   with a load, a witness span) joins the latest run where its rank has not loaded yet, preferring a run that holds
-   its ``loadtrace.launch.id``; when its rank already loaded in every such run, it starts a new run (the same ranks
-   again, under new pids: a rerun with a reused job id, or a launch the attempt counter did not see). Separate launcher
-   invocations with disjoint ranks (the nodes of one multi-node job, each with its own launch id) share a run.
+2. Within an attempt, processes in start order form *runs*: a rank's process joins the latest run its rank is free in,
+   preferring a run that holds its ``loadtrace.launch.id``; when its rank is taken in every run, it starts a new run
+   (the same ranks again, under new pids: a rerun with a reused job id, or a launch the attempt counter did not see).
+   A rank is taken in a run where a process of it loaded (a load span, a state file with a load, a witness span), or
+   where a process of it belongs to another launch: another launch id, or (ids unknown) it was over before this one
+   began. So a launch that ended before any load (a crash after the rendezvous) is a run of its own, not the start of
+   the next launch's. Separate launcher invocations with disjoint ranks (the nodes of one multi-node job, each with its
+   own launch id) share a run.
 3. A process that overlaps in time a process of its rank that loaded, or that loaded nothing itself (a forked
-   DataLoader worker's bare ``torch.load``), joins its rank's latest run that had begun by then: it is a child, not a
-   rerun.
+   DataLoader worker's bare ``torch.load``) and belongs to the launch of a process of its rank (its launch id, or
+   without ids its rank loaded there or was still alive), joins that rank's latest such run: it is a child, not a
+   rerun. A process that joined the process group itself (``torch.init_process_group``) is a rank's own, never a
+   child.
 """
 
 from __future__ import annotations
@@ -110,6 +115,11 @@ class Process:
         if self.witness is not None:
             times.append(self.witness.end_ns)
         return max(times, default=0)
+
+    @property
+    def rendezvoused(self) -> bool:
+        """Whether it joined the process group itself: a rank's own process, never a child of one."""
+        return any(span.name == sc.SPAN_INIT_PROCESS_GROUP for span in self.spans)
 
     @property
     def loaded(self) -> bool:
@@ -240,6 +250,7 @@ class Run:
     run: int
     members: list[Process] = field(default_factory=list)
     loaders: dict[Who, list[Process]] = field(default_factory=lambda: defaultdict(list))
+    by_rank: dict[Who, list[Process]] = field(default_factory=lambda: defaultdict(list))  # every member, loaded or not
     # Its members' launch ids in order, kept as they join: asked for each process that joins, a scan of the members
     # made grouping a 4,096-rank job quadratic.
     launches: dict[str, None] = field(default_factory=dict)
@@ -254,6 +265,32 @@ class Run:
             self.launches[launch] = None
         if process.loaded:
             self.loaders[process.who].append(process)
+        self.by_rank[process.who].append(process)
+
+    def taken(self, process: Process) -> bool:
+        """Whether the process's rank is taken here for it: loaded, or held by a process of another launch."""
+        who = process.who
+        return who in self.loaders or any(other_launch(other, process) for other in self.by_rank.get(who, ()))
+
+    def parent_of(self, process: Process) -> bool:
+        """Whether a process of its rank here can have started this one (which loaded nothing): of its launch, or
+        without launch ids one that loaded (a child may outlive its parent's last span) or was still alive."""
+        launch = process.launch_id
+        for other in self.by_rank.get(process.who, ()):
+            if launch is not None and other.launch_id is not None:
+                if launch == other.launch_id:
+                    return True
+            elif other.loaded or other.end_ns >= process.start_ns:
+                return True
+        return False
+
+
+def other_launch(earlier: Process, later: Process) -> bool:
+    """Whether two processes of one rank belong to different launches: their launch ids differ, or (either unknown)
+    the earlier was over before the later began."""
+    if earlier.launch_id is not None and later.launch_id is not None:
+        return earlier.launch_id != later.launch_id
+    return earlier.end_ns < later.start_ns
 
 
 def _resolve(values: Iterable[Any]) -> Any:
@@ -277,28 +314,25 @@ def runs(members: list[Process]) -> list[Run]:
 def _split(attempt: int | None, members: list[Process]) -> list[Run]:
     found: list[Run] = []
     for process in members:
-        who = process.who
-        # A child: it overlaps a loading process of its rank, or loaded nothing of its own.
-        parent = next(
-            (
-                run
-                for run in reversed(found)
-                for other in run.loaders.get(who, [])
-                if other.start_ns <= process.start_ns <= other.end_ns
-            ),
-            None,
-        )
-        if parent is None and not process.loaded:
-            parent = next((run for run in reversed(found) if who in run.loaders), found[-1] if found else None)
-        if parent is not None:
-            parent.add(process)
-            continue
-        free = [run for run in reversed(found) if who not in run.loaders]
-        launch = process.launch_id
-        same_launch = [run for run in free if launch is not None and launch in run.launches]
-        target = (same_launch or free)[0] if same_launch or free else None
+        target = _parent_run(found, process)
+        if target is None:
+            free = [run for run in reversed(found) if not run.taken(process)]
+            launch = process.launch_id
+            same_launch = [run for run in free if launch is not None and launch in run.launches]
+            target = (same_launch or free)[0] if same_launch or free else None
         if target is None:
             target = Run(attempt, len(found))
             found.append(target)
         target.add(process)
     return found
+
+
+def _parent_run(found: list[Run], process: Process) -> Run | None:
+    """The run of the process's parent when it is a child (the module docstring, 3), else None."""
+    who = process.who
+    for run in reversed(found):
+        if any(other.start_ns <= process.start_ns <= other.end_ns for other in run.loaders.get(who, ())):
+            return run
+    if process.loaded or process.rendezvoused:
+        return None
+    return next((run for run in reversed(found) if run.parent_of(process)), None)

@@ -481,6 +481,7 @@ def summarize_rank(
         strategy=next((s for s in strategies if s), None),
         checkpoint=next((c for c in checkpoints if c), None) or str_attr(resource, sc.CHECKPOINT),
         load_seconds=round(sum(s.seconds for s in loads), 6) if loads else None,
+        class_import_seconds=class_import_seconds(spans, loads),
         loads=len(loads),
         resource=resource,
         spans=spans,
@@ -502,6 +503,26 @@ def _workload(spans: list[Span]) -> dict[str, Any]:
         workload = sc.WORKLOAD_INFERENCE if sc.WORKLOAD_INFERENCE in said else None
     engines = (str_attr(span.attributes, sc.SERVING_ENGINE) for span in spans)
     return {"workload": workload, "serving_engine": next((engine for engine in engines if engine), None)}
+
+
+# An import that ended this close before a load began is the one the load's caller made for it: the model's class,
+# which ``AutoModel*.from_pretrained`` imports before it calls the class's own ``from_pretrained`` (0.5-1 ms here).
+IMPORT_BEFORE_LOAD_NS = 50_000_000
+
+
+def class_import_seconds(spans: list[Span], loads: list[Span]) -> float | None:
+    """Seconds of the hooked libraries' imports (the startup span's ``loadtrace.startup.imports``) that ended at most
+    ``IMPORT_BEFORE_LOAD_NS`` before one of the loads began: the model's class, imported before its ``from_pretrained``
+    where ``load_seconds`` starts, so counted in the startup's imports and not in ``load_seconds``. None: none."""
+    found = []
+    for span in spans:
+        times = span.attributes.get(sc.STARTUP_IMPORTS) if span.name == sc.SPAN_STARTUP else None
+        if not isinstance(times, list) or not all(type(t) is int for t in times):
+            continue
+        for start, end in zip(times[::2], times[1::2], strict=False):
+            if any(0 <= load.start_ns - end <= IMPORT_BEFORE_LOAD_NS for load in loads):
+                found.append(end - start)
+    return round(sum(found) / 1e9, 6) if found else None
 
 
 def _reads(spans: list[Span], loads: list[Span], pretrained: list[Span]) -> dict[str, Any]:

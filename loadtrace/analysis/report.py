@@ -68,15 +68,18 @@ def missing_ranks(job: Job) -> list[int]:
 
 
 def select_jobs(jobs: list[Job], pick: str | None, latest: bool, source: str) -> list[Job]:
-    """The jobs to report: all, those of the trace ``pick`` names (``--job``: every attempt of it, or one with
-    ``ID@ATTEMPT``), or those of the trace that started last (``--latest``)."""
-    if latest:
-        if not jobs:
-            raise SourceError(f"{source} holds no job")
-        newest = max(jobs, key=lambda job: job.start_ns).trace_id
-        return [job for job in jobs if job.trace_id == newest]
-    if pick is None:
-        return jobs
+    """The jobs to report: all, or those of the trace ``pick`` names (``--job``: every attempt and run of it, or one
+    with ``ID@ATTEMPT[.RUN]``); with ``latest`` (``--latest``), of those the one that started last: the job just run,
+    one attempt and run, never the earlier launches of a job id used again."""
+    chosen = jobs if pick is None else _picked(jobs, pick, source)
+    if not latest:
+        return chosen
+    if not chosen:
+        raise SourceError(f"{source} holds no job")
+    return [max(chosen, key=lambda job: job.start_ns)]
+
+
+def _picked(jobs: list[Job], pick: str, source: str) -> list[Job]:
     if PICK.fullmatch(pick) is None:
         named = _named(jobs, pick, exact=True) or _named(jobs, pick, exact=False)
         if named and len({job.trace_id for job in named}) == 1:

@@ -148,17 +148,7 @@ def collective_timeout(job: Job, model: int) -> Finding | None:
     after their own load) share one sentence, as do the ranks still loading alike (the same phase, alike bytes read,
     ended alike), a whole node's as the node; ``per_rank`` and ``waiting_for`` keep every rank's figures."""
     failures = sorted((f for rank in job.ranks if (f := failure_of(rank)) is not None), key=lambda f: f.at_ns)
-    timeouts: list[tuple[Failure, float]] = []
-    waiting: dict[int | None, dict[str, object]] = {}
-    for failure in failures:
-        after = _own_load_over(failure.rank, failure.at_ns)
-        if not failure.timed_out or after is None:
-            continue
-        others = [r for r in job.ranks if r is not failure.rank and loading_at(r, failure.at_ns)]
-        if others:
-            timeouts.append((failure, after))
-            for other in others:
-                waiting.setdefault(other.rank, progress_of(other, failure.at_ns))
+    timeouts, waiting = _timed_out_waiting(job, failures)
     if not timeouts:
         return None
     first = failures[0]
@@ -177,14 +167,7 @@ def collective_timeout(job: Job, model: int) -> Finding | None:
         host=lambda entry: entry["host"],  # type: ignore[arg-type, return-value]
         per_host=per_host,
     )
-    stopped = [r.rank for r in job.ranks if r.exit.signal in STOPPED_BY_LAUNCHER and r is not first.rank]
-    blame = f"Rank {first.rank.rank} failed first ({first.how.split(':', 1)[0]})"
-    if stopped:
-        numbers = [n for n in stopped if n is not None]
-        names = ", ".join(
-            [*([alike.who(numbers)] if numbers else []), *["a rank without a number"] * (None in stopped)]
-        )
-        blame += f"; {names} {'were' if len(stopped) > 1 else 'was'} stopped after it"
+    blame, stopped = _blame(job, first)
     detail = (
         "; ".join(_timed_out_text(group) for group in timed)
         + ", while "
@@ -214,6 +197,39 @@ def collective_timeout(job: Job, model: int) -> Finding | None:
         },
         waiting_for=list(waiting.values()),
     )
+
+
+def _timed_out_waiting(
+    job: Job, failures: list[Failure]
+) -> tuple[list[tuple[Failure, float]], dict[int | None, dict[str, object]]]:
+    """The failures that are the skew that kills (a rank timed out in a collective after its own load, while others
+    still loaded), each with its seconds after that load; and the ranks still loading then, each with its progress at
+    the first such failure it was waited on in."""
+    timeouts: list[tuple[Failure, float]] = []
+    waiting: dict[int | None, dict[str, object]] = {}
+    for failure in failures:
+        after = _own_load_over(failure.rank, failure.at_ns)
+        if not failure.timed_out or after is None:
+            continue
+        others = [r for r in job.ranks if r is not failure.rank and loading_at(r, failure.at_ns)]
+        if others:
+            timeouts.append((failure, after))
+            for other in others:
+                waiting.setdefault(other.rank, progress_of(other, failure.at_ns))
+    return timeouts, waiting
+
+
+def _blame(job: Job, first: Failure) -> tuple[str, list[int | None]]:
+    """``Rank 3 failed first (DistBackendError); ranks 0-2 were stopped after it``, and the ranks stopped."""
+    stopped = [r.rank for r in job.ranks if r.exit.signal in STOPPED_BY_LAUNCHER and r is not first.rank]
+    blame = f"Rank {first.rank.rank} failed first ({first.how.split(':', 1)[0]})"
+    if stopped:
+        numbers = [n for n in stopped if n is not None]
+        names = ", ".join(
+            [*([alike.who(numbers)] if numbers else []), *["a rank without a number"] * (None in stopped)]
+        )
+        blame += f"; {names} {'were' if len(stopped) > 1 else 'was'} stopped after it"
+    return blame, stopped
 
 
 def _alone(rank: object, item: object) -> int | None:

@@ -208,10 +208,28 @@ def judged(job: Job, ranks: list[RankStartup]) -> list[RankStartup]:
 
 
 def died_starting(rank: RankLoad) -> bool:
-    """Whether the rank died before it was ready: the launcher's witness ended its startup span at its death."""
-    return any(
+    """Whether the rank died before it was ready: the launcher's witness ended its startup span at its death, or an
+    exception nobody caught ended the process first (``raised_starting``)."""
+    return raised_starting(rank) or any(
         s.name == sc.SPAN_STARTUP and s.attributes.get(sc.EXIT_SOURCE) == sc.EXIT_SOURCE_LAUNCHER for s in rank.spans
     )
+
+
+def raised_starting(rank: RankLoad) -> bool:
+    """Whether an exception nobody caught (its span, else its state file's word) ended the process of a rank whose
+    startup was still waiting for its end (a load, or a preparation): the startup ended only at the exit, at the rank's
+    last activity before it, and no load finished after the exception. The job's own code failed before the rank was
+    ready (a crash after the rendezvous), so its startup measures nothing of the job's."""
+    raised = [s.start_ns for s in rank.spans if s.name == sc.SPAN_EXCEPTION]
+    if not raised and rank.exception is not None:
+        raised = [rank.exception[1]]
+    if not raised:
+        return False
+    at = min(raised)
+    at_exit = any(
+        s.name == sc.SPAN_STARTUP and s.attributes.get(sc.STARTUP_END) == sc.STARTUP_END_EXIT for s in rank.spans
+    )
+    return at_exit and not any(s.end_ns > at for s in _loads(rank))
 
 
 def job_startup(job: Job, limits: Thresholds | None = None) -> Startup | None:

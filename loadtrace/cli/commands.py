@@ -154,7 +154,8 @@ def _add_report_command(commands: Any) -> None:
     report_.add_argument(
         "--latest",
         action="store_true",
-        help="report only the job that started last (with --jaeger: of --service, default loadtrace)",
+        help="report only the job that started last: one attempt and run (with --job ID: of that job's; with "
+        "--jaeger: of --service, default loadtrace)",
     )
     report_.add_argument("--trace-id", help="with --jaeger: the job's trace id")
     report_.add_argument("--service", help="with --jaeger: search this service's traces")
@@ -563,8 +564,6 @@ def _source_or_default(args: argparse.Namespace) -> str:
 
 
 def _report_source(args: argparse.Namespace) -> SpanSet:
-    if args.job is not None and args.latest:
-        raise SourceError("give either --job ID or --latest, not both")
     if args.clickhouse is not None:
         return _clickhouse_job(args, args.source is not None or args.jaeger is not None)
     if args.jaeger is None:
@@ -612,7 +611,7 @@ def run_report(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(to_json(result), indent=2))
     elif args.format == "line":
-        print(render.report_line(result))
+        print("\n".join(render.report_lines(result)))
     else:
         print(render.report_table(result, args.wide, every_rank=args.ranks == "all"))
     if result.forecast is not None and _fails(result.forecast.verdict, args):

@@ -20,6 +20,7 @@ from loadtrace.analysis.model import (
     Comparison,
     Finding,
     Forecast,
+    JobSummary,
     NodeReads,
     NodeStartup,
     PartialFile,
@@ -124,10 +125,8 @@ def report_table(report: Report, wide: bool = False, every_rank: bool = False) -
     keep = [RANK_COLUMNS.index(name) for name in columns]
     blocks = []
     for trace in report.traces:
-        key = (trace.trace_id, trace.attempt, trace.run)
-        ranks = [rank for rank in report.ranks if (rank.trace_id, rank.attempt, rank.run) == key]
-        findings = [f for f in report.findings if (f.trace_id, f.attempt, f.run) == key]
-        runs = sum(1 for other in report.traces if (other.trace_id, other.attempt) == key[:2])
+        ranks, findings = of_job(report, trace)
+        runs = sum(1 for other in report.traces if (other.trace_id, other.attempt) == (trace.trace_id, trace.attempt))
         # The launch id tells attempts of one trace apart; on a trace's only job it is noise (JSON keeps it).
         launch = trace.launch_id if sum(other.trace_id == trace.trace_id for other in report.traces) > 1 else None
         header = f"job {trace.job_id or '-'}  trace {trace.trace_id}"
@@ -159,7 +158,7 @@ def report_table(report: Report, wide: bool = False, every_rank: bool = False) -
             storage = stored(trace.startup.nodes)
             storage_rows = [[node] for node in storage] if every_rank else alike.storage_groups(storage, findings)
             startup = "\n" + sizes(startup_text(trace.startup, rank_rows, storage_rows, nodes), wide)
-        body = table(columns, rows, left=3) + missing + io + startup
+        body = table(columns, rows, left=3) + missing + load_note(ranks) + io + startup
         blocks.append(header + "\n" + body + "\n\n" + findings_text(findings, wide))
     if report.skipped_lines:
         blocks.append(f"{report.skipped_lines} corrupt or truncated lines skipped")
@@ -168,6 +167,23 @@ def report_table(report: Report, wide: bool = False, every_rank: bool = False) -
     if report.forecast is not None:
         blocks.append(forecast_text(report.forecast, wide))
     return "\n\n".join(blocks)
+
+
+CLASS_IMPORT_NOTED_S = 0.1  # a class import shorter than this surprises nobody who timed the call
+
+
+def load_note(ranks: list[RankLoad]) -> str:
+    """Under the ``load s`` column: where the caller of a load imported the model's class just before it
+    (``class_import_seconds``, AutoModel's lazy import), that ``load s`` starts after it and where those seconds are."""
+    seconds = [s for r in ranks if (s := r.class_import_seconds) is not None and s >= CLASS_IMPORT_NOTED_S]
+    if not seconds:
+        return ""
+    took = number(seconds[0]) if len(set(seconds)) == 1 else f"{number(min(seconds))}-{number(max(seconds))}"
+    note = (
+        "load s starts at the model class's own from_pretrained: importing that class just before it (AutoModel does)"
+        f" took {took} s, counted under Startup's imports."
+    )
+    return "\n" + wrapped(note, "", "  ")
 
 
 def partial_text(file: PartialFile) -> str:
@@ -187,14 +203,40 @@ def stored(nodes: list[NodeStartup]) -> list[NodeStartup]:
     return [node for node in nodes if node.checkpoint is not None or node.storage_bytes is not None]
 
 
+def report_lines(report: Report) -> list[str]:
+    """``loadtrace report --format line``: the one job's ``report_line``; of several, one line each, in start order,
+    after the job it is of: ``job nightly, run 2, 2 ranks, 1 finding``. Never one line summed over several jobs."""
+    if len(report.traces) <= 1:
+        return [report_line(report)]
+    lines = []
+    for trace in report.traces:
+        ranks, findings = of_job(report, trace)
+        one = Report(traces=[trace], ranks=ranks, findings=findings, skipped_lines=0)
+        lines.append(f"job {trace.job_id or trace.trace_id}, {report_line(one)}")
+    return lines
+
+
+def of_job(report: Report, trace: JobSummary) -> tuple[list[RankLoad], list[Finding]]:
+    """The report's ranks and findings of one of its jobs (one attempt and run of a trace)."""
+    key = (trace.trace_id, trace.attempt, trace.run)
+    ranks = [rank for rank in report.ranks if (rank.trace_id, rank.attempt, rank.run) == key]
+    return ranks, [f for f in report.findings if (f.trace_id, f.attempt, f.run) == key]
+
+
 def report_line(report: Report) -> str:
-    """``2 ranks, 3 findings`` (``1 of 2 ranks here, ...`` when ranks of the job left nothing in the source), then the
-    ranks that stand out whatever their numbers (``alike.standouts``; alike ones together, the first few): ``; rank
-    300 incomplete, rank 700 slow``. What rank 0 says of its job when it ends (instrumentation/exporting/summary.py)."""
+    """Of one job (one attempt and run): ``2 ranks, 3 findings`` (``1 of 2 ranks here, ...`` when ranks of the job
+    left nothing in the source; ``attempt 1, `` and ``run 2, `` before, for a restart and for a job id used again), then
+    the ranks that stand out whatever their numbers (``alike.standouts``; alike ones together, the first few): ``; rank
+    300 incomplete, rank 700 slow``. What rank 0's closing line says of its job (instrumentation/exporting/summary.py):
+    the same function over the same job, so the two always count alike."""
     present = len({rank.rank for rank in report.ranks})
     world = max((trace.world_size or 0 for trace in report.traces), default=0)
     plural = "s" * (present != 1)
-    text = f"{number(present)} of {number(world)} ranks here" if world > present else f"{number(present)} rank{plural}"
+    text = "".join(
+        f"attempt {trace.attempt}, " * bool(trace.attempt) + f"run {trace.run + 1}, " * bool(trace.run)
+        for trace in report.traces[:1]
+    )
+    text += f"{number(present)} of {number(world)} ranks here" if world > present else f"{number(present)} rank{plural}"
     text += f", {number(len(report.findings))} finding{'s' * (len(report.findings) != 1)}"
     standing = alike.standouts(report.ranks, report.findings)
     kinds, nodes = alike.kinds_by_rank(report.findings), alike.node_outliers(report.findings)
@@ -226,10 +268,7 @@ def startup_text(
     """``Startup:`` the slowest rank and the median, a row per rank split by phase (alike ranks together as in
     ``rank_rows``, whole nodes a finding tells so titled as in ``nodes``), a ``Storage:`` line per node whose
     checkpoint residency or storage bytes are known (alike nodes together as in ``storage``)."""
-    slowest = f"rank {startup.slowest_rank}" if startup.slowest_rank is not None else "a rank without a number"
-    phase = f", {startup.slowest_phase} phase" if startup.slowest_phase else ""
-    median = number(startup.median_rank_seconds)
-    lines = [f"Startup: {number(startup.seconds)} s (slowest: {slowest}{phase}), median rank {median} s; in seconds:"]
+    lines = [f"Startup: {startup_headline(startup)}; in seconds:"]
     phases = list(startup.ranks[0].phases) if startup.ranks else []
     shared = {rank.rank: row for row, members in enumerate(rank_rows or []) if len(members) > 1 for rank in members}
     rows: list[list[str] | str] = []
@@ -249,6 +288,17 @@ def startup_text(
     for alike_nodes in storage if storage is not None else [[node] for node in stored(startup.nodes)]:
         lines.append(storage_line(alike_nodes))
     return "\n".join(lines)
+
+
+def startup_headline(startup: Startup) -> str:
+    """The slowest of the ranks judged and their median; where none is judged (every rank died, failed, was stopped
+    or lost spans before it was ready), that, never a slowest rank that is no rank at all."""
+    if startup.seconds is None:
+        return "not judged (no rank was whole and ready: each died, failed, was stopped or lost spans first)"
+    slowest = f"rank {startup.slowest_rank}" if startup.slowest_rank is not None else "a rank without a number"
+    phase = f", {startup.slowest_phase} phase" if startup.slowest_phase else ""
+    median = number(startup.median_rank_seconds)
+    return f"{number(startup.seconds)} s (slowest: {slowest}{phase}), median rank {median} s"
 
 
 def storage_line(nodes: list[NodeStartup]) -> str:
@@ -411,14 +461,22 @@ def sizes(text: str, wide: bool) -> str:
     return text if wide else _EXACT_AND_HUMAN.sub(r"\1", text)
 
 
-_PROJECTION = re.compile(r"Projected host memory: (.+?) x (\d+) ranks? per node = (.+?) per node")
+# The detail's per-node figures, shortened for the table: ``Projected host memory: 1.0 MB x 8 ranks per node = 8.1 MB
+# per node`` → ``Per node: 1.0 MB x 8 = 8.1 MB``; a read finding's ``... read x 2 ranks per node = 2.0 MB read per
+# node`` → ``... read x 2 = 2.0 MB read``.
+_PROJECTION = re.compile(r"Projected (?:host memory|per node): ")
+_PER_NODE = re.compile(r" x (\d+) ranks? per node = (.+?) per node")
 
 
 def finding_lines(finding: Finding, wide: bool) -> list[str]:
     ranks = who(finding.ranks)
     amount = human_bytes(finding.bytes) if wide else size(finding.bytes)
     lines = [f"  {finding.severity.upper()} {finding.kind}  {ranks}  {amount}"]
-    detail = finding.detail if wide else _PROJECTION.sub(r"Per node: \1 x \2 = \3", sizes(finding.detail, wide))
+    detail = (
+        finding.detail
+        if wide
+        else _PER_NODE.sub(r" x \1 = \2", _PROJECTION.sub("Per node: ", sizes(finding.detail, wide)))
+    )
     lines.append(wrapped(detail, "    "))
     return lines + next_lines(finding)
 

@@ -235,3 +235,16 @@ def test_a_rerun_within_one_attempt_is_picked_with_its_run():
     assert [(job.attempt, job.run) for job in jobs_of(lines)] == [(None, 0), (None, 1)]
     assert picked(lines, "again@.2").run == 1 and picked(lines, "again@.1").run == 0
     assert "again@.1 (trace " in refused(lines, None) and "again@.2 (trace " in refused(lines, None)
+
+
+def test_overlapping_file_spans_are_open_once_never_longer_than_the_load():
+    """Issue 48, point 5: transformers reads files in a thread pool, so their spans overlap; their summed lengths
+    (5 files x 1.0 s = 5.0 s) were the open time of a 1.2 s load. Open is the time any file was open: 1.0 s."""
+    spans = rank_load(trace_id_of("threads"), 0, "plain", MODEL_BYTES, seconds=1.2)
+    for found in spans:
+        if found["name"] == sc.SPAN_SAFETENSORS_OPEN:
+            found["startTimeUnixNano"], found["endTimeUnixNano"] = str(T0 + 100_000_000), str(T0 + 1_100_000_000)
+    job = job_of([line(resource(0, world_size=1), spans)])
+    result = compare(job, job)
+    opened, loaded = row(result, "open", 0, "seconds"), row(result, "load", 0, "seconds")
+    assert (opened["a"], loaded["a"]) == (1.0, 1.2)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from support.dead_rank_jobs import (
     CGROUP_LIMIT,
     FSDP,
@@ -265,6 +266,48 @@ def test_the_same_ranks_again_under_new_pids_are_a_new_run(tmp_path):
     assert [(t.attempt, t.run, t.ranks) for t in result.traces] == [(None, 0, [0, 1]), (None, 1, [0, 1])]
     assert {r.run: r.loads for r in result.ranks} == {0: 1, 1: 1}
     assert "run 2 of 2 (the same ranks again, new pids)" in report_table(result)
+
+
+def crashed_lines(start: int, pids: tuple[int, ...], launch: str | None, ranks: tuple[int, ...] = (0, 1)) -> list[str]:
+    """Ranks that crashed in their own code after the rendezvous: a startup and the rendezvous, no load."""
+    extra = {sc.LAUNCH_ID: launch} if launch is not None else {}
+    lines = []
+    raised = start + 3 * SECOND
+    for rank, pid in zip(ranks, pids, strict=True):
+        spans = [
+            span(sc.SPAN_STARTUP, TRACE, start, raised),
+            span(sc.SPAN_INIT_PROCESS_GROUP, TRACE, start + SECOND, start + 2 * SECOND),
+            span(sc.SPAN_EXCEPTION, TRACE, raised, raised, **{sc.EXCEPTION_TYPE: "RuntimeError"}),
+        ]
+        lines.append(line(resource(rank, **{sc.PROCESS_PID: pid, **extra}), spans))
+    return lines
+
+
+@pytest.mark.parametrize("launches", [("first", "2nd"), (None, None)], ids=["launch-ids", "no-launch-ids"])
+def test_a_launch_that_ended_before_any_load_is_a_run_of_its_own(tmp_path, launches):
+    """Issue 48, point 2: a crash after the rendezvous, then a relaunch with the job id: two runs, never one whose
+    startup spans both launches (with launch ids, and without: the first launch's processes were over before the
+    second's began)."""
+    relaunch = attempt_lines(None, T0 + 60 * SECOND, (3000, 3001), launches[1])
+    write_lines(tmp_path / "spans.jsonl", crashed_lines(T0, (1000, 1001), launches[0]) + relaunch)
+    result = report_of(tmp_path)
+    assert [(t.run, t.ranks) for t in result.traces] == [(0, [0, 1]), (1, [0, 1])]
+    assert {(r.run, r.rank): r.loads for r in result.ranks} == {(0, 0): 0, (0, 1): 0, (1, 0): 1, (1, 1): 1}
+    relaunched = result.traces[1].startup
+    assert relaunched is not None and all(rank.seconds < 60 for rank in relaunched.ranks)
+
+
+def test_a_relaunch_is_no_child_of_a_rank_that_crashed_before_its_load(tmp_path):
+    """Hostile: in the first launch rank 0 crashed before loading while rank 1 loaded; the relaunch's rank 0 is not
+    rank 0 of the first launch's run come late, nor is a second crash before any load, without launch ids."""
+    first = crashed_lines(T0, (1000,), None, ranks=(0,)) + attempt_lines(None, T0, (1000, 1001))[1:]
+    again = crashed_lines(T0 + 30 * SECOND, (2000, 2001), None)
+    relaunch = attempt_lines(None, T0 + 60 * SECOND, (3000, 3001))
+    write_lines(tmp_path / "spans.jsonl", first + again + relaunch)
+    result = report_of(tmp_path)
+    assert [(t.run, t.ranks) for t in result.traces] == [(0, [0, 1]), (1, [0, 1]), (2, [0, 1])]
+    loads = {(r.run, r.rank): r.loads for r in result.ranks}
+    assert loads == {(0, 0): 0, (0, 1): 1, (1, 0): 0, (1, 1): 0, (2, 0): 1, (2, 1): 1}
 
 
 def test_the_nodes_of_one_job_under_separate_launchers_are_one_run(tmp_path):

@@ -15,9 +15,11 @@ from support.otlp_lines import (
     trace_id_of,
 )
 
+from loadtrace import semconv as sc
 from loadtrace.analysis.findings import find
 from loadtrace.analysis.ranks import jobs_from_spans
 from loadtrace.analysis.sources import decode_line
+from loadtrace.analysis.units import human_bytes
 
 TRACE = trace_id_of("findings")
 FSDP, ZERO3 = "fsdp_cpu_ram_efficient", "zero3"
@@ -197,3 +199,25 @@ def test_findings_are_warnings_first_then_most_bytes_first_across_jobs():
     assert order == sorted(order, key=lambda item: (item[0] != "warning", -item[1]))
     assert findings[-1].kind == "replicated_load"
     assert {f.trace_id for f in findings} == {trace_id_of(f"5.12.0-{s}") for s in (FSDP, "plain", ZERO3)}
+
+
+def test_a_read_finding_s_per_node_figure_says_it_counts_reads_and_what_the_ranks_held():
+    """Issue 48, point 5, on a recorded real run (a plain fp32 load of a bf16 checkpoint, 2 ranks): each rank read
+    18.8 MB and held 37.6 MB, and the per-node figure read "18.8 MB x 2 = 37.6 MB" as if it were the node's memory."""
+    from support.paths import FIXTURES
+
+    from loadtrace.analysis.report import report
+    from loadtrace.analysis.sources import read_files
+    from loadtrace.cli.render import report_table
+
+    result = report(read_files(str(FIXTURES / "forecast-mistral" / "524-plain-bf16as32-small" / "spans")))
+    (finding,) = [f for f in result.findings if f.kind == sc.FINDING_REPLICATED_LOAD]
+    (rank1,) = [r for r in result.ranks if r.rank == 1]
+    held = rank1.held_bytes["cpu"]
+    assert held > 1.9 * rank1.read_bytes and finding.projected_node_bytes == 2 * held
+    assert f"Projected per node: {human_bytes(rank1.read_bytes)} read x 2 ranks per node" in finding.detail
+    assert f"held at return: {human_bytes(held)} x 2 ranks per node = {human_bytes(2 * held)} of host memory" in (
+        finding.detail
+    )
+    table = " ".join(report_table(result).split())
+    assert "Per node: 18.8 MB read x 2 = 37.6 MB read; held at return: 37.6 MB x 2 = 75.3 MB of host memory" in table

@@ -388,3 +388,70 @@ def test_a_zero3_startup_shows_deepspeed_initialisation_as_prepare_and_gathering
         "open": 0.0, "read": 0.0, "convert": 0.0, "materialize": 0.0, "broadcast": 1.0, "wait": 1.0, "prepare": 5.5,
         "imports": 0.0, "construct": 0.0, "other": 2.5,
     }  # fmt: skip
+
+
+def crashed_before_its_load(ready: float, raised: float) -> list[dict]:
+    """A rank whose own code raised after the rendezvous, before any load (issue 48): its startup, awaiting a load
+    that never came, ended at the exit, at its last activity (the rendezvous), and the exception came after."""
+    root = span_id()
+    return [
+        span(sc.SPAN_STARTUP, TRACE, at(0), at(ready), sid=root, **{sc.STARTUP_END: sc.STARTUP_END_EXIT}),
+        span(sc.SPAN_INIT_PROCESS_GROUP, TRACE, at(0), at(ready), parent=root),
+        span(sc.SPAN_EXCEPTION, TRACE, at(raised), at(raised), **{sc.EXCEPTION_TYPE: "RuntimeError"}),
+    ]
+
+
+def test_a_rank_that_crashed_in_its_own_code_before_it_was_ready_is_shown_never_judged():
+    """Its 2 s "startup" is its rendezvous: the rank that loaded in 10 s was said slow against it (issue 48, the
+    closing line's "rank 1 slow" of a job that crashed in its own code)."""
+    result, found = findings_of({0: crashed_before_its_load(2.0, 4.0), 1: startup_rank(broadcast=None)})
+    assert found == []
+    (trace,) = result.traces
+    assert trace.startup is not None and trace.startup.slowest_rank == 1 and trace.startup.median_rank_seconds == 10.0
+    assert [rank.rank for rank in trace.startup.ranks] == [0, 1]  # shown
+
+
+def test_an_exception_after_a_rank_was_ready_leaves_it_judged():
+    """A plain rank whose startup ended at its load, then raised in its own code: it was ready, and is judged."""
+    ready = startup_rank(broadcast=None)
+    ready[0]["attributes"] += attributes({sc.STARTUP_END: sc.STARTUP_END_LOAD})
+    ready.append(span(sc.SPAN_EXCEPTION, TRACE, at(12), at(12), **{sc.EXCEPTION_TYPE: "RuntimeError"}))
+    result, _ = findings_of({0: ready, 1: startup_rank(broadcast=None, end=13.0)})
+    (trace,) = result.traces
+    assert trace.startup is not None and trace.startup.median_rank_seconds == 11.5
+
+
+def test_a_startup_no_rank_of_which_is_judged_says_so_above_its_table(tmp_path, capsys):
+    """Issue 48, point 5: every rank died loading (their startups ended by the launcher's witness): the header read
+    "Startup: - s (slowest: a rank without a number)" above a table giving each its seconds."""
+    ranks = {rank: startup_rank(broadcast=None, end=11.744 - rank) for rank in (0, 1)}
+    for spans in ranks.values():
+        spans[0]["attributes"] += attributes({sc.EXIT_SOURCE: sc.EXIT_SOURCE_LAUNCHER})
+    path = tmp_path / "spans.jsonl"
+    path.write_text("\n".join(job_lines(TRACE, ranks)) + "\n")
+    assert main(["report", str(path)]) == 0
+    table = capsys.readouterr().out
+    assert "a rank without a number" not in table and "Startup: - s" not in table, table
+    assert (
+        "Startup: not judged (no rank was whole and ready: each died, failed, was stopped or lost spans first)" in table
+    )
+    assert "\n0      11.744 " in table, table
+
+
+def test_load_s_says_the_model_class_s_import_before_it_is_under_imports():
+    """Issue 48, point 5, on a recorded real run (docs/samples/fsdp524): ``AutoModelForCausalLM.from_pretrained``
+    imports the model's class (4.5 s here) before the class's own ``from_pretrained``, where ``load s`` (0.439 s)
+    starts; a person who timed the call read nothing of it where ``load s`` stands."""
+    from support.paths import REPO
+
+    from loadtrace.analysis.sources import read_files
+    from loadtrace.cli.render import report_table
+
+    result = report(read_files(str(REPO / "docs" / "samples" / "fsdp524")))
+    seconds = {rank.rank: (rank.load_seconds, rank.class_import_seconds) for rank in result.ranks}
+    assert seconds == {0: (0.438709, 4.537272), 1: (0.231587, 4.582213)}, seconds
+    table = report_table(result)
+    assert (
+        "load s starts at the model class's own from_pretrained: importing that class just before it (AutoModel does)"
+        " took 4.537-4.582 s, counted under Startup's imports." in " ".join(table.split())
+    ), table

@@ -22,6 +22,7 @@ RANK_KEYS = {
     "strategy",
     "checkpoint",
     "load_seconds",
+    "class_import_seconds",  # issue 48
     "loads",
     "files_opened",
     "tensors_read",
@@ -192,7 +193,34 @@ def test_latest_and_job_pick_one_job_of_a_folder(tmp_path, capsys):
     code, out, err = run(capsys, "report", str(tmp_path), "--job", "nonesuch")
     assert code == 2 and out == "" and err.startswith("loadtrace: error: no job of") and err.count("\n") == 1
     code, out, err = run(capsys, "report", str(tmp_path), "--job", "x", "--latest")
-    assert code == 2 and err == "loadtrace: error: give either --job ID or --latest, not both\n"
+    assert code == 2 and out == "" and err.startswith("loadtrace: error: no job of") and err.count("\n") == 1
+
+
+def two_runs_of_one_id(tmp_path: Path) -> Path:
+    """A job id used again (issue 48): two runs of one trace, the second's ranks under new pids a minute later."""
+    from support.dead_rank_jobs import SECOND
+    from support.otlp_lines import T0, line, rank_load, resource
+
+    trace = trace_id_of("again")
+    lines = []
+    for run_start, pids in ((T0, (1000, 1001)), (T0 + 60 * SECOND, (3000, 3001))):
+        for rank, pid in zip((0, 1), pids, strict=True):
+            spans = rank_load(trace, rank, "plain", MODEL_BYTES, start=run_start)
+            lines.append(line(resource(rank, **{"process.pid": pid, "loadtrace.job.id": "again"}), spans))
+    write_lines(tmp_path / "again" / "spans.jsonl", lines)
+    return tmp_path / "again"
+
+
+def test_latest_is_the_run_just_run_and_the_line_is_one_per_job(tmp_path, capsys):
+    """``--latest`` is one job (one attempt and run), with ``--job ID`` that job's latest; ``--format line`` says one
+    line per job, never one summed over several (rank 0's closing line is the single job's)."""
+    folder = two_runs_of_one_id(tmp_path)
+    code, out, _ = run(capsys, "report", str(folder), "--job", "again", "--latest", "--format", "json")
+    assert code == 0 and [(t["job_id"], t["run"]) for t in json.loads(out)["traces"]] == [("again", 1)]
+    code, out, _ = run(capsys, "report", str(folder), "--latest", "--format", "line")
+    assert out == "run 2, 2 ranks, 1 finding\n"
+    code, out, _ = run(capsys, "report", str(folder), "--format", "line")
+    assert out == "job again, 2 ranks, 1 finding\njob again, run 2, 2 ranks, 1 finding\n"
 
 
 def test_several_jobs_in_one_directory_are_reported_each(tmp_path, capsys):

@@ -26,6 +26,10 @@ And once more (issue 42): ``incomplete_rank``'s evidence gains ``groups`` (how i
 table groups its rows); nothing else changed.
 And once more (issue 49): the JSON only by added fields (each rank's ``workload`` and ``serving_engine``, null: these
 jobs predate them, so their advice stays the training one; ``replicated_load``'s evidence gains the same two).
+And once more (issue 48): each rank's ``class_import_seconds`` (null: these spans carry no startup imports); a read
+finding's per-node figure says it counts reads (``Projected per node: ... read``; no number changed: no rank held
+more than it read); compare's ``open`` seconds are the time any file was open, each instant once, not the files'
+summed lengths (``plain524``'s rank 0: 0.019 s, not 0.092 s).
 """
 
 from __future__ import annotations

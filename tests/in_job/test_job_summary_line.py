@@ -12,14 +12,16 @@ the job just run even in a folder of many.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
 from support.paths import SPANS
 
-from loadtrace import semconv
+from loadtrace import semconv, statefile
 from loadtrace.instrumentation import settings
 from loadtrace.instrumentation.exporting import summary
 
@@ -106,4 +108,83 @@ def test_only_rank_0_speaks_and_quiet_silences_it(tmp_path, monkeypatch, capsys)
     assert LINE.fullmatch(capsys.readouterr().err.rstrip("\n"))
     monkeypatch.setattr(summary, "line", lambda *args: 1 / 0)  # a fault of ours never reaches the job
     summary.say(loud, FSDP524_JOB, 0, 2, trace_file)
+    assert capsys.readouterr().err == ""
+
+
+# Issue 48, point 3: counted once the run is over on this node, by whoever sees it end -------------------------------
+
+
+def job_1_folder(tmp_path: Path) -> Path:
+    """job-1 (support/dead_rank_jobs.py): both ranks loaded, rank 0's state (this process) exited, in
+    ``loadtrace-traces/job-1``."""
+    from support.dead_rank_jobs import JOB, TRACE, full_job
+    from support.otlp_lines import write_lines
+
+    folder = tmp_path / "loadtrace-traces" / JOB
+    write_lines(folder / "spans.jsonl", full_job())
+    identity = {"pid": os.getpid(), "rank": 0, "local_rank": 0, "world_size": 2, "local_world_size": 2, "attempt": 0}
+    texts = {"job_id": JOB, "host": HOST, "trace_id": TRACE, "trace_file": str(folder / "spans.jsonl")}
+    state = statefile.Writer(str(folder / f"rank00000-{HOST}-{os.getpid()}.state"), identity, texts)
+    state["status"] = statefile.STATUS_EXITED
+    state["updated_ns"] = time.time_ns()
+    return folder
+
+
+HOST = summary.socket.gethostname()
+
+
+def test_a_rank_still_running_leaves_the_counts_out_and_says_so(tmp_path, monkeypatch):
+    """A crash in rank 0's own code while rank 1 still starts: counts taken then would not be the report's (rank 1's
+    startup not over, its end not yet known), so there are none, and the line says why."""
+    from support.dead_rank_jobs import state_file
+
+    folder = job_1_folder(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(summary, "PEER_WAIT_S", 0.3)
+    with subprocess.Popen(["sleep", "30"]) as alive:
+        try:
+            state_file(folder, 1, status=statefile.STATUS_IDLE, pid=alive.pid, host=HOST, updated=time.time_ns())
+            said = summary.line("job-1", str(folder / "spans.jsonl"), None, 2, since_ns=time.time_ns() - 10**9)
+        finally:
+            alive.kill()
+    assert said == (
+        "loadtrace: job job-1 (rank 1 still running: no counts before the run is over) → "
+        "loadtrace report loadtrace-traces/job-1"
+    )
+
+
+def test_ranks_that_ended_or_belong_to_an_earlier_launch_do_not_hold_the_counts(tmp_path, monkeypatch):
+    """Rank 1 killed (its state says loading, its pid is gone) ended; a rank 1 of an earlier launch of the job id
+    (updated before this run began) is not of this run, whatever its state says."""
+    from support.dead_rank_jobs import state_file
+
+    folder = job_1_folder(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    state_file(folder, 1, status=statefile.STATUS_LOADING, pid=gone.pid, host=HOST, updated=time.time_ns())
+    with subprocess.Popen(["sleep", "30"]) as alive:
+        try:
+            state_file(
+                folder, 1, status=statefile.STATUS_IDLE, pid=alive.pid, host=HOST, updated=time.time_ns() - 60 * 10**9
+            )
+            said = summary.line("job-1", str(folder / "spans.jsonl"), None, 2, since_ns=time.time_ns() - 10**9)
+        finally:
+            alive.kill()
+    assert said.startswith("loadtrace: job job-1, 2 ranks, 2 findings; rank 1 incomplete → "), said
+
+
+def test_under_a_witnessing_launcher_the_launcher_says_it(tmp_path, monkeypatch, capsys):
+    """Rank 0 leaves the line to the launcher that runs its workers (LOADTRACE_WITNESS_DIR), which says it from rank
+    0's state once every worker is done: rank 0 killed or stopped with the job is told of too."""
+    folder = job_1_folder(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    loud = settings.from_env({})
+    monkeypatch.setenv(semconv.ENV_WITNESS_DIR, str(tmp_path))
+    summary.say(loud, "job-1", 0, 2, str(folder / "spans.jsonl"), started_ns=0)
+    assert capsys.readouterr().err == ""
+    (state_path,) = folder.glob("rank00000-*.state")
+    summary.said_by_launcher(loud, statefile.read(state_path))
+    assert LINE.fullmatch(capsys.readouterr().err.rstrip("\n"))
+    summary.said_by_launcher(settings.from_env({"LOADTRACE_QUIET": "1"}), statefile.read(state_path))
     assert capsys.readouterr().err == ""

@@ -43,8 +43,8 @@ def ok(capsys: Any, *argv: str) -> str:
 
 
 def rank_rows(table: str) -> list[str]:
-    """A report's rank table: the lines from its header to the first I/O line."""
+    """A report's rank table: the lines from its header to the note under ``load s`` or the first I/O line."""
     lines = table.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("rank "))
-    end = next(i for i, line in enumerate(lines) if line.startswith("I/O: "))
+    end = next(i for i, line in enumerate(lines) if line.startswith(("I/O: ", "load s starts ")))
     return lines[start + 1 : end]

@@ -28,6 +28,7 @@ def killed_rank_job(
         tmp = cwd / "tmp"
         tmp.mkdir()
         env = {"HF_DEACTIVATE_ASYNC_LOAD": "1", "TMPDIR": str(tmp), **({"LOADTRACE": "1"} if traced else {})}
+        env["LOADTRACE_QUIET"] = "0"  # its closing line, said by the launcher (e2e/test_closing_line_agrees.py)
         return torchrun(venv, KILLED_WORKER, [str(checkpoint), "--out", str(cwd)], cwd=cwd, env=env, timeout_s=300)
 
     return once(tmp_path_factory, ("killed", str(venv.root), str(checkpoint), traced), run)

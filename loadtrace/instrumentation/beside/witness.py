@@ -10,7 +10,9 @@ or signal. With ``LOADTRACE=1`` it is traced too, and ``hooks/torchelastic.py`` 
 - when workers die (``witness``): the pointer leads to the dead worker's exact last state, which becomes one
   ``loadtrace.rank_exit`` span in the job's trace, with the dead rank's own resource, how it ended (signal or exit
   code, and whether the cgroup's OOM killer did it) and what it was doing. It goes where the rank's own spans went:
-  ``witness-<host>-<launcher pid>.jsonl`` beside the rank's trace file, and OTLP when an endpoint is configured.
+  ``witness-<host>-<launcher pid>.jsonl`` beside the rank's trace file, and OTLP when an endpoint is configured;
+- once all its workers are done, and where rank 0 was among them, the run's closing line (exporting/summary.py): said
+  here, after every death is written, it counts what the report will, even where rank 0 was killed.
 
 Nothing here may hang or break the launcher: reads are of small local files, export runs in a daemon thread joined for
 at most ``LOADTRACE_EXIT_TIMEOUT``, and every fault is one line on stderr.
@@ -315,6 +317,34 @@ class Witness:
                 warn_once("witness", f"cannot report the exit of worker {death.pid} ({type(error).__name__}: {error})")
         if spans:
             self._export(spans)
+
+    # When they are all done.
+
+    def rank0_state_path(self, pids: Mapping[int, int], envs: Mapping[int, Mapping[str, str]]) -> str | None:
+        """The state file of rank 0 among the workers (local rank → pid, and their environments), read before their
+        pointers go: its pointer, else (a wrapper script between the launcher and Python) the pointer of a process of
+        rank 0. None when rank 0 is not among them or left no state."""
+        directory = os.environ.get(semconv.ENV_WITNESS_DIR)
+        local = next((local for local, env in envs.items() if env.get("RANK") == "0"), None)
+        if not directory or local is None:
+            return None
+        found = _follow(directory, str(pids.get(local, -1)))
+        if found is None:
+            try:
+                names = sorted(name for name in os.listdir(directory) if name.isdigit())
+            except OSError:
+                return None
+            found = next((f for name in names if (f := _follow(directory, name)) is not None and f[2].rank == 0), None)
+        return found[1] if found is not None else None
+
+    def say_closing_line(self, state_path: str) -> None:
+        """Rank 0's closing line (exporting/summary.py), said here once every worker is done and the deaths among
+        them are written: what the report will say of the run, even where rank 0 was killed or stopped with the job."""
+        from ..exporting import summary
+
+        state = statefile.read(state_path)
+        if state is not None:
+            summary.said_by_launcher(self.settings, state)
 
     def forget(self, pids: Iterable[int]) -> None:
         """Remove the pointers of workers that are done (exited cleanly or already witnessed)."""

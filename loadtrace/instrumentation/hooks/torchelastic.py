@@ -1,9 +1,10 @@
 """torchelastic (``torchrun``, ``accelerate launch``): the launcher witnesses its workers' deaths (``witness.py``).
 
 ``PContext.start``: before the workers start, give them the launch id and the witness directory.
-``PContext.wait``: when it returns failures (``RunProcsResult.failures``: local rank → ``ProcessFailure``; the
-subprocess context also lists the siblings it SIGTERMed after the first failure), one ``loadtrace.rank_exit`` span per
-dead worker that left a state; then the pointers of every worker of that context go.
+``PContext.wait``: when it returns (every worker is done), one ``loadtrace.rank_exit`` span per dead worker that left a
+state (``RunProcsResult.failures``: local rank → ``ProcessFailure``; the subprocess context also lists the siblings it
+SIGTERMed after the first failure); then the pointers of every worker of that context go, and where rank 0 was among
+them, its closing line is said (exporting/summary.py).
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ class _Waited:
         if result is None or error is not None:
             return result  # still running (or the wait itself failed): nothing to witness
         try:
-            envs = self.instance.envs
+            envs, pids = self.instance.envs, self.instance.pids()
+            rank0 = witness.launcher().rank0_state_path(pids, envs)  # before the pointers go
             failures = getattr(result, "failures", None) or {}
             deaths = [
                 witness.Death(failure.pid, failure.exitcode, envs.get(local_rank, {}))
@@ -43,7 +45,9 @@ class _Waited:
             ]
             if deaths:
                 witness.launcher().witness(deaths)
-            witness.launcher().forget(self.instance.pids().values())
+            witness.launcher().forget(pids.values())
+            if rank0 is not None:
+                witness.launcher().say_closing_line(rank0)
         except Exception as error:
             warn_once("witness", f"cannot report the workers' exits ({type(error).__name__}: {error})")
         return result

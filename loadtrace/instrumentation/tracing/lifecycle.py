@@ -9,6 +9,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ... import semconv
+from .. import context
 from ..beside import termination
 from ..context import Job
 from ..counting.memory import process_memory
@@ -68,7 +69,8 @@ class Lifecycle:
             rank = None if state["rank"] < 0 else state["rank"]
             job_id = self.job.id or self.job.fallback_id()
             failure = provider.send_failure()
-            summary.say(self.settings, job_id, rank, state["local_world_size"], trace_file, failure)
+            started = context.process_start_ns() or 0
+            summary.say(self.settings, job_id, rank, state["local_world_size"], trace_file, failure, started)
 
     def after_fork(self) -> None:
         """In a forked child: its parent's open files, loads and state are not its own. A slot of a file still open

@@ -6,8 +6,9 @@ opened them, so reads made in transformers' worker threads are charged to the ri
 crossing threads; a load that raises says so (``error.type``) and the exception goes on unchanged.
 
 What follows the scopes is each in a collaborator the front owns: the state file (statemirror.py: exact even at a
-SIGKILL), memory readings and the state's RSS peak (readings.py), the rank's startup span (startup.py), and the
-process's exit, forks and termination signals (lifecycle.py). The hooks reach all of it through the front.
+SIGKILL), memory readings and the state's RSS peak (readings.py), the rank's startup span (startup.py), its stages
+outside loading (stages.py), and the process's exit, forks and termination signals (lifecycle.py). The hooks reach
+all of it through the front.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from .ending import Ends
 from .lifecycle import Lifecycle
 from .loads import Loads
 from .loose import Loose
+from .stages import Stages
 from .startup import Startup
 
 if TYPE_CHECKING:
@@ -80,6 +82,7 @@ class Tracing:
         self.startup = Startup(self, self.handlers, self.open, self.state_file)
         self.loads = Loads(self.open, self.state_file, self.startup)
         self.ends = Ends(settings, self, self.state_file)
+        self.stages = Stages(self.open, self.state_file, self.readings, self.startup, self.ends)
         self.lifecycle = Lifecycle(
             settings, self.job, self.open, self.startup, self.state_file, self.readings, self.ends, self
         )
@@ -211,32 +214,16 @@ class Tracing:
 
     def enter_stage(self, name: str, start: dict[str, Any]) -> tuple[Scope, ActiveToken]:
         """A startup phase outside loading (accelerate's preparation, ``deepspeed.initialize``): a span per call;
-        phases entered inside it (``GatheredParameters``) are aggregated into it, as into a load."""
+        phases entered inside it (``GatheredParameters``) are aggregated into it, as into a load (stages.py)."""
         stack = _active.get()
         scope = Scope(ScopeKind.STAGE, name, self._start(name, start, stack[-1] if stack else None))
-        self.state_file.keep(scope)
-        self.readings.raise_rss_peak(self.readings.from_now(scope))
-        self.open.stages.add(scope)
-        self.handlers.watch()  # a rank stopped here ends its stage and startup (termination.py), as it ends its loads
-        token = _active.set(stack + (scope,))
-        self.state_file.update(set_phase, scope)
-        return scope, token
+        return scope, self.stages.entered(scope, stack)
 
     def exit_stage(
         self, scope: Scope, token: ActiveToken, extra: dict[str, Any], error: BaseException | None, prepares: bool
     ) -> None:
         """``prepares``: the strategy's preparation, whose end (the outermost one's) ends the rank's startup."""
-        _active.reset(token)
-        self.readings.until_now(scope)
-        for phase in scope.phases.values():
-            self.ends.finish(phase, phase.last_end)
-        self.open.stages.discard(scope)
-        self.ends.finish(scope, error=error, extra=extra)
-        self.startup.last_activity = time.time_ns()
-        self.state_file.update(set_phase, scope)
-        if prepares and not any(open.kind is ScopeKind.STAGE for open in _active.get()):
-            self.startup.end(semconv.STARTUP_END_PREPARATION, memory=scope.memory_after)
-        self.startup.settle_handlers()
+        self.stages.left(scope, token, extra, error, prepares)
 
     def stage_span(self, name: str, start_time: int, start: dict[str, Any], error: BaseException | None = None) -> None:
         """A startup phase made after the fact (``init_process_group``: its trace is known only once it returned)."""
