@@ -185,6 +185,19 @@ _offset = LIVE_OFFSET + _LIVE_INTS.size
 for _live_name, _size in LIVE_TEXT_FIELDS:
     TEXT_OFFSETS[_live_name] = (_offset, _size)
     _offset += _size
+# Storage reads of the open (or last) outermost load (``/proc/self/io`` ``read_bytes``:
+# instrumentation/counting/fetching.py): the count when it began, at the last reading, when that was, and the stretches
+# between readings in which it rose (at most ``FETCH_INTERVALS``, start and end ns). For a rank that dies, what it had
+# fetched by its last reading (the monitor's sample, every 0.1 s) and when. Written at the load's start and at each
+# reading the count rose, never per tensor. In the gap between the texts and the live fields, added to version 1 as
+# those were: zeros (not known) in every file an older loadtrace wrote.
+FETCH_OFFSET = 2560
+FETCH_INTERVALS = 16
+_FETCH_HEAD = struct.Struct("<3q")  # the count when the load began, now, when that was
+_FETCH_PAIRS = struct.Struct(f"<{2 * FETCH_INTERVALS}q")
+_FETCH = struct.Struct(f"<{3 + 2 * FETCH_INTERVALS}q")
+assert _TEXT_OFFSET + sum(size for _, size in TEXT_FIELDS) <= FETCH_OFFSET, "the texts outgrew their place"
+assert FETCH_OFFSET + _FETCH.size <= LIVE_OFFSET, "the storage reads outgrew their place before the live fields"
 SCOPE_NAME_BYTES = 40
 SCOPE_RECORDS = 8  # open loads, phases and stages at once; more are not kept (their children may then be orphans)
 _SCOPE = struct.Struct(f"<{SCOPE_NAME_BYTES}s2Q3q")  # name, trace id (high, low), parent id, start ns, span id
@@ -287,6 +300,10 @@ class State:
     rate_base_ns: int
     rate_base_bytes: int
     exception: str
+    storage_read_load_start: int  # storage reads (FETCH_OFFSET): read_bytes when the open (or last) load began,
+    storage_read_now: int  # at its last reading,
+    storage_sampled_ns: int  # when that was (0: not known),
+    storage_intervals: list[tuple[int, int]]  # and the stretches between readings in which it rose
     slots: list[tuple[int, int]] = field(repr=False)  # (tensors, bytes) per slot handed out that the file holds
     open_scopes: list[OpenScope] = field(default_factory=list)
 
@@ -318,6 +335,10 @@ assert [f.name for f in fields(State)] == [
     *(name for name, _ in TEXT_FIELDS),
     *LIVE_FIELDS,
     *(name for name, _ in LIVE_TEXT_FIELDS),
+    "storage_read_load_start",
+    "storage_read_now",
+    "storage_sampled_ns",
+    "storage_intervals",
     "slots",
     "open_scopes",
 ], "State and the header's fields differ"
@@ -352,7 +373,10 @@ def decode(data: bytes) -> State | None:
     ]
     live = _LIVE_INTS.unpack_from(data, LIVE_OFFSET)
     record = (*head, Counters(*counters), Counters(*load_counters), *texts[: len(TEXT_FIELDS)], *live)
-    return State(*record, *texts[len(TEXT_FIELDS) :], slots, _open_scopes(data))  # type: ignore[call-arg]
+    fetch = _FETCH.unpack_from(data, FETCH_OFFSET)
+    stretches = [(fetch[i], fetch[i + 1]) for i in range(3, len(fetch), 2) if fetch[i + 1] > fetch[i] > 0]
+    fetched = (*fetch[:3], stretches)
+    return State(*record, *texts[len(TEXT_FIELDS) :], *fetched, slots, _open_scopes(data))  # type: ignore[call-arg]
 
 
 def _open_scopes(data: bytes) -> list[OpenScope]:
@@ -467,6 +491,14 @@ class Writer:
 
     def touch(self) -> None:
         self._ints[INDEX["updated_ns"]] = time.time_ns()
+
+    def fetched(self, start: int, now: int, at_ns: int, intervals: list[tuple[int, int]]) -> None:
+        """The open load's storage reads (``FETCH_OFFSET``): at most ``FETCH_INTERVALS`` stretches (the caller merges
+        more), then the count, and when, last."""
+        flat = [at for interval in intervals[:FETCH_INTERVALS] for at in interval]
+        flat += [0] * (2 * FETCH_INTERVALS - len(flat))
+        _FETCH_PAIRS.pack_into(self._header, FETCH_OFFSET + _FETCH_HEAD.size, *flat)
+        _FETCH_HEAD.pack_into(self._header, FETCH_OFFSET, start, now, at_ns)
 
     # Read slots -----------------------------------------------------------------------------------------------------
 

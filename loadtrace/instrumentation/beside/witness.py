@@ -196,6 +196,10 @@ def span_attributes(state: statefile.State, exitcode: int | None, oom: bool | No
             attributes[key] = value
     if state.memory_limit_source:
         attributes[semconv.MEMORY_LIMIT_SOURCE] = state.memory_limit_source
+    if state.storage_sampled_ns > 0:  # its storage reads up to its last reading (statefile.FETCH_OFFSET)
+        attributes[semconv.IO_STORAGE_READ_BYTES] = max(0, state.storage_read_now - state.storage_read_load_start)
+        attributes[semconv.IO_STORAGE_READ_INTERVALS] = [at for stretch in state.storage_intervals for at in stretch]
+        attributes[semconv.IO_STORAGE_READ_AS_OF] = state.storage_sampled_ns
     return attributes
 
 
