@@ -35,10 +35,11 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 import struct
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Literal, get_args
 
@@ -389,14 +390,74 @@ def _open_scopes(data: bytes) -> list[OpenScope]:
     return found
 
 
-def read(path: str | os.PathLike[str], max_bytes: int = 64 * 1024 * 1024) -> State | None:
-    """The state file at ``path``, or None when it is missing, unreadable, oversized or not a state file."""
+def read(
+    path: str | os.PathLike[str], max_bytes: int = 64 * 1024 * 1024, owners: Collection[int] | None = None
+) -> State | None:
+    """The state file at ``path``, or None when it is missing, unreadable, oversized or not a state file, or, with
+    ``owners``, owned by a user not among them (``owned_by``): never a link, and the owner is the opened file's."""
     try:
-        with open(path, "rb") as handle:
+        with open(path, "rb", opener=_no_follow) as handle:
+            if owners is not None and os.fstat(handle.fileno()).st_uid not in owners:
+                return None
             data = handle.read(max_bytes + 1)
     except OSError:
         return None
     return decode(data) if len(data) <= max_bytes else None
+
+
+def _no_follow(path: str, flags: int) -> int:
+    return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0))
+
+
+# Where the state lives when there is no trace file to lie beside (spans only over OTLP) -----------------------------
+
+
+def state_root(environ: Mapping[str, str] = os.environ) -> str:
+    """This user's folder for the state files of jobs whose spans go only over OTLP, one owner-only folder per job in
+    it: ``$XDG_RUNTIME_DIR/loadtrace`` where the login gave the user a runtime directory of its own (owner-only,
+    emptied at logout), else ``<temp dir>/loadtrace-<uid>``. The path alone; ``private_dir`` makes each."""
+    import tempfile  # here: only a process without trace files asks
+
+    runtime = environ.get("XDG_RUNTIME_DIR", "")
+    if os.path.isabs(runtime) and _private(runtime):
+        return os.path.join(runtime, "loadtrace")
+    return os.path.join(tempfile.gettempdir(), f"loadtrace-{os.geteuid()}")
+
+
+def private_dir(path: str) -> str:
+    """``path``, made owner-only if missing; ``PermissionError`` when it is not a directory of this user's alone
+    (someone else made it, a link, open to others): the job's state must be reachable by its own user only."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    if not _private(path):
+        raise PermissionError(f"{path} is not a directory of this user's alone")
+    return path
+
+
+def _private(path: str) -> bool:
+    try:
+        found = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(found.st_mode) and found.st_uid == os.geteuid() and not found.st_mode & 0o077
+
+
+def own_user() -> frozenset[int]:
+    """The ``owners`` of the state files a process may act on (probe their pids, read the cgroups they name, end and
+    send their spans): its own user's alone. Another user's is refused, whatever the folder it lies in."""
+    return frozenset({os.geteuid()})
+
+
+def owned_by(path: str | os.PathLike[str]) -> frozenset[int]:
+    """The ``owners`` of the state files a report trusts for figures: the reader's, and the user who owns the folder
+    the file is in (the job's own, where its ranks wrote: a colleague's job on a shared filesystem reads as theirs); a
+    file someone else put in that folder is refused."""
+    try:
+        return frozenset({os.geteuid(), os.stat(os.path.dirname(os.path.abspath(path))).st_uid})
+    except OSError:
+        return own_user()
 
 
 # Writing (the instrumented process) ----------------------------------------------------------------------------------
