@@ -101,7 +101,8 @@ def node_startup(host: str | None, ranks: list[RankLoad]) -> NodeStartup:
     if residency is not None:
         _, total, cold = residency
         outcome = WARM if cold == 0 else COLD if cold >= total else PARTLY_COLD
-    loaders = [r for r in ranks if r.loads or r.storage_read_bytes is not None]
+    # Every rank that loaded counts, one that died loading too: one without the figure makes the node's unknown.
+    loaders = [r for r in ranks if r.loads or r.incomplete or r.read_bytes or r.storage_read_bytes is not None]
     fetched = [r.storage_read_bytes for r in loaders]
     storage = sum(b for b in fetched if b is not None) if loaders and None not in fetched else None
     stretches = [r.storage_read_intervals for r in loaders]

@@ -202,10 +202,12 @@ def test_a_node_with_slow_storage_is_told_as_the_node_on_a_row_of_its_own(mixed,
     ), storage
     # Issue 48: the other nodes fetched their 1.0 MB in under 0.15 s, too briefly for a rate (their lower bound is the
     # median node's, "at least"): never told slow for it, as node000 and node013-node019 were on 0.05-0.25 s of reading.
-    assert len(storage) == 3
-    assert storage[0].startswith("Storage: 126 nodes (node000 ... node127), each: checkpoint cold")
+    # Rank 300 left no figure (its load span lost, no state file): its node's is unknown, and said so.
+    assert len(storage) == 4, storage
+    assert storage[0].startswith("Storage: 125 nodes (node000 ... node127), each: checkpoint cold")
     assert "(under 1 s: too brief for a rate)" in storage[0]
-    assert "(rank 700 to its last reading, before dying)" in storage[2]
+    assert "Storage: node037: checkpoint cold; what its 8 ranks fetched from storage was not measured" in storage
+    assert any("(rank 700 to its last reading, before dying)" in line for line in storage)
     for kind, text in found.items():  # a few lines each, however many ranks it names
         assert len(text) < 1000, (kind, text)
 

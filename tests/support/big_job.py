@@ -254,8 +254,8 @@ def _until_death(data_lines: list[dict], state_path: Path, ranks: int, ranks_per
     ):
         writer[key] = value
     fetched = _attribute(load, sc.IO_STORAGE_READ_BYTES)
-    if fetched is not None:  # its storage reads by its death, as fast as its load's were
-        stretches = next(a["value"] for a in load["attributes"] if a["key"] == sc.IO_STORAGE_READ_INTERVALS)
+    stretches = next((a["value"] for a in load["attributes"] if a["key"] == sc.IO_STORAGE_READ_INTERVALS), None)
+    if fetched is not None and stretches is not None:  # its storage reads by its death, as fast as its load's were
         times = [int(v["intValue"]) for v in stretches["arrayValue"]["values"]]
         whole = [(s, e) for s, e in zip(times[::2], times[1::2], strict=True)]
         until = [(s, min(e, death)) for s, e in whole if min(e, death) > s]
