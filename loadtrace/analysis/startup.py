@@ -117,7 +117,7 @@ def node_startup(host: str | None, ranks: list[RankLoad]) -> NodeStartup:
         storage_bytes=storage,
         fetch_seconds=round(seconds, 6) if seconds is not None else None,
         storage_bytes_per_second=round(rate, 1) if rate is not None else None,
-        counted_to_last_reading=[r.rank for r in loaders if r.storage_read_as_of is not None],
+        counted_to_last_reading=[r.rank for r in loaders if r.incomplete and r.storage_read_as_of is not None],
     )
 
 
