@@ -24,6 +24,10 @@ model as the ranks hold it (its 64 B of buffers are a rank's own share, not ``du
 forecast at 54 GB by 6 MB (0.006%).
 And once more (issue 42): ``incomplete_rank``'s evidence gains ``groups`` (how its detail tells the ranks, as the
 table groups its rows); nothing else changed.
+And once more (issue 48): a node's storage figures are what its ranks fetched (``storage_bytes``, their
+``loadtrace.io.storage_read_bytes``: 0 in these recordings) over ``fetch_seconds`` (null: recorded before the loads
+carried their stretches), ``reading_seconds`` and ``cast_seconds`` gone, ``counted_to_last_reading`` and each last
+state's ``storage_read_bytes`` added; the table says "its 2 ranks fetched nothing from storage" where it knows that.
 """
 
 from __future__ import annotations
