@@ -373,6 +373,11 @@ def rss_key(kind: str | None, moment: str) -> str:
 
 
 IO_STORAGE_READ_BYTES = "loadtrace.io.storage_read_bytes"
+# Load spans: when those bytes moved: the stretches between the process's memory readings (its start and end, the
+# monitor's samples every 0.1 s) in which read_bytes rose, start and end ns pairs (counting/fetching.py).
+IO_STORAGE_READ_INTERVALS = "loadtrace.io.storage_read_intervals"
+# ``loadtrace.rank_exit``: when the dead rank last read its count (its storage reads are those up to then).
+IO_STORAGE_READ_AS_OF = "loadtrace.io.storage_read_as_of"
 IO_CACHED_BYTES = "loadtrace.io.cached_bytes"
 # Load spans: the checkpoint files it opened (each once, at its first open: how many, their bytes), by page-cache
 # residency then. Cold bytes are what storage delivers if they are read; absent unless every file opened by path was

@@ -116,14 +116,40 @@ def cast_intervals(spans: Iterable[PhaseSpan]) -> list[Interval]:
     found: list[Interval] = []
     for span in spans:
         if span.name in sc.LOAD_SPANS:
-            times = span.attributes.get(sc.CAST_INTERVALS)
-            if isinstance(times, (list, tuple)) and all(whole_int(t) is not None for t in times):
-                found += [(int(times[i]), int(times[i + 1])) for i in range(0, len(times) - 1, 2)]
+            found += pairs(span.attributes.get(sc.CAST_INTERVALS)) or []
     return union(found)
 
 
 def clip(intervals: list[Interval], bounds: Interval) -> list[Interval]:
     return [(max(s, bounds[0]), min(e, bounds[1])) for s, e in intervals if min(e, bounds[1]) > max(s, bounds[0])]
+
+
+def close_shortest_gaps(intervals: list[Interval], most: int) -> list[Interval]:
+    """Disjoint sorted ``intervals`` as at most ``most``: the shortest gaps between them closed first, so the time they
+    cover only grows, by as little as it can."""
+    while len(intervals) > most:
+        gaps = sorted(later[0] - earlier[1] for earlier, later in zip(intervals, intervals[1:], strict=False))
+        closed = gaps[len(intervals) - most - 1]
+        merged = [intervals[0]]
+        for start, end in intervals[1:]:
+            if start - merged[-1][1] <= closed:
+                merged[-1] = (merged[-1][0], end)
+            else:
+                merged.append((start, end))
+        intervals = merged
+    return intervals
+
+
+def pairs(value: Any) -> list[Interval] | None:
+    """A span attribute of flat (start, end) pairs in ns (``loadtrace.cast.intervals``,
+    ``loadtrace.io.storage_read_intervals``); None when absent or not one."""
+    if not isinstance(value, (list, tuple)) or len(value) % 2:
+        return None
+    times = [whole_int(t) for t in value]
+    if any(t is None for t in times):
+        return None
+    found = [(int(times[i] or 0), int(times[i + 1] or 0)) for i in range(0, len(times), 2)]
+    return found
 
 
 def whole_int(value: Any) -> int | None:

@@ -35,10 +35,11 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 import struct
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Literal, get_args
 
@@ -185,6 +186,19 @@ _offset = LIVE_OFFSET + _LIVE_INTS.size
 for _live_name, _size in LIVE_TEXT_FIELDS:
     TEXT_OFFSETS[_live_name] = (_offset, _size)
     _offset += _size
+# Storage reads of the open (or last) outermost load (``/proc/self/io`` ``read_bytes``:
+# instrumentation/counting/fetching.py): the count when it began, at the last reading, when that was, and the stretches
+# between readings in which it rose (at most ``FETCH_INTERVALS``, start and end ns). For a rank that dies, what it had
+# fetched by its last reading (the monitor's sample, every 0.1 s) and when. Written at the load's start and at each
+# reading the count rose, never per tensor. In the gap between the texts and the live fields, added to version 1 as
+# those were: zeros (not known) in every file an older loadtrace wrote.
+FETCH_OFFSET = 2560
+FETCH_INTERVALS = 16
+_FETCH_HEAD = struct.Struct("<3q")  # the count when the load began, now, when that was
+_FETCH_PAIRS = struct.Struct(f"<{2 * FETCH_INTERVALS}q")
+_FETCH = struct.Struct(f"<{3 + 2 * FETCH_INTERVALS}q")
+assert _TEXT_OFFSET + sum(size for _, size in TEXT_FIELDS) <= FETCH_OFFSET, "the texts outgrew their place"
+assert FETCH_OFFSET + _FETCH.size <= LIVE_OFFSET, "the storage reads outgrew their place before the live fields"
 SCOPE_NAME_BYTES = 40
 SCOPE_RECORDS = 8  # open loads, phases and stages at once; more are not kept (their children may then be orphans)
 _SCOPE = struct.Struct(f"<{SCOPE_NAME_BYTES}s2Q3q")  # name, trace id (high, low), parent id, start ns, span id
@@ -287,6 +301,10 @@ class State:
     rate_base_ns: int
     rate_base_bytes: int
     exception: str
+    storage_read_load_start: int  # storage reads (FETCH_OFFSET): read_bytes when the open (or last) load began,
+    storage_read_now: int  # at its last reading,
+    storage_sampled_ns: int  # when that was (0: not known),
+    storage_intervals: list[tuple[int, int]]  # and the stretches between readings in which it rose
     slots: list[tuple[int, int]] = field(repr=False)  # (tensors, bytes) per slot handed out that the file holds
     open_scopes: list[OpenScope] = field(default_factory=list)
 
@@ -318,6 +336,10 @@ assert [f.name for f in fields(State)] == [
     *(name for name, _ in TEXT_FIELDS),
     *LIVE_FIELDS,
     *(name for name, _ in LIVE_TEXT_FIELDS),
+    "storage_read_load_start",
+    "storage_read_now",
+    "storage_sampled_ns",
+    "storage_intervals",
     "slots",
     "open_scopes",
 ], "State and the header's fields differ"
@@ -352,7 +374,10 @@ def decode(data: bytes) -> State | None:
     ]
     live = _LIVE_INTS.unpack_from(data, LIVE_OFFSET)
     record = (*head, Counters(*counters), Counters(*load_counters), *texts[: len(TEXT_FIELDS)], *live)
-    return State(*record, *texts[len(TEXT_FIELDS) :], slots, _open_scopes(data))  # type: ignore[call-arg]
+    fetch = _FETCH.unpack_from(data, FETCH_OFFSET)
+    stretches = [(fetch[i], fetch[i + 1]) for i in range(3, len(fetch), 2) if fetch[i + 1] > fetch[i] > 0]
+    fetched = (*fetch[:3], stretches)
+    return State(*record, *texts[len(TEXT_FIELDS) :], *fetched, slots, _open_scopes(data))  # type: ignore[call-arg]
 
 
 def _open_scopes(data: bytes) -> list[OpenScope]:
@@ -365,14 +390,74 @@ def _open_scopes(data: bytes) -> list[OpenScope]:
     return found
 
 
-def read(path: str | os.PathLike[str], max_bytes: int = 64 * 1024 * 1024) -> State | None:
-    """The state file at ``path``, or None when it is missing, unreadable, oversized or not a state file."""
+def read(
+    path: str | os.PathLike[str], max_bytes: int = 64 * 1024 * 1024, owners: Collection[int] | None = None
+) -> State | None:
+    """The state file at ``path``, or None when it is missing, unreadable, oversized or not a state file, or, with
+    ``owners``, owned by a user not among them (``owned_by``): never a link, and the owner is the opened file's."""
     try:
-        with open(path, "rb") as handle:
+        with open(path, "rb", opener=_no_follow) as handle:
+            if owners is not None and os.fstat(handle.fileno()).st_uid not in owners:
+                return None
             data = handle.read(max_bytes + 1)
     except OSError:
         return None
     return decode(data) if len(data) <= max_bytes else None
+
+
+def _no_follow(path: str, flags: int) -> int:
+    return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0))
+
+
+# Where the state lives when there is no trace file to lie beside (spans only over OTLP) -----------------------------
+
+
+def state_root(environ: Mapping[str, str] = os.environ) -> str:
+    """This user's folder for the state files of jobs whose spans go only over OTLP, one owner-only folder per job in
+    it: ``$XDG_RUNTIME_DIR/loadtrace`` where the login gave the user a runtime directory of its own (owner-only,
+    emptied at logout), else ``<temp dir>/loadtrace-<uid>``. The path alone; ``private_dir`` makes each."""
+    import tempfile  # here: only a process without trace files asks
+
+    runtime = environ.get("XDG_RUNTIME_DIR", "")
+    if os.path.isabs(runtime) and _private(runtime):
+        return os.path.join(runtime, "loadtrace")
+    return os.path.join(tempfile.gettempdir(), f"loadtrace-{os.geteuid()}")
+
+
+def private_dir(path: str) -> str:
+    """``path``, made owner-only if missing; ``PermissionError`` when it is not a directory of this user's alone
+    (someone else made it, a link, open to others): the job's state must be reachable by its own user only."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    if not _private(path):
+        raise PermissionError(f"{path} is not a directory of this user's alone")
+    return path
+
+
+def _private(path: str) -> bool:
+    try:
+        found = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(found.st_mode) and found.st_uid == os.geteuid() and not found.st_mode & 0o077
+
+
+def own_user() -> frozenset[int]:
+    """The ``owners`` of the state files a process may act on (probe their pids, read the cgroups they name, end and
+    send their spans): its own user's alone. Another user's is refused, whatever the folder it lies in."""
+    return frozenset({os.geteuid()})
+
+
+def owned_by(path: str | os.PathLike[str]) -> frozenset[int]:
+    """The ``owners`` of the state files a report trusts for figures: the reader's, and the user who owns the folder
+    the file is in (the job's own, where its ranks wrote: a colleague's job on a shared filesystem reads as theirs); a
+    file someone else put in that folder is refused."""
+    try:
+        return frozenset({os.geteuid(), os.stat(os.path.dirname(os.path.abspath(path))).st_uid})
+    except OSError:
+        return own_user()
 
 
 # Writing (the instrumented process) ----------------------------------------------------------------------------------
@@ -467,6 +552,14 @@ class Writer:
 
     def touch(self) -> None:
         self._ints[INDEX["updated_ns"]] = time.time_ns()
+
+    def fetched(self, start: int, now: int, at_ns: int, intervals: list[tuple[int, int]]) -> None:
+        """The open load's storage reads (``FETCH_OFFSET``): at most ``FETCH_INTERVALS`` stretches (the caller merges
+        more), then the count, and when, last."""
+        flat = [at for interval in intervals[:FETCH_INTERVALS] for at in interval]
+        flat += [0] * (2 * FETCH_INTERVALS - len(flat))
+        _FETCH_PAIRS.pack_into(self._header, FETCH_OFFSET + _FETCH_HEAD.size, *flat)
+        _FETCH_HEAD.pack_into(self._header, FETCH_OFFSET, start, now, at_ns)
 
     # Read slots -----------------------------------------------------------------------------------------------------
 

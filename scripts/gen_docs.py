@@ -115,6 +115,18 @@ def big_job() -> str:
     return f"$ loadtrace report big-job/     # {len(text.splitlines())} lines; --ranks all: a row per rank\n{text}"
 
 
+def view_without_docker() -> str:
+    """``loadtrace view`` where Docker is absent: loadtrace/cli/view.py's script, the very lines
+    tests/backends/test_view_without_docker.py runs against the built binaries, with a person's paths."""
+    from loadtrace.cli import view
+
+    clone = Path("/home/me/loadtrace")
+    found = (clone / ".backends" / "bin" / view.JAEGER, clone / ".backends" / "bin" / view.COLLECTOR)
+    folder = "/home/me/run/loadtrace-traces"
+    lines = view.binaries_script(folder, found, clone / "exporters", Path("/tmp/loadtrace-view-1000"), view.Ports())
+    return "$ loadtrace view loadtrace-traces/        # no Docker here; | sh runs it\n" + "\n".join(lines)
+
+
 def top() -> str:
     """``loadtrace top`` in tmux mid-load, as scripts/top_screenshot.py captured it (a run of its own: minutes)."""
     return (SAMPLES / "top" / "capture.txt").read_text().rstrip()
@@ -127,6 +139,7 @@ SAMPLE: dict[str, Callable[[], str]] = {
     "compare-pick-error": compare_pick_error,
     "report-big": big_job,
     "top": top,
+    "view-without-docker": view_without_docker,
 }
 
 

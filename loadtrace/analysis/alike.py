@@ -266,7 +266,10 @@ def storage_groups(nodes: Sequence[NodeStartup], findings: Iterable[Finding]) ->
         lambda node: (
             node.checkpoint,
             node.storage_bytes is None,
+            not node.storage_bytes,
+            node.fetch_seconds is None,
             node.storage_bytes_per_second is None,
+            bool(node.counted_to_last_reading),
             slow(node.ranks),
         ),
         _nodes_least,

@@ -131,6 +131,11 @@ class LastState:
     peak_rss_bytes: int | None
     memory_limit_bytes: int | None
     memory_limit_source: str | None
+    # What the load had fetched from storage by the rank's last reading (docs/report.md, Storage words), and when that
+    # was and the stretches it moved in; None where not known (an older loadtrace).
+    storage_read_bytes: int | None = None
+    storage_read_as_of: int | None = field(default=None, repr=False, metadata=NOT_IN_JSON)
+    storage_read_intervals: list[tuple[int, int]] | None = field(default=None, repr=False, metadata=NOT_IN_JSON)
 
 
 @dataclass
@@ -192,6 +197,10 @@ class RankLoad:
     rss_file_before_bytes: int | None = field(default=None, metadata=NOT_IN_JSON)
     storage_read_bytes: int | None = None
     cached_bytes: int | None = None
+    # When those bytes moved (``loadtrace.io.storage_read_intervals`` of its loads, docs/report.md, Storage words), and
+    # for a rank that died loading, when its count was last read (its figure is the bytes up to then).
+    storage_read_intervals: list[tuple[int, int]] | None = field(default=None, repr=False, metadata=NOT_IN_JSON)
+    storage_read_as_of: int | None = field(default=None, repr=False, metadata=NOT_IN_JSON)
     node_available_bytes: int | None = None
     cgroup_memory_current_bytes: int | None = None
     cgroup_memory_max_bytes: int | None = None
@@ -251,7 +260,7 @@ class NodeReads:
     times_asked: float | None
     times_read_from_storage: float | None
     # The checkpoint files the node's ranks opened, each at its first open: their bytes, and those the page cache did
-    # not hold then (what storage delivers as they are read); None where a file's residency is unknown.
+    # not hold then (cold: not bytes fetched, docs/report.md, Storage words); None where a file's residency is unknown.
     checkpoint_file_bytes: int | None = None
     checkpoint_cold_bytes: int | None = None
     outcome: str | None = None  # cold | partly_cold | warm; None without residency
@@ -545,16 +554,17 @@ class RankStartup:
 
 @dataclass
 class NodeStartup:
-    """One node's storage: the checkpoint bytes storage delivered (exact, from page residency) over the time read."""
+    """One node's storage (docs/report.md, Storage words): what its ranks fetched from storage while they loaded, over
+    the time it moved in."""
 
     host: str | None
     ranks: list[int | None]
-    checkpoint: str | None  # cold | partly_cold | warm; None without residency
-    storage_bytes: int | None  # checkpoint bytes not in the page cache at first open (what storage delivered)
-    reading_seconds: float | None  # time any of the node's ranks had a checkpoint file open or a read span running,
-    # casts and device copies of read tensors left out
-    storage_bytes_per_second: float | None  # None when warm (storage delivered nothing) or unknown
-    cast_seconds: float | None = None  # time any of them cast or copied read tensors (inside their files' spans)
+    checkpoint: str | None  # cold | partly_cold | warm (the checkpoint's residency at first open); None unknown
+    storage_bytes: int | None  # fetched from storage by the node's ranks during their loads; None unless all known
+    fetch_seconds: float | None  # the time it moved in: the union of their fetching stretches; None unless all known
+    storage_bytes_per_second: float | None  # storage_bytes / fetch_seconds from MIN_RATE_SECONDS on; None below
+    # Ranks that died loading: their storage figures end at their last reading (its time, ns), not at their death.
+    counted_to_last_reading: list[int | None] = field(default_factory=list)
 
 
 @dataclass

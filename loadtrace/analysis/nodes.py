@@ -1,16 +1,17 @@
 """Per node: the tensor bytes its ranks asked for, and whether the checkpoint was in the node's page cache.
 
 Ranks of one node share the node's page cache; ranks on different nodes never do (a shared file system serves each
-node). Whether storage had to deliver the checkpoint is read from the checkpoint files themselves: every file span
+node). Whether the page cache held the checkpoint is read from the checkpoint files themselves: every file span
 carries ``loadtrace.file.cached_bytes_at_open``, the bytes of that file the page cache held just before the library
 opened it (``cachestat`` / ``mincore``, memory.py). Per node, each file counts once, as the node's ranks found it
 coldest (while a checkpoint loads, its files only enter the cache: a later open finds what an earlier one read, so
 the coldest open is the first; the earliest span is not always, as a rank can start its span and lose the CPU before
-it looks): its bytes not held then are *cold*, what storage delivers as they are read; the rest was warm.
+it looks): its bytes not held then are *cold*, the rest was warm. Cold bytes are not bytes fetched: a rank fetches
+only what it touches (and the kernel's readahead), and another process may fetch them first.
 
-``loadtrace.io.storage_read_bytes`` (the load's delta of ``/proc/self/io`` ``read_bytes``) stays a raw figure,
-summed here: it counts every storage read of the process during the load, libraries imported on the way included, so
-no verdict is drawn from it.
+What the ranks fetched is ``loadtrace.io.storage_read_bytes`` (the load's delta of ``/proc/self/io`` ``read_bytes``),
+summed here: every storage read of the process during the load, libraries imported on the way included
+(docs/report.md, Storage words; the ``Storage:`` line, startup.py, gives it with the time it moved in).
 
 Above 64 ranks most ranks export no file spans (the span budget); their loads carry their files' residency instead
 (summarized.py). A node with such ranks counts, besides the files its ranks' spans show, each such load's own figures
@@ -120,12 +121,12 @@ def _sentence(node: NodeReads, residency: tuple[int, int, int] | None) -> str:
         )
     if node.outcome == COLD:
         return (
-            f"{who}; the checkpoint was cold on {host}: {human_bytes(cold)} came from storage"
-            f" (none of its {of_files} was in the page cache when first opened)"
+            f"{who}; the checkpoint was cold on {host}: none of its {of_files}, {human_bytes(total)}, was in the page"
+            " cache when first opened"
         )
     return (
         f"{who}; the checkpoint was partly cold on {host}: {human_bytes(cold)} of its {of_files}, {human_bytes(total)},"
-        " came from storage, the page cache held the rest"
+        " was not in the page cache when first opened"
     )
 
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import semconv as sc
 from .. import statefile
+from ..startup_split import Interval, pairs, union
 from .attrs import (
     by_device,
     first_known,
@@ -310,6 +311,7 @@ def last_state(process: Process) -> LastState | None:
             peak_rss_bytes=state.rss_peak or None,
             memory_limit_bytes=state.memory_limit or None,
             memory_limit_source=state.memory_limit_source,
+            **_fetched_by(state),
         )
     if witness is not None:
         attributes = witness.attributes
@@ -331,8 +333,22 @@ def last_state(process: Process) -> LastState | None:
             peak_rss_bytes=opt_int_attr(attributes, sc.RSS_PEAK),
             memory_limit_bytes=opt_int_attr(attributes, sc.MEMORY_LIMIT),
             memory_limit_source=str_attr(attributes, sc.MEMORY_LIMIT_SOURCE),
+            storage_read_bytes=opt_int_attr(attributes, sc.IO_STORAGE_READ_BYTES),
+            storage_read_as_of=opt_int_attr(attributes, sc.IO_STORAGE_READ_AS_OF),
+            storage_read_intervals=pairs(attributes.get(sc.IO_STORAGE_READ_INTERVALS)),
         )
     return None
+
+
+def _fetched_by(state: statefile.State) -> dict[str, Any]:
+    """A state file's storage reads of its open (or last) load, up to its last reading; nothing when not known."""
+    if state.storage_sampled_ns <= 0:
+        return {}
+    return {
+        "storage_read_bytes": max(0, state.storage_read_now - state.storage_read_load_start),
+        "storage_read_as_of": state.storage_sampled_ns,
+        "storage_read_intervals": list(state.storage_intervals),
+    }
 
 
 def _covered(process: Process, load_start_ns: int | None) -> bool:
@@ -352,6 +368,18 @@ def _add_totals(rank: RankLoad, totals: LastState | statefile.Totals, materializ
     merged = dict(rank.materialized_bytes)
     _add(merged, materialized)
     rank.materialized_bytes = dict(sorted(merged.items()))
+
+
+def _add_fetched(rank: RankLoad, last: LastState) -> None:
+    """A load the rank's spans do not count: its storage reads up to its last reading, where those of its finished
+    loads are known (or it finished none); unknown otherwise."""
+    known = rank.loads == 0 or (rank.storage_read_bytes is not None and rank.storage_read_intervals is not None)
+    if not known or last.storage_read_bytes is None or last.storage_read_intervals is None:
+        rank.storage_read_bytes = rank.storage_read_intervals = None
+        return
+    rank.storage_read_bytes = (rank.storage_read_bytes or 0) + last.storage_read_bytes
+    rank.storage_read_intervals = union([*(rank.storage_read_intervals or []), *last.storage_read_intervals])
+    rank.storage_read_as_of = last.storage_read_as_of
 
 
 def apply_processes(rank: RankLoad, members: list[Process]) -> None:
@@ -393,6 +421,9 @@ def apply_processes(rank: RankLoad, members: list[Process]) -> None:
             if last.peak_rss_bytes and (rank.peak_rss_bytes or 0) < last.peak_rss_bytes:
                 rank.peak_rss_bytes = last.peak_rss_bytes
             rank.strategy = rank.strategy or last.strategy
+            # A state file keeps its last load's storage reads: the whole process's only if that was its first load.
+            whole_known = process.spans or process.state is None or process.state.load_first_slot == 0
+            _add_fetched(rank, last if whole_known else replace(last, storage_read_bytes=None))
         if last is not None:
             rank.memory_limit_bytes = rank.memory_limit_bytes or last.memory_limit_bytes
             rank.memory_limit_source = rank.memory_limit_source or last.memory_limit_source
@@ -554,6 +585,7 @@ def _reads(spans: list[Span], loads: list[Span], pretrained: list[Span]) -> dict
         "partial_tensors": sum(int_attr(s.attributes, sc.READ_PARTIAL_TENSORS) for s in readers),
         "partial_bytes": sum(int_attr(s.attributes, sc.READ_PARTIAL_BYTES) for s in readers),
         "storage_read_bytes": sum_known(loads, sc.IO_STORAGE_READ_BYTES),
+        "storage_read_intervals": _fetching(loads),
         "cached_bytes": sum_known(loads, sc.IO_CACHED_BYTES),
     }
 
@@ -562,6 +594,18 @@ def _distinct_files(files: Iterable[Span]) -> int:
     """Files opened outside every load, each once however often it was opened (as a load counts its own: a path, or
     a file span without one on its own)."""
     return len({str_attr(span.attributes, sc.FILE_PATH) or span.span_id for span in files})
+
+
+def _fetching(loads: list[Span]) -> list[Interval] | None:
+    """When the loads fetched from storage (``loadtrace.io.storage_read_intervals``, merged); None unless every load
+    carries it (a partial union would read as a real figure)."""
+    found: list[Interval] = []
+    for load in loads:
+        stretches = pairs(load.attributes.get(sc.IO_STORAGE_READ_INTERVALS))
+        if stretches is None:
+            return None
+        found += stretches
+    return union(found) if loads else None
 
 
 def _memory(spans: list[Span], loads: list[Span]) -> dict[str, Any]:

@@ -18,22 +18,18 @@ from dataclasses import dataclass
 
 from .. import semconv as sc
 from ..startup_split import (
-    READ_SPANS,
     STARTUP_PHASES,
     Interval,
     PhaseSpan,
-    cast_intervals,
     length,
     split,
-    subtract,
     union,
 )
 from . import alike, summarized
-from .attrs import opt_int_attr
 from .hosts import natural_key
 from .model import INFO, WARNING, Finding, NodeStartup, RankLoad, RankStartup, Startup
 from .nodes import COLD, PARTLY_COLD, WARM, checkpoint_residency
-from .ranks import Job, outermost
+from .ranks import Job
 from .sources import Span
 from .units import human_bytes
 
@@ -91,40 +87,38 @@ def rank_startup(rank: RankLoad) -> RankStartup | None:
 # One node ---------------------------------------------------------------------------------------------------------
 
 
+# A node's storage rate is given once its ranks fetched for this long: its fetching time is an upper bound by less than
+# one reading interval (0.1 s) at each edge of a run of fetching, so from 1 s on the rate is within about 20% (and
+# never above the truth); below it, the bytes and the time alone (docs/report.md, Storage words).
+MIN_RATE_SECONDS = 1.0
+
+
 def node_startup(host: str | None, ranks: list[RankLoad]) -> NodeStartup:
+    """The checkpoint's residency at first open (nodes.py), and what the node's ranks fetched from storage while they
+    loaded (``storage_read_bytes``: ``/proc/self/io``) over the union of their fetching stretches."""
     residency = checkpoint_residency(ranks)
+    outcome: str | None = None
     if residency is not None:
         _, total, cold = residency
-        outcome: str | None = WARM if cold == 0 else COLD if cold >= total else PARTLY_COLD
-        storage: int | None = cold
-    else:  # no file spans with residency: the loads' own count (each rank's files at its first open), the most of any
-        colds = [opt_int_attr(s.attributes, sc.IO_CHECKPOINT_COLD_BYTES) for r in ranks for s in _loads(r)]
-        storage = max((c for c in colds if c is not None), default=None)
-        outcome = None
-    reading = union(
-        [(span.start_ns, span.end_ns) for r in ranks for span in r.spans if span.name in READ_SPANS | sc.FILE_SPANS]
-        + summarized.reading(ranks)
-    )
-    # Reading, not casting: a dtype cast or device copy inside a file's span is its own time (``convert``).
-    casts = union([interval for r in ranks for interval in cast_intervals(phase_spans(r.spans))])
-    cast_seconds = length(casts) / 1e9 if casts else None
-    reading = subtract(reading, casts)
-    seconds = length(reading) / 1e9 if reading else None
-    rate = storage / seconds if storage and seconds else None
+        outcome = WARM if cold == 0 else COLD if cold >= total else PARTLY_COLD
+    # Every rank that loaded counts, one that died loading too: one without the figure makes the node's unknown.
+    loaders = [r for r in ranks if r.loads or r.incomplete or r.read_bytes or r.storage_read_bytes is not None]
+    fetched = [r.storage_read_bytes for r in loaders]
+    storage = sum(b for b in fetched if b is not None) if loaders and None not in fetched else None
+    stretches = [r.storage_read_intervals for r in loaders]
+    seconds = length(union(s for found in stretches for s in found or [])) / 1e9 if stretches else None
+    if None in stretches or storage is None:
+        seconds = None
+    rate = storage / seconds if storage and seconds and seconds >= MIN_RATE_SECONDS else None
     return NodeStartup(
         host=host,
         ranks=[r.rank for r in ranks],
         checkpoint=outcome,
         storage_bytes=storage,
-        reading_seconds=round(seconds, 6) if seconds is not None else None,
+        fetch_seconds=round(seconds, 6) if seconds is not None else None,
         storage_bytes_per_second=round(rate, 1) if rate is not None else None,
-        cast_seconds=round(cast_seconds, 6) if cast_seconds is not None else None,
+        counted_to_last_reading=[r.rank for r in loaders if r.incomplete and r.storage_read_as_of is not None],
     )
-
-
-def _loads(rank: RankLoad) -> list[Span]:
-    by_id = {span.span_id: span for span in rank.spans if span.span_id}
-    return outermost(rank.spans, sc.LOAD_SPANS, by_id)
 
 
 # One job ----------------------------------------------------------------------------------------------------------
@@ -372,7 +366,8 @@ def _slow_sentence(group: alike.Outliers[Slow], storage: dict[str | None, NodeSt
     nodes = [storage[host] for host in group.hosts or [] if host in storage]
     if nodes and len(nodes) == len(group.hosts or []):
         rates = [node.storage_bytes_per_second or 0.0 for node in nodes]
-        text += f"; {'its' if len(nodes) == 1 else 'their'} storage read at {alike.spread_figure(rates, rate_text)}"
+        text += f"; {'its' if len(nodes) == 1 else 'their'} ranks fetched from storage at"
+        text += f" {alike.spread_figure(rates, rate_text)}"
     return text
 
 
@@ -380,22 +375,36 @@ def rate_text(rate: float) -> str:
     return f"{human_bytes(round(rate))}/s"
 
 
-def slow_nodes(job: Job, startup: Startup, limits: Thresholds) -> tuple[list[NodeStartup], float]:
-    """The nodes reading from storage under ``slow_storage_ratio`` x the job's median node (of the nodes that read from
-    it, two at least; not a node with a partial rank, whose reading may be among the spans its file lost), and that
-    median."""
+def rate_at_least(node: NodeStartup) -> float | None:
+    """The node's storage rate; where it fetched checkpoint bytes too briefly for one (under ``MIN_RATE_SECONDS``),
+    a lower bound of it: those bytes over its fetching time, an upper bound of the time. None otherwise (a warm node
+    fetched only what else its ranks read)."""
+    if node.storage_bytes_per_second is not None:
+        return node.storage_bytes_per_second
+    if node.checkpoint in (COLD, PARTLY_COLD) and node.storage_bytes and node.fetch_seconds:
+        return node.storage_bytes / node.fetch_seconds
+    return None
+
+
+def slow_nodes(job: Job, startup: Startup, limits: Thresholds) -> tuple[list[NodeStartup], float, bool]:
+    """The nodes fetching from storage under ``slow_storage_ratio`` x the job's median node, that median, and whether
+    it is a lower bound. The median is of the nodes that fetched checkpoint bytes (``rate_at_least``: a node too brief
+    for a rate was faster than its lower bound), two at least; only a node with a rate is judged; never a node with a
+    partial rank, whose loads may be among the spans its file lost."""
     lost = {rank.host for rank in job.ranks if rank.partial}
-    measured = [n for n in startup.nodes if n.storage_bytes_per_second is not None and n.host not in lost]
-    median = _median(n.storage_bytes_per_second or 0.0 for n in measured)
-    if len(measured) < 2 or not median:
-        return [], 0.0
-    return [n for n in measured if (n.storage_bytes_per_second or 0.0) < limits.slow_storage_ratio * median], median
+    pool = [(n, rate) for n in startup.nodes if n.host not in lost and (rate := rate_at_least(n)) is not None]
+    median = _median(rate for _, rate in pool)
+    if len(pool) < 2 or not median:
+        return [], 0.0, False
+    limit = limits.slow_storage_ratio * median
+    slow = [n for n, rate in pool if n.storage_bytes_per_second is not None and rate < limit]
+    return slow, median, any(n.storage_bytes_per_second is None for n, _ in pool)
 
 
 def slow_storage(job: Job, startup: Startup, limits: Thresholds) -> Finding | None:
-    """Nodes reading from storage under ``slow_storage_ratio`` x the job's median node (``slow_nodes``); nodes that
-    read alike told in one sentence."""
-    slow, median = slow_nodes(job, startup, limits)
+    """Nodes fetching from storage under ``slow_storage_ratio`` x the job's median node (``slow_nodes``); nodes that
+    fetched alike told in one sentence."""
+    slow, median, bound = slow_nodes(job, startup, limits)
     if not slow:
         return None
     groups = alike.outlier_groups(slow, lambda _: None, lambda n: 1 / max(n.storage_bytes_per_second or 0.0, 1e-9))
@@ -405,11 +414,12 @@ def slow_storage(job: Job, startup: Startup, limits: Thresholds) -> Finding | No
         [r for n in slow for r in n.ranks],
         sum(n.storage_bytes or 0 for n in slow),
         "; ".join(_storage_sentence(group.members) for group in groups)
-        + f": under {limits.slow_storage_ratio:g}x the job's median node ({rate_text(median)}). Its ranks waited on"
-        " storage.",
+        + f": under {limits.slow_storage_ratio:g}x the job's median node ({'at least ' * bound}{rate_text(median)})."
+        " Its ranks waited on storage.",
         {
             "ratio": limits.slow_storage_ratio,
             "median_bytes_per_second": round(median, 1),
+            "median_is_lower_bound": bound,
             "groups": alike.groups_evidence(
                 [alike.Outliers(group.members, [n.host or "" for n in group.members]) for group in groups],
                 lambda n: n.ranks,
@@ -419,7 +429,7 @@ def slow_storage(job: Job, startup: Startup, limits: Thresholds) -> Finding | No
                     "host": n.host,
                     "ranks": n.ranks,
                     "storage_bytes": n.storage_bytes,
-                    "reading_seconds": n.reading_seconds,
+                    "fetch_seconds": n.fetch_seconds,
                     "storage_bytes_per_second": n.storage_bytes_per_second,
                 }
                 for n in slow
@@ -429,19 +439,19 @@ def slow_storage(job: Job, startup: Startup, limits: Thresholds) -> Finding | No
 
 
 def _storage_sentence(nodes: list[NodeStartup]) -> str:
-    """``node7 read 1.0 MB of checkpoint from storage in 2.00 s, 500.0 kB/s``; alike nodes together, each figure their
-    median (min and max where they differ)."""
+    """``node7 fetched 1.0 MB from storage in 2.00 s of fetching, 500.0 kB/s``; alike nodes together, each figure
+    their median (min and max where they differ)."""
     if len(nodes) == 1:
         n = nodes[0]
         return (
-            f"{n.host or 'an unnamed host'} read {human_bytes(n.storage_bytes or 0)} of checkpoint from storage in "
-            f"{n.reading_seconds:.2f} s, {rate_text(n.storage_bytes_per_second or 0.0)}"
+            f"{n.host or 'an unnamed host'} fetched {human_bytes(n.storage_bytes or 0)} from storage in "
+            f"{n.fetch_seconds or 0.0:.2f} s of fetching, {rate_text(n.storage_bytes_per_second or 0.0)}"
         )
     hosts = sorted((n.host or "an unnamed host" for n in nodes), key=natural_key)
     stored = alike.spread_figure([n.storage_bytes or 0 for n in nodes], lambda value: human_bytes(int(value)))
-    seconds = _seconds([n.reading_seconds or 0.0 for n in nodes])
+    seconds = _seconds([n.fetch_seconds or 0.0 for n in nodes])
     rates = alike.spread_figure([n.storage_bytes_per_second or 0.0 for n in nodes], rate_text)
-    return f"{alike.where(hosts)} each read {stored} of checkpoint from storage in {seconds}, {rates}"
+    return f"{alike.where(hosts)} each fetched {stored} from storage in {seconds} of fetching, {rates}"
 
 
 def rendezvous_wait(job: Job, startup: Startup, limits: Thresholds) -> Finding | None:

@@ -91,18 +91,6 @@ def residency(ranks: list[RankLoad]) -> list[tuple[int, int, int]] | None:
     return found
 
 
-def reading(ranks: list[RankLoad]) -> list[Interval]:
-    """When each summarising load of ``ranks`` read its files: from its first file's open to its last file's close."""
-    found = []
-    for rank in ranks:
-        for load in summarizing_loads(rank):
-            opened = opt_int_attr(load.attributes, sc.LOAD_FIRST_FILE_OPEN)
-            closed = opt_int_attr(load.attributes, sc.LOAD_LAST_FILE_CLOSE)
-            if opened is not None and closed is not None and closed > opened:
-                found.append((opened, closed))
-    return found
-
-
 def unseen_reads(rank: RankLoad) -> list[tuple[int, int]]:
     """(when its first file opened, bytes read through file spans it did not export) of each summarising load: what
     those spans would have added, as one file opened when its first one was (transformers opens every shard first)."""

@@ -15,7 +15,6 @@ import json
 import math
 import os
 import re
-import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,7 +30,7 @@ from loadtrace.analysis.report import report, select_jobs
 from loadtrace.analysis.sources import SourceError, SpanSet, clickhouse, jaeger, read_files
 from loadtrace.analysis.startup import Thresholds, job_startup
 from loadtrace.analysis.timeline import timeline
-from loadtrace.cli import render, render_timeline
+from loadtrace.cli import render, render_timeline, view
 from loadtrace.cli.top import DEFAULT_FOLDER_HELP, default_folder
 from loadtrace.semconv import redact_secrets
 from loadtrace.version import __version__
@@ -74,10 +73,12 @@ COMMAND_HELP: dict[str, tuple[str, str | None]] = {
         "Perfetto (ui.perfetto.dev) or chrome://tracing.",
     ),
     "view": (
-        "print the command that shows DIR's trace files in Jaeger (Docker), from any folder",
+        "print the commands that show DIR's trace files in Jaeger (Docker, or the built binaries), from any folder",
         "Print the Docker Compose command that replays every *.jsonl under DIR into a local Jaeger (an OpenTelemetry "
         "Collector in front of Jaeger v2, docker-compose.yml), with DIR as an absolute path, so it runs from any "
-        "folder; its output is a shell script (pipe it to sh).",
+        "folder. Where Docker is absent (no docker on PATH, or no daemon it could reach), the commands that start the "
+        "same two programs as binaries on this host instead (scripts/build_backends.sh builds them), every port "
+        "named. Its output is a shell script (pipe it to sh).",
     ),
     "jobs": (
         "one row per job of many (a folder tree, a Jaeger search), grouped, with the differences in words",
@@ -260,6 +261,18 @@ def _add_timeline_command(commands: Any) -> None:
 def _add_view_command(commands: Any) -> None:
     view = _command(commands, "view", run_view)
     view.add_argument("dir", metavar="DIR", help="a folder of trace files: loadtrace-traces/, or one job's folder")
+    how = view.add_mutually_exclusive_group()
+    how.add_argument("--docker", action="store_true", help="the Docker Compose command, whether or not Docker is here")
+    how.add_argument(
+        "--binaries", action="store_true", help="the built Jaeger and collector binaries, whether or not Docker is here"
+    )
+    view.add_argument(
+        "--port-offset",
+        type=int,
+        default=0,
+        metavar="N",
+        help="binaries: every port N higher (4318 becomes 4318+N), beside another user's backends on this host",
+    )
 
 
 def _add_top_command(commands: Any) -> None:
@@ -738,19 +751,22 @@ def compose_file() -> Path:
 
 
 def run_view(args: argparse.Namespace) -> int:
+    """With Docker, its Compose command; without, the built binaries' (cli/view.py)."""
     folder = os.path.abspath(args.dir)
     if not os.path.isdir(folder):
         raise SourceError(f"{args.dir}: not a directory of trace files")
     compose = compose_file()
     if not compose.is_file():
         raise SourceError(f"docker-compose.yml not found (looked for {compose}); reinstall loadtrace")
-    docker = f"docker compose -p loadtrace -f {shlex.quote(str(compose))}"
-    env = f"LOADTRACE_DIR={shlex.quote(folder)} LOADTRACE_UID={os.getuid()} LOADTRACE_GID={os.getgid()}"
-    print(f"# Replay every *.jsonl under {folder} into Jaeger (Docker; with docker-compose, the same arguments):")
-    print(f"{env} {docker} up -d")
-    print("# Then open http://localhost:16686 (service loadtrace; a Lookback that covers when the job ran), or:")
-    print("#   loadtrace report --jaeger http://localhost:16686 --latest --since 30d")
-    print(f"# Stop (drops every trace: storage is in memory): {docker} down")
+    if not 0 <= args.port_offset <= 60000 - view.Ports().ui:
+        raise SourceError(f"--port-offset {args.port_offset}: a port would fall outside 1-65535")
+    if args.docker or (not args.binaries and view.docker_usable()):
+        lines = view.compose_lines(folder, compose)
+    else:
+        found = view.binaries()
+        ports = view.Ports().moved(args.port_offset)
+        lines = view.binaries_script(folder, found, compose.parent / "exporters", view.run_dir(), ports)
+    print("\n".join(lines))
     return EXIT_OK
 
 

@@ -29,10 +29,11 @@ from loadtrace.analysis.model import (
     Report,
     Startup,
 )
+from loadtrace.analysis.startup import MIN_RATE_SECONDS
 from loadtrace.analysis.units import human_bytes
 
-# "storage, all files": what the process fetched from storage while it loaded, library imports too
-# (``/proc/self/io``), where the ``I/O:`` line counts the checkpoint's files alone.
+# "storage, all files": what the rank's process fetched from storage while it loaded, every file it read, library
+# imports too (``/proc/self/io``; docs/report.md, Storage words); the ``Storage:`` line sums it per node.
 RANK_COLUMNS = (
     *("rank", "host", "strategy", "load s", "files", "tensors", "read", "storage, all files", "conversions"),
     *("zeros/empty_like", "held at return", "peak RSS"),
@@ -302,21 +303,28 @@ def startup_headline(startup: Startup) -> str:
 
 
 def storage_line(nodes: list[NodeStartup]) -> str:
-    """``Storage: vm: checkpoint cold, ...`` for one node; ``Storage: 128 nodes (...), each: ...`` for alike ones,
-    a figure that differs between them as its min, median and max."""
+    """``Storage: vm: checkpoint cold; its 2 ranks fetched 439.7 MB from storage, all files, in 1.620 s of fetching,
+    271.4 MB/s`` for one node; ``Storage: 128 nodes (...), each: ...`` for alike ones, a figure that differs between
+    them as its min, median and max (docs/report.md, Storage words)."""
     node = nodes[0]
     where = (node.host or "an unnamed host") if len(nodes) == 1 else f"{hosts_text(nodes)}, each"
-    text = f"Storage: {where}: checkpoint {node.checkpoint or 'residency unknown'}"
-    if node.storage_bytes is not None:
-        stored_bytes = spread_text([n.storage_bytes for n in nodes], human_bytes)
-        seconds = spread_text([n.reading_seconds for n in nodes], number)
-        text += f", {stored_bytes} from storage in {seconds} s reading"
-    if node.storage_bytes_per_second is not None:
-        rates = [round(n.storage_bytes_per_second) for n in nodes if n.storage_bytes_per_second is not None]
-        text += f" = {spread_text(rates, human_bytes)}/s"
-    if node.cast_seconds is not None:  # inside the files' spans, but not reading: startup's convert
-        text += f" (+ {spread_text([n.cast_seconds for n in nodes], number)} s casting read tensors: convert)"
-    return text
+    text = f"Storage: {where}: checkpoint {(node.checkpoint or 'residency unknown').replace('_', ' ')}"
+    its = f"its {len(node.ranks)} ranks" if len(node.ranks) > 1 else "its rank"
+    if node.storage_bytes is None:
+        return f"{text}; what {its} fetched from storage was not measured"
+    if not any(n.storage_bytes for n in nodes):
+        return f"{text}; {its} fetched nothing from storage"
+    text += f"; {its} fetched {spread_text([n.storage_bytes for n in nodes], human_bytes)} from storage, all files"
+    dead = [rank for rank in node.counted_to_last_reading if rank is not None]
+    if dead and len(nodes) == 1:
+        text += f" ({who(dead)} to {'its' if len(dead) == 1 else 'their'} last reading, before dying)"
+    if node.fetch_seconds is None:
+        return f"{text}; when, not measured"
+    text += f", in {spread_text([n.fetch_seconds for n in nodes], number)} s of fetching"
+    if node.storage_bytes_per_second is None:
+        return f"{text} (under {MIN_RATE_SECONDS:g} s: too brief for a rate)"
+    rates = [round(n.storage_bytes_per_second) for n in nodes if n.storage_bytes_per_second is not None]
+    return f"{text}, {spread_text(rates, human_bytes)}/s"
 
 
 def hosts_text(nodes: Sequence[NodeReads | NodeStartup]) -> str:
@@ -353,8 +361,11 @@ def nodes_note(nodes: list[NodeReads]) -> str | None:
     if node.outcome == "warm":
         return f"{who}; the checkpoint was warm: the page cache held all of its checkpoint files, {total}"
     if node.outcome == "cold":
-        return f"{who}; the checkpoint was cold: {cold} came from storage (none of it in the page cache)"
-    return f"{who}; the checkpoint was partly cold: {cold} of its checkpoint files, {total}, came from storage"
+        return f"{who}; the checkpoint was cold: none of its checkpoint files, {total}, was in the page cache"
+    return (
+        f"{who}; the checkpoint was partly cold: {cold} of its checkpoint files, {total}, was not in the page cache"
+        " when first opened"
+    )
 
 
 def rank_lines(

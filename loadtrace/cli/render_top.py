@@ -90,9 +90,13 @@ def job_of(item: TopRow) -> str:
     return f"{job}@{item.attempt}" if item.attempt else job
 
 
-def top_lines(rows: list[TopRow], where: str, now_ns: int, live: bool = True) -> list[str]:
+def top_lines(
+    rows: list[TopRow], where: str, now_ns: int, live: bool = True, foreign: int = 0, elsewhere: str | None = None
+) -> list[str]:
     """The whole screen: a header line, then one table per node (its ranks by job and rank); a ``job`` column first
-    where the folder holds several jobs (a rank number alone would not say whose it is)."""
+    where the folder holds several jobs (a rank number alone would not say whose it is); ``foreign``: state files of
+    other users skipped, said under the header; ``elsewhere``: where jobs sending spans only over OTLP keep their
+    state (``statefile.state_root``), said when there is nothing here."""
     clock = time.strftime("%H:%M:%S", time.localtime(now_ns / 1e9))
     nodes = len({item.host for item in rows})
     jobs = len({job_of(item) for item in rows})
@@ -101,8 +105,13 @@ def top_lines(rows: list[TopRow], where: str, now_ns: int, live: bool = True) ->
     ranks = f"{len(rows)} rank{'s' * (len(rows) != 1)}{of_jobs} on {nodes} node{'s' * (nodes != 1)}"
     header = f"loadtrace top  {where}  {clock}  {ranks}, {loading} loading"
     lines = [header + ("  (q: quit)" if live else ""), ""]
+    if foreign:
+        files = f"{foreign:,} state file{'s' * (foreign != 1)}"
+        lines[1:1] = [f"{files} of other users skipped here: top reads and probes only yours"]
     if not rows:
         lines.append("no rank has begun a load here yet (state files: *.state under this folder)")
+        if elsewhere:
+            lines.append(f"a job whose spans go only over OTLP keeps its ranks' state in {elsewhere}/<job id>")
     if len(rows) > FULL_VIEW_RANKS:
         return lines + _at_scale(rows, jobs > 1)
     columns = ("job", *TOP_COLUMNS) if jobs > 1 else TOP_COLUMNS

@@ -30,13 +30,30 @@ MAX_STATE_FILES = 10_000
 
 
 def state_files(folder: Path) -> list[StateFile]:
-    """Every readable state file under ``folder`` (unreadable, foreign and half-written ones are skipped)."""
-    found = []
+    """Every readable state file of this user's under ``folder`` (unreadable, half-written, foreign and other users'
+    ones are skipped: ``others``)."""
+    return others(folder)[0]
+
+
+def others(folder: Path) -> tuple[list[StateFile], int]:
+    """``state_files``, and how many state files under ``folder`` other users own: top probes the pids a state names
+    and reads the cgroup it names, so it acts on its own user's alone (docs/commands.md, "loadtrace top")."""
+    found, foreign = [], 0
+    mine = statefile.own_user()
     for path in sorted(folder.rglob("*.state"))[:MAX_STATE_FILES]:
-        state = statefile.read(path)
+        state = statefile.read(path, owners=mine)
         if state is not None:
             found.append(StateFile(str(path), state))
-    return found
+        elif _owner(path) not in (None, *mine):
+            foreign += 1
+    return found, foreign
+
+
+def _owner(path: Path) -> int | None:
+    try:
+        return path.lstat().st_uid
+    except OSError:
+        return None
 
 
 def _process_start_ns(pid: int) -> tuple[int | None, str | None]:
@@ -78,9 +95,11 @@ def cgroup_usage(directory: str) -> int | None:
     return None
 
 
-def snapshot(folder: Path, history: History | None = None) -> tuple[list[TopRow], int]:
+def snapshot(folder: Path, history: History | None = None) -> tuple[list[TopRow], int, int]:
+    """The rows now, when, and how many state files of other users were skipped."""
     now = time.time_ns()
-    return rows(state_files(folder), now, socket.gethostname(), alive, history, cgroup_usage), now
+    found, foreign = others(folder)
+    return rows(found, now, socket.gethostname(), alive, history, cgroup_usage), now, foreign
 
 
 DEFAULT_FOLDER_HELP = "default: $LOADTRACE_DIR, else ./loadtrace-traces (where a job writes its traces)"
@@ -99,11 +118,13 @@ def run(folder_text: str | None, once: bool, form: str) -> int:
     if once:
         if not folder.is_dir():
             raise SourceError(f"{folder}: no such folder yet (without --once, top waits for the job to make it)")
-        found, now = snapshot(folder)
+        found, now, foreign = snapshot(folder)
         if form == "json":
-            print(json.dumps({"time_unix_nano": now, "ranks": to_json(found)}, indent=2))
+            answer = {"time_unix_nano": now, "ranks": to_json(found), "other_users_state_files": foreign}
+            print(json.dumps(answer, indent=2))
         else:
-            print("\n".join(render_top.top_lines(found, str(folder), now, live=False)).rstrip())
+            lines = render_top.top_lines(found, str(folder), now, False, foreign, statefile.state_root())
+            print("\n".join(lines).rstrip())
         return 0
     if form == "json":
         raise SourceError("--format json goes with --once")
@@ -153,8 +174,8 @@ def _loop(screen: Any, folder: Path) -> None:
     screen.timeout(int(REFRESH_S * 1000))
     history = History()
     while True:
-        found, now = snapshot(folder, history)
-        _draw(screen, render_top.top_lines(found, str(folder), now))
+        found, now, foreign = snapshot(folder, history)
+        _draw(screen, render_top.top_lines(found, str(folder), now, True, foreign, statefile.state_root()))
         key = screen.getch()  # waits up to REFRESH_S for a key
         if key in (ord("q"), ord("Q")):
             return

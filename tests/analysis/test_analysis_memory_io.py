@@ -153,8 +153,7 @@ def test_a_cold_checkpoint_counts_each_file_once_at_its_first_open_on_the_node()
     )
     assert node["note"] == (
         "2 ranks on node-0 asked for 2x the checkpoint, 2,018,304 B (2.0 MB); the checkpoint was cold on node-0:"
-        " 1,029,630 B (1.0 MB) came from storage (none of its 5 checkpoint files was in the page cache when first"
-        " opened)"
+        " none of its 5 checkpoint files, 1,029,630 B (1.0 MB), was in the page cache when first opened"
     )
 
 
@@ -179,7 +178,7 @@ def test_a_partly_cached_checkpoint_gives_the_exact_cold_bytes():
     assert (node["outcome"], node["checkpoint_cold_bytes"]) == ("partly_cold", expected)
     assert node["note"].endswith(
         "the checkpoint was partly cold on node-0: 414,948 B (414.9 kB) of its 5 checkpoint files,"
-        " 1,029,630 B (1.0 MB), came from storage, the page cache held the rest"
+        " 1,029,630 B (1.0 MB), was not in the page cache when first opened"
     )
 
 

@@ -40,9 +40,11 @@ def startup_rank(
     startup_span: bool = True,
     cached: dict[str, tuple[int, int]] | None = None,
     broadcast_bytes: dict[str, int] | None = None,
+    fetched: tuple[int, list[tuple[float, float]]] | None = None,
 ) -> list[dict]:
     """One rank's startup: ``loadtrace.startup`` [0, end] holding the rendezvous, the load (its file spans, a convert
-    and a materialize phase) and the weights' broadcast. ``cached``: path → (file size, bytes cached at open)."""
+    and a materialize phase) and the weights' broadcast. ``cached``: path → (file size, bytes cached at open);
+    ``fetched``: the load's storage reads, bytes and the stretches (in seconds) they moved in."""
     root = span_id()
     result = []
     if startup_span:
@@ -54,7 +56,7 @@ def startup_rank(
     result.append(
         span(
             sc.SPAN_FROM_PRETRAINED, TRACE, at(load[0]), at(load[1]), parent=parent, sid=load_id,
-            **{sc.STRATEGY: "plain", sc.READ_BYTES: 1000},
+            **{sc.STRATEGY: "plain", sc.READ_BYTES: 1000}, **storage_reads(fetched),
         )
     )  # fmt: skip
     for index, (start, stop) in enumerate(files if files is not None else [(3.0, 6.0)]):
@@ -75,6 +77,14 @@ def startup_rank(
             )
         )  # fmt: skip
     return result
+
+
+def storage_reads(fetched: tuple[int, list[tuple[float, float]]] | None) -> dict:
+    if fetched is None:
+        return {}
+    nbytes, stretches = fetched
+    times = [at(second) for stretch in stretches for second in stretch]
+    return {sc.IO_STORAGE_READ_BYTES: nbytes, sc.IO_STORAGE_READ_INTERVALS: times}
 
 
 def startup_of(ranks: dict[int, list[dict]], **kwargs) -> dict:
@@ -331,17 +341,25 @@ def test_a_rank_that_waited_for_a_late_one_is_told_and_for_whom():
 GB = 10**9
 
 
-def test_storage_throughput_per_node_and_cold_or_warm_exactly_from_residency():
+def cold_rank(files: list[tuple[float, float]], cached: int, fetched: int, stretches: list[tuple[float, float]]):
     path = "/ckpt/model-0.safetensors"
-    fast = startup_rank(files=[(3.0, 4.0)], cached={path: (GB, 0)}, convert=None, wait=None, broadcast=None)
-    slow = startup_rank(files=[(3.0, 6.0)], cached={path: (GB, 0)}, convert=None, wait=None, broadcast=None)
-    warm = startup_rank(files=[(3.0, 3.5)], cached={path: (GB, GB)}, convert=None, wait=None, broadcast=None)
-    part = startup_rank(files=[(3.0, 4.0)], cached={path: (GB, GB // 2)}, convert=None, wait=None, broadcast=None)
+    return startup_rank(
+        files=files, cached={path: (GB, cached)}, fetched=(fetched, stretches), convert=None, wait=None, broadcast=None
+    )
+
+
+def test_storage_throughput_per_node_from_the_bytes_fetched_and_when_they_moved():
+    """Each node's figure is what its ranks fetched (``loadtrace.io.storage_read_bytes``) over the stretches it moved in
+    (``loadtrace.io.storage_read_intervals``); its residency (cold, warm) is the files' own, at first open."""
+    fast = cold_rank([(3.0, 4.0)], 0, GB, [(3.0, 4.0)])
+    slow = cold_rank([(3.0, 6.0)], 0, GB, [(3.0, 6.0)])
+    warm = cold_rank([(3.0, 3.5)], GB, 0, [])
+    part = cold_rank([(3.0, 4.0)], GB // 2, GB // 2, [(3.0, 4.0)])
+    again = cold_rank([(3.0, 4.0)], 0, GB, [(3.0, 3.5), (3.6, 4.1)])
     hosts = {0: "node-a", 1: "node-b", 2: "node-c", 3: "node-d", 4: "node-e"}
-    again = startup_rank(files=[(3.0, 4.0)], cached={path: (GB, 0)}, convert=None, wait=None, broadcast=None)
     result, found = findings_of({0: fast, 1: slow, 2: warm, 3: part, 4: again}, hosts=hosts)
     nodes = {n.host: n for n in result.traces[0].startup.nodes}
-    assert (nodes["node-a"].checkpoint, nodes["node-a"].storage_bytes, nodes["node-a"].reading_seconds) == (
+    assert (nodes["node-a"].checkpoint, nodes["node-a"].storage_bytes, nodes["node-a"].fetch_seconds) == (
         "cold", GB, 1.0,
     )  # fmt: skip
     assert nodes["node-a"].storage_bytes_per_second == 1e9
@@ -354,17 +372,38 @@ def test_storage_throughput_per_node_and_cold_or_warm_exactly_from_residency():
     assert result.traces[0].startup.storage_bytes_per_second == 7.5e8
     (finding,) = [f for f in found if f.kind == "slow_storage"]
     assert (finding.severity, finding.ranks, finding.bytes) == ("warning", [1], GB)
-    assert finding.detail.startswith("node-b read 1,000,000,000 B (1.0 GB) of checkpoint from storage in 3.00 s")
+    assert finding.detail.startswith("node-b fetched 1,000,000,000 B (1.0 GB) from storage in 3.00 s of fetching")
     _, found = findings_of({0: fast, 1: slow, 2: warm, 3: part, 4: again}, Thresholds(slow_storage_ratio=0.4), hosts)
     assert not [f for f in found if f.kind == "slow_storage"]
 
 
 def test_one_node_reading_from_storage_has_nothing_to_be_slower_than():
-    path = "/ckpt/model-0.safetensors"
-    cold = startup_rank(files=[(3.0, 6.0)], cached={path: (GB, 0)})
-    warm = startup_rank(files=[(3.0, 4.0)], cached={path: (GB, GB)})
+    cold = cold_rank([(3.0, 6.0)], 0, GB, [(3.0, 6.0)])
+    warm = cold_rank([(3.0, 4.0)], GB, 0, [])
     _, found = findings_of({0: cold, 1: warm}, hosts={0: "node-a", 1: "node-b"})
     assert not [f for f in found if f.kind == "slow_storage"]
+
+
+def test_a_storage_figure_is_what_was_fetched_never_what_was_cold_and_a_brief_one_has_no_rate():
+    """Issue 48: a cold node whose ranks fetched part of the checkpoint says that part; a mostly warm node that
+    fetched 1.2 MB in stretches adding to 0.2 s gets no rate, never 1.2 MB over its whole reading time; two ranks
+    fetching at once on one node count their time once; a rank without the figure makes the node's unknown."""
+    cast = cold_rank([(3.0, 3.013)], 0, 305_000_000, [(3.0, 4.6)])  # fetched during a 1.6 s cast, not in the files
+    mostly_warm = cold_rank([(3.0, 3.96)], GB - 1_200_000, 1_200_000, [(3.0, 3.1), (3.8, 3.9)])
+    parallel = [cold_rank([(3.0, 5.0)], 0, GB // 2, [(3.0, 5.0)]), cold_rank([(3.0, 5.0)], 0, GB // 2, [(3.5, 5.0)])]
+    unknown = [cold_rank([(3.0, 5.0)], 0, GB, [(3.0, 5.0)]), startup_rank(cached={"/ckpt/model-0.safetensors": (1, 0)})]
+    ranks = dict(enumerate([cast, mostly_warm, *parallel, *unknown]))
+    hosts = {0: "cast", 1: "mostly-warm", 2: "parallel", 3: "parallel", 4: "unknown", 5: "unknown"}
+    result, _ = findings_of(ranks, hosts=hosts)
+    nodes = {n.host: n for n in result.traces[0].startup.nodes}
+    assert (nodes["cast"].storage_bytes, nodes["cast"].fetch_seconds) == (305_000_000, 1.6)
+    assert nodes["cast"].storage_bytes_per_second == round(305_000_000 / 1.6, 1)
+    assert (nodes["mostly-warm"].checkpoint, nodes["mostly-warm"].storage_bytes) == ("partly_cold", 1_200_000)
+    assert (nodes["mostly-warm"].fetch_seconds, nodes["mostly-warm"].storage_bytes_per_second) == (0.2, None)
+    assert (nodes["parallel"].storage_bytes, nodes["parallel"].fetch_seconds) == (GB, 2.0)
+    assert (nodes["unknown"].checkpoint, nodes["unknown"].storage_bytes, nodes["unknown"].fetch_seconds) == (
+        "cold", None, None,
+    )  # fmt: skip
 
 
 def test_broadcast_bytes_do_not_disturb_the_phases():

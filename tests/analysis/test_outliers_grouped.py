@@ -90,7 +90,7 @@ def test_a_node_whose_ranks_are_all_slow_is_told_as_the_node_apart_from_a_single
     assert single.startswith("rank 3 took 31.10 s to start, 20.00 s behind the median of the other ranks (11.10 s)")
     assert node.startswith("node005: all 8 ranks (40-47) took 31.10 s to start, 20.00 s behind the median")
     assert finding.detail.endswith(
-        "; its storage read at 3,800 B (3.8 kB)/s. The job starts when its slowest rank is ready."
+        "; its ranks fetched from storage at 3,800 B (3.8 kB)/s. The job starts when its slowest rank is ready."
     ), finding.detail
     assert finding.evidence["groups"] == [
         {"ranks": [3], "whole_nodes": False, "hosts": None},
@@ -105,9 +105,9 @@ def test_alike_slow_nodes_share_one_storage_sentence():
     finding = slow_storage(job, startup, Thresholds())
     assert finding is not None
     assert finding.detail.startswith(
-        "nodes node002-node003, node006 (3 nodes) each read 2,000,000,000 B (2.0 GB) of checkpoint from storage in"
-        " 444444.44 s (min 400000.00 s, max 500000.00 s), 4,500 B (4.5 kB)/s (min 4,000 B (4.0 kB)/s, max 5,000 B"
-        " (5.0 kB)/s); node007 read 2,000,000,000 B (2.0 GB) of checkpoint from storage in 5000.00 s,"
+        "nodes node002-node003, node006 (3 nodes) each fetched 2,000,000,000 B (2.0 GB) from storage in"
+        " 444444.44 s (min 400000.00 s, max 500000.00 s) of fetching, 4,500 B (4.5 kB)/s (min 4,000 B (4.0 kB)/s,"
+        " max 5,000 B (5.0 kB)/s); node007 fetched 2,000,000,000 B (2.0 GB) from storage in 5000.00 s of fetching,"
     ), finding.detail
     assert [group["hosts"] for group in finding.evidence["groups"]] == [["node002", "node003", "node006"], ["node007"]]
     assert len(finding.evidence["per_node"]) == 4

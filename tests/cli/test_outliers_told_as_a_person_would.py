@@ -187,16 +187,27 @@ def test_a_node_with_slow_storage_is_told_as_the_node_on_a_row_of_its_own(mixed,
     ), found
     assert found["slow_rank"].split("; node077: ")[1].split("; ")[1:] == [
         "their read phase made the difference: 20.04 s against the others' 0.04 s (467.5x), 20.00 s more",
-        "its storage read at 50.7 kB/s. The job starts when its slowest rank is ready.",
+        "its ranks fetched from storage at 50.7 kB/s. The job starts when its slowest rank is ready.",
     ], found["slow_rank"]
-    assert "node077 read 1.0 MB of checkpoint from storage in 20.05 s, 50.7 kB/s" in found["slow_storage"], found
+    assert (
+        "node077 fetched 1.0 MB from storage in 20.04 s of fetching, 50.7 kB/s: under 0.5x the job's median node"
+        " (at least" in found["slow_storage"]
+    ), found
     assert "rank 3 took 29.57 s to start" in found["slow_rank"] and "ranks 300, 700" not in found["slow_rank"]
     # The slow node's storage on a line of its own, apart from the slow nodes that read alike and the healthy ones.
     storage = [line for line in table.splitlines() if line.startswith("Storage: ")]
-    assert "Storage: node077: checkpoint cold, 1.0 MB from storage in 20.050 s reading = 50.7 kB/s" in storage, storage
-    assert len(storage) == 4 and any(
-        line.startswith("Storage: 7 nodes (node013 ... node019), each:") for line in storage
-    )
+    assert (
+        "Storage: node077: checkpoint cold; its 8 ranks fetched 1.0 MB from storage, all files, in 20.043 s of"
+        " fetching, 50.7 kB/s" in storage
+    ), storage
+    # Issue 48: the other nodes fetched their 1.0 MB in under 0.15 s, too briefly for a rate (their lower bound is the
+    # median node's, "at least"): never told slow for it, as node000 and node013-node019 were on 0.05-0.25 s of reading.
+    # Rank 300 left no figure (its load span lost, no state file): its node's is unknown, and said so.
+    assert len(storage) == 4, storage
+    assert storage[0].startswith("Storage: 125 nodes (node000 ... node127), each: checkpoint cold")
+    assert "(under 1 s: too brief for a rate)" in storage[0]
+    assert "Storage: node037: checkpoint cold; what its 8 ranks fetched from storage was not measured" in storage
+    assert any("(rank 700 to its last reading, before dying)" in line for line in storage)
     for kind, text in found.items():  # a few lines each, however many ranks it names
         assert len(text) < 1000, (kind, text)
 

@@ -137,16 +137,15 @@ def test_alike_nodes_share_their_io_and_storage_lines_and_a_slow_one_keeps_its_o
     """Ten nodes read the checkpoint cold from storage, at different speeds; node 9's ranks are named by
     ``slow_storage``."""
     storage = [
-        NodeStartup(f"n{i}", [2 * i, 2 * i + 1], "cold", 1_000_000, 0.1 + i / 100, 1e7 / (1 + i / 10))
-        for i in range(10)
+        NodeStartup(f"n{i}", [2 * i, 2 * i + 1], "cold", 1_000_000, 1 + i / 10, 1e6 / (1 + i / 10)) for i in range(10)
     ]
     slow = Finding("t", 0, 0, sc.FINDING_SLOW_STORAGE, "warning", [18, 19], 0, 0, "node n9 read slowly")
     rows = alike.storage_groups(storage, [slow])
     assert [[node.host for node in row] for row in rows] == [[f"n{i}" for i in range(9)], ["n9"]]
     assert render.storage_line(rows[0]) == (
-        "Storage: 9 nodes (n0 ... n8), each: checkpoint cold, 1,000,000 B (1.0 MB) from storage in min 0.100, median"
-        " 0.140, max 0.180 s reading = min 5,555,556 B (5.6 MB), median 7,142,857 B (7.1 MB), max 10,000,000 B"
-        " (10.0 MB)/s"
+        "Storage: 9 nodes (n0 ... n8), each: checkpoint cold; its 2 ranks fetched 1,000,000 B (1.0 MB) from storage,"
+        " all files, in min 1.000, median 1.400, max 1.800 s of fetching, min 555,556 B (555.6 kB), median 714,286 B"
+        " (714.3 kB), max 1,000,000 B (1.0 MB)/s"
     )
     reads = [
         NodeReads(f"n{i}", [2 * i, 2 * i + 1], 2, 2_000_000, None, None, 2.0, None, 1_000_000, 0, "warm")

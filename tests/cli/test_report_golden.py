@@ -30,6 +30,10 @@ And once more (issue 48): each rank's ``class_import_seconds`` (null: these span
 finding's per-node figure says it counts reads (``Projected per node: ... read``; no number changed: no rank held
 more than it read); compare's ``open`` seconds are the time any file was open, each instant once, not the files'
 summed lengths (``plain524``'s rank 0: 0.019 s, not 0.092 s).
+And (issue 48 too): a node's storage figures are what its ranks fetched (``storage_bytes``, their
+``loadtrace.io.storage_read_bytes``: 0 in these recordings) over ``fetch_seconds`` (null: recorded before the loads
+carried their stretches), ``reading_seconds`` and ``cast_seconds`` gone, ``counted_to_last_reading`` and each last
+state's ``storage_read_bytes`` added; the table says "its 2 ranks fetched nothing from storage" where it knows that.
 """
 
 from __future__ import annotations

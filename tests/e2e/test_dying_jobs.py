@@ -40,11 +40,13 @@ from support import field_facts, parents
 from support.cgroups import remove_cgroup
 from support.installed import file_spans, job_dir, report, report_json, require_installed, torchrun_exitcodes
 from support.multirank import COUNT_WORKER, MODE_ENV, TRACE_ROOT
+from support.pagecache import evict
 from support.torchrun import DEFAULT_TIMEOUT_S, TorchrunResult, clean_env, torchrun
 from support.venvs import REPO, Venv, discover
 
 from loadtrace import semconv as sc
 from loadtrace import statefile
+from loadtrace.instrumentation.counting import memory
 
 VENVS = discover()
 WORKER = REPO / "tests" / "workers" / "dying_load.py"
@@ -285,6 +287,8 @@ class OtlpTeardown:
     spans: list[Any]  # _wire.WireSpan
     arrivals: list[Any]
     rejected: list[str]
+    shards: list[Path]  # the job's own copy of the checkpoint, out of the page cache when it began (where it could be)
+    evicted: bool
 
 
 @pytest.fixture(scope="module")
@@ -294,6 +298,11 @@ def otlp_teardown(checkpoint: Path, tmp_path_factory) -> OtlpTeardown:
     venv = VENVS[0]
     require_installed(venv)
     cwd = tmp_path_factory.mktemp("teardown-otlp")
+    checkpoint = Path(shutil.copytree(checkpoint, cwd / "checkpoint"))  # cold: its storage figures count (issue 48)
+    shards = sorted(checkpoint.glob("*.safetensors"))
+    for shard in shards:
+        evict(shard)
+    evicted = all(memory.cached_bytes(shard) == 0 for shard in shards)
     env = {
         **FSDP_ENV,
         "LOADTRACE": "1",
@@ -306,7 +315,7 @@ def otlp_teardown(checkpoint: Path, tmp_path_factory) -> OtlpTeardown:
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{receiver.port}"
         run = launch(venv, WORKER, args, cwd=cwd, env=env)
     arrivals = receiver.received.arrivals
-    return OtlpTeardown(run, wire_spans(arrivals), arrivals, receiver.received.rejected)
+    return OtlpTeardown(run, wire_spans(arrivals), arrivals, receiver.received.rejected, shards, evicted)
 
 
 def test_otlp_teardown_writes_no_trace_files(otlp_teardown: OtlpTeardown):
@@ -355,6 +364,39 @@ def test_otlp_teardown_dead_rank_exit_arrives_with_exact_bytes(otlp_teardown: Ot
     rank1 = ranks_of(rep)[1]
     assert rank1["read_bytes"] == count["read_bytes"] and rank1["exit"]["signal"] == "SIGKILL"
     assert ranks_of(rep)[0]["exit"]["signal"] == "SIGTERM"
+
+
+def test_otlp_teardown_storage_figures_are_what_the_ranks_fetched(otlp_teardown: OtlpTeardown, tmp_path):
+    """Issue 48: a killed job over OTLP said "372.5 MB from storage in 0.007 s = 52.8 GB/s" when 131.3 MB was read in
+    all (the checkpoint's cold bytes at open, over its files' few open spans). Now each rank's figure is what its
+    process fetched: the dead rank's up to its last reading (``loadtrace.io.storage_read_as_of``), never more than it
+    had fetched by its death (its own ``/proc/self/io``, read by the worker); the node's is their sum, never more
+    than entered the page cache for the checkpoint (``mincore``, read here) and what else they read."""
+    if not otlp_teardown.evicted:
+        pytest.skip("posix_fadvise(DONTNEED) could not evict the checkpoint here (tmpfs?): no cold job")
+    count = load_json(otlp_teardown.run.cwd / "out" / "count-rank1.json")
+    (dead,) = [s for s in otlp_teardown.spans if s.name == sc.SPAN_RANK_EXIT and s.resource.get(sc.RANK) == 1]
+    fetched, as_of = dead.attributes[sc.IO_STORAGE_READ_BYTES], dead.attributes[sc.IO_STORAGE_READ_AS_OF]
+    assert 0 <= fetched <= count["storage_read_during_load"], (fetched, count["storage_read_during_load"])
+    assert as_of <= dead.end_ns
+    stretches = dead.attributes[sc.IO_STORAGE_READ_INTERVALS]
+    assert all(start < end <= as_of for start, end in zip(stretches[::2], stretches[1::2], strict=True)), stretches
+    entered = sum(memory.cached_bytes(shard) or 0 for shard in otlp_teardown.shards)  # both ranks dead: all fetched
+
+    from support.wire import traces_data_json
+
+    (tmp_path / "received.jsonl").write_text(json.dumps(traces_data_json(otlp_teardown.arrivals)) + "\n")
+    rep = report_json(VENVS[0], tmp_path / "received.jsonl")
+    ranks = ranks_of(rep)
+    assert ranks[1]["storage_read_bytes"] == fetched and ranks[1]["last_state"]["storage_read_bytes"] == fetched
+    (node,) = rep["traces"][0]["startup"]["nodes"]
+    assert node["storage_bytes"] == ranks[0]["storage_read_bytes"] + fetched
+    assert node["storage_bytes"] <= entered + 4096 * len(otlp_teardown.shards) + 16 * 2**20, (node, entered)
+    assert node["counted_to_last_reading"] == [1]
+    table = report(VENVS[0], tmp_path / "received.jsonl")[1]
+    (line,) = [text for text in table.splitlines() if text.startswith("Storage: ")]
+    print(f"[storage] {line}; entered {entered:,} B; rank 1 by its death {count['storage_read_during_load']:,} B")
+    assert "(rank 1 to its last reading, before dying)" in line and "came from storage" not in table, table
 
 
 # 3. A real OOM kill in a memory cgroup -------------------------------------------------------------------------------

@@ -161,14 +161,11 @@ def test_a_cold_and_a_warm_node_are_told_apart_exactly(healthy, tmp_path, capsys
     nodes = {node["host"]: node for node in trace["startup"]["nodes"]}
     size = sum(shard.stat().st_size for shard in cold_files)
     warm, cold = nodes[host], nodes[f"{host}-b"]
-    assert (warm["ranks"], warm["checkpoint"], warm["storage_bytes"], warm["storage_bytes_per_second"]) == (
-        [0],
-        "warm",
-        0,
-        None,
-    )
-    assert (cold["ranks"], cold["checkpoint"], cold["storage_bytes"]) == ([1], "cold", size)
-    assert cold["reading_seconds"] > 0
-    # reading_seconds is rounded to the microsecond in the JSON, the rate computed before that.
-    assert cold["storage_bytes_per_second"] == pytest.approx(size / cold["reading_seconds"], rel=1e-4)
-    assert trace["startup"]["storage_bytes_per_second"] == cold["storage_bytes_per_second"]  # the one cold node
+    # Each node's figure is what its rank's process fetched (issue 48): the warm one little or nothing (what else it
+    # read), the cold one at least what entered the page cache for its copy; 1 MB in well under a second: no rate.
+    entered = sum(memory.cached_bytes(shard) or 0 for shard in cold_files)
+    assert (warm["ranks"], warm["checkpoint"], warm["storage_bytes_per_second"]) == ([0], "warm", None)
+    assert warm["storage_bytes"] < 16 * 2**20
+    assert (cold["ranks"], cold["checkpoint"], cold["storage_bytes_per_second"]) == ([1], "cold", None)
+    assert entered <= cold["storage_bytes"] <= size + 16 * 2**20 and 0 < cold["fetch_seconds"] < 1, (cold, entered)
+    assert trace["startup"]["storage_bytes_per_second"] is None

@@ -40,9 +40,12 @@ def by_name(state: statefile.State) -> dict[str, Any]:
         if isinstance(value, statefile.Counters):
             prefix = "load_" if item.name == "load_counters" else ""
             found.update({f"{prefix}{counter.name}": getattr(value, counter.name) for counter in fields(value)})
-        elif item.name not in ("slots", "open_scopes"):
+        elif item.name not in ("slots", "open_scopes", *STORAGE):
             found[item.name] = value
     return found
+
+
+STORAGE = ("storage_read_load_start", "storage_read_now", "storage_sampled_ns", "storage_intervals")
 
 
 def encoded(values: dict[str, Any]) -> dict[str, Any]:
@@ -62,6 +65,8 @@ def test_a_file_written_before_the_record_was_typed_reads_the_same():
     assert state is not None
     expected = encoded({**before["ints"], **before["texts"]})
     assert by_name(state) == expected
+    # The storage reads came later, in the header's gap (statefile.FETCH_OFFSET): zeros there, read as not known.
+    assert [getattr(state, name) for name in STORAGE] == [0, 0, 0, []]
     assert len(expected) == 57, "every field of version 1: 38 ints, 10 texts, 8 live ints, 1 live text"
     assert [list(slot) for slot in state.slots] == before["slots"], "the slots handed out (the rest are zeros)"
     assert before["slots_in_file"] == 256 and FIXTURE.read_bytes()[statefile.HEADER_BYTES + 16 * 3 :] == bytes(16 * 253)
@@ -117,9 +122,12 @@ def test_todays_writer_round_trips(tmp_path):
         written[text] = f"{text}-é"
         writer.set_text(text, written[text])
     writer["status"], writer["memory_limit_source"] = statefile.STATUS_SIGNALLED, statefile.LIMIT_NODE
+    stretches = [(30_000 + 10 * i, 30_005 + 10 * i) for i in range(statefile.FETCH_INTERVALS)]
+    writer.fetched(1_000, 9_000, 40_000, stretches)
     writer.close()
     state = statefile.read(path)
     assert state is not None
+    assert [getattr(state, name) for name in STORAGE] == [1_000, 9_000, 40_000, stretches]
     assert by_name(state) == {
         **written,
         "version": statefile.VERSION,

@@ -11,8 +11,9 @@ the one its moved spans have). Outliers, each one rank (a rank number outside th
   spans still nest).
 - ``slow_read`` (with ``slow_by`` > 0): its checkpoint files read ``slow_by`` seconds longer, everything after them
   that much later (its read phase is the difference, as a slow storage makes it).
-- ``cold``: every node's checkpoint cold (none of it in the page cache at open: storage delivers it), so each node
-  has a storage speed and a slow node's reading shows as ``slow_storage``.
+- ``cold``: every node's checkpoint cold (none of it in the page cache at open), its first rank fetching it from
+  storage while its files are open, so each node has a storage speed and a slow node's reading shows as
+  ``slow_storage``.
 - ``failed``: its load raised ``FileNotFoundError`` (its span's status an error, with its ``error.type``).
 - ``killed``: cut short the way a SIGKILL cuts a file when nothing else is left: its outermost load span, written
   last, is missing.
@@ -149,6 +150,8 @@ def write_big_job(
                         span["parentSpanId"] = _new_id(rank, span["parentSpanId"])
             data_lines.append(data)
         spans = [span for data in data_lines for span in _spans(data)]
+        if cold:
+            _fetched(spans, rank % ranks_per_node == 0)
         _carry_split(spans, splits, (min(rank, 1), rank in slows, rank in slow_read))
         if rank == killed:  # the load span a SIGKILL never let it write
             data_lines = [d for d in data_lines if all(s["name"] != sc.SPAN_FROM_PRETRAINED for s in _spans(d))]
@@ -171,6 +174,25 @@ def _cold(span: dict) -> None:
     if span["name"] in sc.LOAD_SPANS and files is not None:
         _set(span["attributes"], sc.IO_CHECKPOINT_COLD_BYTES, {"intValue": str(files)})
         _set(span["attributes"], sc.IO_CACHED_BYTES, {"intValue": "0"})
+
+
+def _fetched(spans: list[dict], fetches: bool) -> None:
+    """A cold node's storage reads: its first rank fetches the checkpoint's files while its file spans are open, the
+    others find them in the page cache (``loadtrace.io.storage_read_bytes`` and ``_intervals`` on their loads)."""
+    files = sorted(
+        (int(s["startTimeUnixNano"]), int(s["endTimeUnixNano"])) for s in spans if s["name"] in sc.FILE_SPANS
+    )
+    merged: list[list[int]] = []
+    for start, end in files:
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    for load in (s for s in spans if s["name"] == sc.SPAN_FROM_PRETRAINED):
+        nbytes = _attribute(load, sc.IO_CHECKPOINT_FILE_BYTES) if fetches else 0
+        _set(load["attributes"], sc.IO_STORAGE_READ_BYTES, {"intValue": str(nbytes or 0)})
+        times = [{"intValue": str(t)} for stretch in merged for t in stretch] if fetches else []
+        _set(load["attributes"], sc.IO_STORAGE_READ_INTERVALS, {"arrayValue": {"values": times}})
 
 
 def _until_death(data_lines: list[dict], state_path: Path, ranks: int, ranks_per_node: int) -> list[dict]:
@@ -231,6 +253,14 @@ def _until_death(data_lines: list[dict], state_path: Path, ranks: int, ranks_per
         ("rss_peak", _attribute(load, sc.RSS_BEFORE) or 0),
     ):
         writer[key] = value
+    fetched = _attribute(load, sc.IO_STORAGE_READ_BYTES)
+    stretches = next((a["value"] for a in load["attributes"] if a["key"] == sc.IO_STORAGE_READ_INTERVALS), None)
+    if fetched is not None and stretches is not None:  # its storage reads by its death, as fast as its load's were
+        times = [int(v["intValue"]) for v in stretches["arrayValue"]["values"]]
+        whole = [(s, e) for s, e in zip(times[::2], times[1::2], strict=True)]
+        until = [(s, min(e, death)) for s, e in whole if min(e, death) > s]
+        share = sum(e - s for s, e in until) / max(1, sum(e - s for s, e in whole))
+        writer.fetched(0, round(fetched * share), death, until)
     writer.close()
     return kept
 

@@ -88,6 +88,21 @@ class ScriptedCounts(Counts):
             self.after_read(self.reads, self)
 
 
+def storage_read() -> int:
+    """This process's ``/proc/self/io`` ``read_bytes``, read here independently of loadtrace: what the kernel has
+    fetched from storage for it so far."""
+    with open("/proc/self/io") as handle:
+        return next(int(line.split()[1]) for line in handle if line.startswith("read_bytes:"))
+
+
+STORAGE_AT_LOAD = [0]  # ``storage_read()`` just before ``from_pretrained``
+
+
+def own_count(counts: Counts) -> dict[str, Any]:
+    """This rank's own count so far, with what it fetched from storage since its load began."""
+    return {"pid": os.getpid(), "storage_read_during_load": storage_read() - STORAGE_AT_LOAD[0], **counts.as_dict()}
+
+
 def write_json(out: str, name: str, data: dict[str, Any]) -> None:
     path = Path(out) / name
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -101,12 +116,13 @@ def counted_load(load: Any, ckpt: str, after_read: Any = None) -> tuple[Any, Cou
     counter = Counter()
     counter.counts = ScriptedCounts(after_read)
     with counter as counts:
+        STORAGE_AT_LOAD[0] = storage_read()
         model = load.from_pretrained(ckpt)
     return model, counts
 
 
 def die_by_sigkill(out: str, name: str, counts: Counts) -> None:
-    write_json(out, name, {"pid": os.getpid(), **counts.as_dict()})
+    write_json(out, name, own_count(counts))
     os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(60)  # never reached
 
@@ -118,7 +134,7 @@ def teardown(args: argparse.Namespace, load: Any, rank: int) -> None:
 
         def after_read(reads: int, counts: Counts) -> None:
             if reads == args.signal_after:
-                write_json(args.out, marker.name, {"pid": os.getpid(), **counts.as_dict()})
+                write_json(args.out, marker.name, own_count(counts))
             time.sleep(args.slow)
 
     else:

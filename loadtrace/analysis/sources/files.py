@@ -439,7 +439,7 @@ def read_sources(files: list[Path], states: list[Path], parallel: bool = False) 
     """``read_files`` of these trace and state files."""
     result = (_read_in_parallel(files) if parallel else None) or _read_trace_files(files)
     for path_ in states:
-        state = statefile.read(path_)
+        state = statefile.read(path_, owners=statefile.owned_by(path_))
         if state is None:
             result.skipped_state_files += 1
         else:

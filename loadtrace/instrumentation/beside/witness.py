@@ -198,6 +198,10 @@ def span_attributes(state: statefile.State, exitcode: int | None, oom: bool | No
             attributes[key] = value
     if state.memory_limit_source:
         attributes[semconv.MEMORY_LIMIT_SOURCE] = state.memory_limit_source
+    if state.storage_sampled_ns > 0:  # its storage reads up to its last reading (statefile.FETCH_OFFSET)
+        attributes[semconv.IO_STORAGE_READ_BYTES] = max(0, state.storage_read_now - state.storage_read_load_start)
+        attributes[semconv.IO_STORAGE_READ_INTERVALS] = [at for stretch in state.storage_intervals for at in stretch]
+        attributes[semconv.IO_STORAGE_READ_AS_OF] = state.storage_sampled_ns
     return attributes
 
 
@@ -459,16 +463,19 @@ def _open_scopes_ended(exit_span: Any, state: statefile.State) -> list[Any]:
 
 
 def _follow(directory: str, name: str) -> tuple[str, str, statefile.State] | None:
-    """Pointer ``name`` → (name, state path, state), or None when it is missing or leads to no state."""
+    """Pointer ``name`` → (name, state path, state), or None when it is missing or leads to no state. Pointer and
+    state are this user's own, or refused: the witness ends spans and sends them in its job's name."""
     try:
         fd = os.open(os.path.join(directory, name), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         try:
+            if os.fstat(fd).st_uid not in statefile.own_user():
+                return None
             state_path = os.read(fd, POINTER_MAX_BYTES).decode("utf-8", errors="replace").strip()
         finally:
             os.close(fd)
     except OSError:
         return None
-    state = statefile.read(state_path) if state_path else None
+    state = statefile.read(state_path, owners=statefile.own_user()) if state_path else None
     return (name, state_path, state) if state is not None else None
 
 

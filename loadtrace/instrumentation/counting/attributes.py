@@ -11,7 +11,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from ... import semconv, statefile
-from ...startup_split import union
+from ...startup_split import close_shortest_gaps, union
 from ...statefile import ReadSlot
 from .ledger import Ledger
 from .memory import Limits, Memory, Peak, limits
@@ -41,6 +41,10 @@ def load_end(scope: Scope, extra: dict[str, Any]) -> dict[str, Any]:
         attributes[semconv.IO_CACHED_BYTES] = max(0, attributes[semconv.READ_BYTES] - storage_read)
         attributes.update(limit_attributes(limits()))
         attributes.update(memory_attributes(before, after, scope.peak))
+        if scope.fetching is not None and before.at_ns and after.at_ns:
+            scope.fetching.sample(after)
+            stretches = scope.fetching.between(before.at_ns, after.at_ns)
+            attributes[semconv.IO_STORAGE_READ_INTERVALS] = [at for stretch in stretches for at in stretch]
     attributes.update(materialized(scope.ledger))
     if scope.ledger.conversions:
         attributes.update(conversions(scope.ledger))
@@ -59,17 +63,7 @@ def casts(ledger: Ledger) -> dict[str, Any]:
     of the calls' times: the thread pool's overlapping calls once). Past ``MAX_CAST_INTERVALS`` the gaps are closed
     from the shortest up: the time counted as casting grows by those gaps, and never overlaps reading."""
     done = list(ledger.casts)  # a copy: a worker thread may still append
-    intervals = union((start, end) for start, end, _ in done)
-    while len(intervals) > MAX_CAST_INTERVALS:
-        gaps = sorted(later[0] - earlier[1] for earlier, later in zip(intervals, intervals[1:], strict=False))
-        closed = gaps[len(intervals) - MAX_CAST_INTERVALS - 1]
-        merged = [intervals[0]]
-        for start, end in intervals[1:]:
-            if start - merged[-1][1] <= closed:
-                merged[-1] = (merged[-1][0], end)
-            else:
-                merged.append((start, end))
-        intervals = merged
+    intervals = close_shortest_gaps(union((start, end) for start, end, _ in done), MAX_CAST_INTERVALS)
     return {
         semconv.CAST_COUNT: len(done),
         semconv.CAST_BYTES: sum(nbytes for _, _, nbytes in done),

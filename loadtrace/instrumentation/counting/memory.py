@@ -11,6 +11,7 @@ import mmap
 import os
 import stat
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,7 @@ class Memory:
     file: int = 0  # RssFile: file pages mapped in (mmap'ed checkpoints)
     shmem: int = 0  # RssShmem
     storage_read: int = 0  # /proc/self/io read_bytes: bytes this process made the kernel fetch from storage
+    at_ns: int = 0  # when it was read (ns since the epoch): fetching.py times storage reads by it
 
     def peak_since(self, before: Memory) -> int:
         """Peak RSS since ``before``: the high-water mark when it rose in between (exact), else the larger of the
@@ -92,8 +94,28 @@ def _storage_read() -> int:
         return 0
 
 
+def waiting_on_storage() -> bool:
+    """Whether a thread of this process is in uninterruptible sleep (``D`` in ``/proc/self/task/<tid>/stat``) now: on
+    a loading process, waiting for storage to deliver a page it touched. A directory listing and a read per thread
+    (0.5 ms with 25 threads here): fetching.py asks only while a run of fetching is on."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return False
+    for tid in tasks:
+        try:
+            text = _read(f"/proc/self/task/{tid}/stat")
+        except OSError:
+            continue  # it ended meanwhile
+        state = text.rfind(b")") + 2
+        if text[state : state + 1] == b"D":
+            return True
+    return False
+
+
 def process_memory() -> Memory:
-    return Memory(**_kib_fields("/proc/self/status", _STATUS_FIELDS), storage_read=_storage_read())
+    status = _kib_fields("/proc/self/status", _STATUS_FIELDS)
+    return Memory(**status, storage_read=_storage_read(), at_ns=time.time_ns())
 
 
 @dataclass(frozen=True)

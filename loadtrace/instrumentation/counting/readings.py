@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ... import statefile
-from .memory import Memory, Peak, process_memory
+from ...startup_split import Interval, close_shortest_gaps
+from .fetching import Fetching
+from .memory import Memory, Peak, process_memory, waiting_on_storage
 from .monitor import Monitor
 from .monitor import record as monitor_record
 from .scope import OpenScopes, Scope
@@ -16,12 +18,42 @@ class Readings:
     """``monitor()``: the process's monitor thread, None before the first span (or where it could not start)."""
 
     def __init__(
-        self, open: OpenScopes, state: Callable[[], statefile.Writer | None], monitor: Callable[[], Monitor | None]
+        self,
+        open: OpenScopes,
+        state: Callable[[], statefile.Writer | None],
+        monitor: Callable[[], Monitor | None],
+        on_fault: Callable[[Exception], None] | None = None,
     ):
         self.open = open
         self.state = state
         self.monitor = monitor
+        self.on_fault = on_fault  # a state write that failed (said once, counted on the load: statemirror.py)
         self.load_hwm = 0  # the process's VmHWM when the outermost load began
+        self.fetching: Fetching | None = None  # the storage reads since the outermost load began (fetching.py)
+
+    def outermost_load(self, reading: Memory) -> Fetching:
+        """The first load of the process's loads open began with ``reading``: its peak and storage reads start here;
+        the state file keeps the storage reads for a rank that dies."""
+        self.load_hwm = reading.hwm
+        self.fetching = Fetching(reading, self._fetched)
+        return self.fetching
+
+    def _fetched(self, start: int, now: int, at_ns: int, intervals: list[Interval]) -> None:
+        state = self.state()
+        if state is None:
+            return
+        try:
+            state.fetched(start, now, at_ns, close_shortest_gaps(intervals, statefile.FETCH_INTERVALS))
+        except Exception as error:
+            if self.on_fault is not None:
+                self.on_fault(error)
+
+    def sampled(self, reading: Memory) -> None:
+        """A monitor sample: the state's ``rss_peak``, and the storage reads of the loads open."""
+        self.raise_rss_peak(reading)
+        fetching = self.fetching
+        if fetching is not None and self.open.loads_open:
+            fetching.sample(reading, waiting_on_storage)
 
     def raise_rss_peak(self, reading: Memory) -> None:
         """The state's ``rss_peak``: the highest VmRSS seen during the open load, or VmHWM once it rose during the

@@ -14,6 +14,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from ... import semconv, statefile
+from .fetching import Fetching
 from .ledger import Ledger
 from .memory import Memory, Peak
 
@@ -51,6 +52,7 @@ class Scope:
         "residency",
         "record",
         "nested",
+        "fetching",
     )
 
     def __init__(self, kind: ScopeKind, name: str, span: trace.Span, load: Scope | None = None):
@@ -76,6 +78,7 @@ class Scope:
         self.residency: tuple[str, int, int | None] | None = None
         self.record: tuple[statefile.Writer, int] | None = None  # non-file scopes: its record in the state file
         self.nested = False  # loads only: opened inside another load of this thread (its time is the outer one's)
+        self.fetching: Fetching | None = None  # loads only: the process's storage reads while loads are open
 
 
 active_scopes: ContextVar[tuple[Scope, ...]] = ContextVar("loadtrace_active", default=())

@@ -12,8 +12,6 @@ import logging
 import os
 import re
 import socket
-import stat
-import tempfile
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -21,7 +19,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from ... import semconv
+from ... import semconv, statefile
 from .._log import warn_once
 from ..settings import Settings, speaks_for_the_node
 
@@ -398,26 +396,17 @@ class Delivery(SpanExporter):
 
 
 def state_file_path(settings: Settings, resource: dict[str, Any], trace_file: str | None) -> str:
-    """Where the process keeps its state (``statefile.py``): beside its trace file, else (spans only over OTLP) under
-    ``<temp dir>/loadtrace-<uid>/<job id>/``, where the launcher's witness can still find it."""
+    """Where the process keeps its state (``statefile.py``): beside its trace file, else (spans only over OTLP) in its
+    job's own owner-only folder under this user's state root (``statefile.state_root``:
+    ``$XDG_RUNTIME_DIR/loadtrace/<job id>/``, else ``<temp dir>/loadtrace-<uid>/<job id>/``), where the launcher's
+    witness can still find it and no other user can reach it; refused (``OSError``) when either folder is someone
+    else's or a link."""
     if trace_file is not None:
         return trace_file.removesuffix(semconv.TRACE_FILE_SUFFIX) + semconv.STATE_SUFFIX
     name = os.path.basename(trace_file_path(settings, resource)).removesuffix(semconv.TRACE_FILE_SUFFIX)
-    return os.path.join(private_temp_dir(), safe_name(str(resource[semconv.JOB_ID])), name + semconv.STATE_SUFFIX)
-
-
-def private_temp_dir() -> str:
-    """``<temp dir>/loadtrace-<uid>``, owner-only; refused (``OSError``) when someone else made it or it is a link:
-    the temporary directory is shared, and the state names this job's files."""
-    path = os.path.join(tempfile.gettempdir(), f"loadtrace-{os.getuid()}")
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    found = os.lstat(path)
-    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid() or found.st_mode & 0o077:
-        raise PermissionError(f"{path} is not a directory of this user's alone")
-    return path
+    root = statefile.private_dir(statefile.state_root())
+    job = statefile.private_dir(os.path.join(root, safe_name(str(resource[semconv.JOB_ID]))))
+    return os.path.join(job, name + semconv.STATE_SUFFIX)
 
 
 def span_processors(settings: Settings, trace_file: str | None) -> tuple[list[SpanProcessor], Delivery | None]:

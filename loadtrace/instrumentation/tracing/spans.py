@@ -77,7 +77,7 @@ class Tracing:
         self.listener = listener
         self.open = OpenScopes()
         self.state_file = StateMirror(self._state, self.open, self.record_fault)
-        self.readings = Readings(self.open, self._state, self._monitor)
+        self.readings = Readings(self.open, self._state, self._monitor, self.state_file.failed)
         self.handlers = termination.Handlers(lambda signo: self.lifecycle.terminated(signo))
         self.startup = Startup(self, self.handlers, self.open, self.state_file)
         self.loads = Loads(self.open, self.state_file, self.startup)
@@ -102,7 +102,7 @@ class Tracing:
                 if self._provider is None:
                     from .provider import Provider
 
-                    made = Provider(self.settings, self.job, self._given, self.shutdown, self.readings.raise_rss_peak)
+                    made = Provider(self.settings, self.job, self._given, self.shutdown, self.readings.sampled)
                     made.build()  # the SDK, files, state and monitor now, while forks wait
                     self._provider = made
                 provider = self._provider
@@ -178,7 +178,9 @@ class Tracing:
         self.state_file.keep(scope)
         reading = self.readings.from_now(scope, reading)
         if self.open.loads_open == 0:
-            self.readings.load_hwm = reading.hwm
+            scope.fetching = self.readings.outermost_load(reading)
+        else:
+            scope.fetching = self.readings.fetching
         self.loads.opened(scope, start)
         self.readings.raise_rss_peak(reading)
         if self.listener is not None:
