@@ -407,23 +407,7 @@ def apply_processes(rank: RankLoad, members: list[Process]) -> None:
             rank.incomplete, rank.last_state = True, last
         elif process.witness is not None and rank.last_state is None:
             rank.last_state = last  # it died after its load: how, and what that load had done
-        added = False
-        if not process.spans and process.state is not None:
-            whole = process.state.totals(since_load=False)
-            _add_totals(rank, whole, whole.materialized())
-            added = True
-        elif last is not None and (
-            not process.spans or (died_loading and not _covered(process, last.load_start_unix_nano))
-        ):
-            _add_totals(rank, last, last.materialized_bytes)
-            added = True
-        if added and last is not None:
-            if last.peak_rss_bytes and (rank.peak_rss_bytes or 0) < last.peak_rss_bytes:
-                rank.peak_rss_bytes = last.peak_rss_bytes
-            rank.strategy = rank.strategy or last.strategy
-            # A state file keeps its last load's storage reads: the whole process's only if that was its first load.
-            whole_known = process.spans or process.state is None or process.state.load_first_slot == 0
-            _add_fetched(rank, last if whole_known else replace(last, storage_read_bytes=None))
+        _add_what_no_span_counts(rank, process, last, died_loading)
         if last is not None:
             rank.memory_limit_bytes = rank.memory_limit_bytes or last.memory_limit_bytes
             rank.memory_limit_source = rank.memory_limit_source or last.memory_limit_source
@@ -445,6 +429,28 @@ def apply_processes(rank: RankLoad, members: list[Process]) -> None:
         rank.memory_limit_bytes, rank.memory_limit_source = lower_limit(
             rank.node_memory_bytes, rank.cgroup_memory_max_bytes
         )
+
+
+def _add_what_no_span_counts(rank: RankLoad, process: Process, last: LastState | None, died_loading: bool) -> None:
+    """The process's state-file totals where no span counts them: everything it counted when it has no spans, else
+    its open load's last totals when it died with that load open."""
+    added = False
+    if not process.spans and process.state is not None:
+        whole = process.state.totals(since_load=False)
+        _add_totals(rank, whole, whole.materialized())
+        added = True
+    elif last is not None and (
+        not process.spans or (died_loading and not _covered(process, last.load_start_unix_nano))
+    ):
+        _add_totals(rank, last, last.materialized_bytes)
+        added = True
+    if added and last is not None:
+        if last.peak_rss_bytes and (rank.peak_rss_bytes or 0) < last.peak_rss_bytes:
+            rank.peak_rss_bytes = last.peak_rss_bytes
+        rank.strategy = rank.strategy or last.strategy
+        # A state file keeps its last load's storage reads: the whole process's only if that was its first load.
+        whole_known = process.spans or process.state is None or process.state.load_first_slot == 0
+        _add_fetched(rank, last if whole_known else replace(last, storage_read_bytes=None))
 
 
 def lower_limit(node: int | None, cgroup: int | None) -> tuple[int | None, str | None]:

@@ -29,7 +29,7 @@ from . import alike, summarized
 from .hosts import natural_key
 from .model import INFO, WARNING, Finding, NodeStartup, RankLoad, RankStartup, Startup
 from .nodes import COLD, PARTLY_COLD, WARM, checkpoint_residency
-from .ranks import Job
+from .ranks import Job, outermost
 from .sources import Span
 from .units import human_bytes
 
@@ -119,6 +119,11 @@ def node_startup(host: str | None, ranks: list[RankLoad]) -> NodeStartup:
         storage_bytes_per_second=round(rate, 1) if rate is not None else None,
         counted_to_last_reading=[r.rank for r in loaders if r.incomplete and r.storage_read_as_of is not None],
     )
+
+
+def _loads(rank: RankLoad) -> list[Span]:
+    by_id = {span.span_id: span for span in rank.spans if span.span_id}
+    return outermost(rank.spans, sc.LOAD_SPANS, by_id)
 
 
 # One job ----------------------------------------------------------------------------------------------------------
