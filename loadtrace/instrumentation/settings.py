@@ -70,6 +70,8 @@ class Settings:
     often, in seconds (0: never)."""
     launch_id: str | None = None
     """``LOADTRACE_LAUNCH_ID``: the launcher invocation, set by a witnessing launcher (never by users)."""
+    jaeger_url: str | None = None
+    """``LOADTRACE_JAEGER_URL``: where people open Jaeger's UI; rank 0's closing line then links the job's trace."""
 
     @property
     def per_tensor(self) -> bool:
@@ -198,6 +200,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         quiet=_flag(env, "LOADTRACE_QUIET"),
         launch_id=(env.get(semconv.ENV_LAUNCH_ID) or "").strip() or None,
         progress_interval_s=_seconds(env, "LOADTRACE_PROGRESS_INTERVAL", 10.0),
+        jaeger_url=(env.get(semconv.ENV_JAEGER_URL) or "").strip().rstrip("/") or None,
     )
 
 

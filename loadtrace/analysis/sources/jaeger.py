@@ -47,6 +47,22 @@ def _api(base_url: str) -> str:
 
 def fetch(url: str, timeout: float = TIMEOUT_SECONDS) -> SpanSet:
     """GET one /api/v3 traces URL and decode the answer; every failure becomes one ``SourceError`` line."""
+    return decode_body(get(url, timeout), url)
+
+
+def fetch_documents(url: str, timeout: float = TIMEOUT_SECONDS) -> tuple[SpanSet, list[dict]]:
+    """``fetch``, and the answer's ``TracesData`` as Jaeger gave it (``loadtrace annotate`` reads its structure)."""
+    body = get(url, timeout)
+    spans = decode_body(body, url)
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return spans, []
+    return spans, [data.get("result", data)] if isinstance(data, dict) else []
+
+
+def get(url: str, timeout: float = TIMEOUT_SECONDS) -> bytes:
+    """The body of a GET of an /api/v3 URL; every failure becomes one ``SourceError`` line."""
     try:
         with urllib.request.urlopen(
             urllib.request.Request(url, headers={"Accept": "application/json"}), timeout=timeout
@@ -59,7 +75,7 @@ def fetch(url: str, timeout: float = TIMEOUT_SECONDS) -> SpanSet:
     except (urllib.error.URLError, OSError, ValueError) as error:
         reason = getattr(error, "reason", error)
         raise SourceError(f"cannot reach Jaeger at {url}: {reason}") from None
-    return decode_body(body, url)
+    return body
 
 
 def decode_body(body: bytes, url: str = "Jaeger") -> SpanSet:

@@ -152,6 +152,10 @@ def resource_attributes(
         value = value if value is not None else from_state[field]
         if value is not None:
             attributes[key] = value
+    if rank is not None:  # the service name the rank's own spans carry (provider.py)
+        service = attributes[semconv.SERVICE_NAME]
+        attributes[semconv.SERVICE_NAME] = semconv.rank_service(service, rank)
+        attributes[semconv.SERVICE_NAMESPACE] = service
     return attributes
 
 
@@ -217,16 +221,22 @@ def rank_exit_span(
     job_id = state.job_id or context.job_id_from_env(death.env)[0]
     if not job_id:
         return None
-    trace_id, root_id = semconv.job_trace_ids(job_id)
+    trace_id, parent_id = semconv.job_trace_ids(job_id)
     flags = TraceFlags(TraceFlags.SAMPLED)
     end = time.time_ns() if end_ns is None else end_ns
     start = state.load_start_ns or state.created_ns or end
+    resource = resource_attributes(state, death, job_id, cluster)
+    attributes = span_attributes(state, death.exitcode, oom, witness_pid)
+    rank = resource.get(semconv.RANK)
+    if isinstance(rank, int):  # under the rank's group, as the rank's own spans
+        parent_id = semconv.rank_group_id(job_id, rank)
+        attributes = {semconv.RANK: rank, **attributes}
     return ReadableSpan(
         semconv.SPAN_RANK_EXIT,
         context=SpanContext(trace_id, random.getrandbits(64) or 1, is_remote=False, trace_flags=flags),
-        parent=SpanContext(trace_id, root_id, is_remote=True, trace_flags=flags),
-        resource=Resource(resource_attributes(state, death, job_id, cluster)),
-        attributes=span_attributes(state, death.exitcode, oom, witness_pid),
+        parent=SpanContext(trace_id, parent_id, is_remote=True, trace_flags=flags),
+        resource=Resource(resource),
+        attributes=attributes,
         kind=SpanKind.INTERNAL,
         start_time=min(start, end),
         end_time=end,

@@ -45,6 +45,7 @@ def load_end(scope: Scope, extra: dict[str, Any]) -> dict[str, Any]:
         attributes.update(conversions(scope.ledger))
     if scope.ledger.casts:
         attributes.update(casts(scope.ledger))
+    attributes.update(semconv.about_load({**(getattr(scope.span, "attributes", None) or {}), **attributes}))
     return attributes
 
 

@@ -420,6 +420,12 @@ def private_temp_dir() -> str:
     return path
 
 
+def exporters_of(processors: list[SpanProcessor], delivery: Delivery | None) -> list[SpanExporter]:
+    """The exporters behind ``span_processors``' processors: the trace file's, and the OTLP one."""
+    files = [processor.exporter for processor in processors if isinstance(processor, WriteAsItEnds)]
+    return [*files, *([delivery] if delivery is not None else [])]
+
+
 def span_processors(settings: Settings, trace_file: str | None) -> tuple[list[SpanProcessor], Delivery | None]:
     """The span processors, and the OTLP exporter's ``Delivery`` (None without one)."""
     processors: list[SpanProcessor] = []

@@ -39,16 +39,18 @@ def say(
     local_world_size: int,
     trace_file: str | None,
     failure: str | None = None,
+    link: str = "",
 ) -> None:
     """Print the line on stderr when this process is rank 0 and its spans went somewhere; never raises. A process
     without a rank (a plain ``python`` run) says nothing, as before. ``failure``: why spans meant for the OTLP
-    endpoint did not all arrive."""
+    endpoint did not all arrive; ``link``: the job in Jaeger's UI (trace_findings.py), at the line's end."""
     try:
         if settings.quiet or rank != 0:
             return
         if trace_file is None and not settings.otlp_endpoint:
             return
         text = line(job_id, trace_file, settings.otlp_endpoint, max(1, local_world_size), failure=failure)
+        text += f" · {link}" if link else ""
         sys.stderr.write(semconv.redact_secrets(text) + "\n")  # the endpoint may carry user info
         sys.stderr.flush()
     except Exception:  # a closed stderr, an odd file system: the job's exit goes on

@@ -15,7 +15,7 @@ from ..counting.memory import process_memory
 from ..counting.readings import Readings
 from ..counting.scope import OpenScopes, Scope, detached_slot
 from ..counting.statemirror import StateMirror
-from ..exporting import summary
+from ..exporting import summary, trace_findings
 from ..settings import Settings
 from .ending import Ends
 from .startup import Startup
@@ -68,7 +68,8 @@ class Lifecycle:
             rank = None if state["rank"] < 0 else state["rank"]
             job_id = self.job.id or self.job.fallback_id()
             failure = provider.send_failure()
-            summary.say(self.settings, job_id, rank, state["local_world_size"], trace_file, failure)
+            link = trace_findings.annotate(self.settings, job_id, rank, state["local_world_size"], trace_file)
+            summary.say(self.settings, job_id, rank, state["local_world_size"], trace_file, failure, link)
 
     def after_fork(self) -> None:
         """In a forked child: its parent's open files, loads and state are not its own. A slot of a file still open
@@ -98,6 +99,7 @@ class Lifecycle:
             self.end_open_scopes(name)
             provider = self.source.made
             if provider is not None:
+                provider.write_structure()
                 provider.force_flush(max(0.0, deadline - time.monotonic()))
 
         if not termination.bounded(work, timeout_s, "loadtrace-signal-flush"):
