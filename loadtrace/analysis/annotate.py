@@ -32,10 +32,13 @@ STEP = sc.STRUCTURE_STEP_NS
 
 @dataclass
 class Existing:
-    """The structure a job's trace already holds: its root's start (None: no root) and the rank groups there."""
+    """The structure a job's trace already holds: its root's start (None: no root), the rank groups there, and
+    whether the root is one an older loadtrace wrote (``loadtrace.job`` at rank 0's first span, every rank's spans
+    hung from it: no groups to add)."""
 
     job_start_ns: int | None = None
     groups: set[int] = field(default_factory=set)
+    old_root: bool = False
 
 
 def existing(documents: Iterable[dict[str, Any]], job_id: str) -> Existing:
@@ -45,12 +48,12 @@ def existing(documents: Iterable[dict[str, Any]], job_id: str) -> Existing:
     for data in documents:
         for resource_spans in data.get("resourceSpans") or []:
             for scope_spans in resource_spans.get("scopeSpans") or []:
-                if (scope_spans.get("scope") or {}).get("name") != sc.SCOPE_STRUCTURE:
-                    continue
+                structure = (scope_spans.get("scope") or {}).get("name") == sc.SCOPE_STRUCTURE
                 for span in scope_spans.get("spans") or []:
                     if span.get("spanId") == root:
                         found.job_start_ns = int(span.get("startTimeUnixNano", 0))
-                    elif span.get("name") == sc.SPAN_RANK_GROUP:
+                        found.old_root = not structure
+                    elif structure and span.get("name") == sc.SPAN_RANK_GROUP:
                         rank = next((_int(a) for a in span.get("attributes", []) if a.get("key") == sc.RANK), None)
                         if rank is not None:
                             found.groups.add(rank)
@@ -371,7 +374,7 @@ def annotate_job(report: Report, job_id: str, found: Existing, source: str) -> A
     trace_id = f"{sc.job_trace_ids(job_id)[0]:032x}"
     root = found.job_start_ns is None
     start = job.first_start_ns() - sc.structure_lead_ns(job.world_size) if root else found.job_start_ns or 0
-    missing = [rank for rank in range(job.world_size) if rank not in found.groups]
+    missing = [rank for rank in range(job.world_size) if rank not in found.groups and not found.old_root]
     spans = structure_spans(job, trace_id, start, missing, root)
     targets = {rank.rank: rank_targets(rank, job_id) for rank in job.ranks if rank.rank is not None}
     root_id = f"{sc.job_trace_ids(job_id)[1]:016x}"

@@ -101,18 +101,19 @@ def _read(args: argparse.Namespace, default_folder: str) -> tuple[SpanSet, list[
     if not spans.spans:
         raise SourceError(f"{folder}: no spans found")
     hosts = sorted({str(s.resource.get(sc.HOST_NAME)) for s in spans.spans if s.resource.get(sc.HOST_NAME)})
-    return spans, list(_structure_lines(folder)), folder, f"the files of {', '.join(hosts) or 'this host'}"
+    return spans, list(structure_lines(folder)), folder, f"the files of {', '.join(hosts) or 'this host'}"
 
 
-def _structure_lines(folder: str) -> Any:
-    """The lines of the folder's trace files that hold structure spans (rank 0's root and groups)."""
+def structure_lines(folder: str | Path) -> Any:
+    """The lines of the folder's trace files that hold the job's structure (rank 0's root and groups, or the root an
+    older loadtrace wrote)."""
     files, _ = source_files(folder)
-    marker = f'"{sc.SCOPE_STRUCTURE}"'.encode()
+    markers = (f'"{sc.SCOPE_STRUCTURE}"'.encode(), f'"name":"{sc.SPAN_JOB}"'.encode())
     for path in files:
         try:
             with open(path, "rb") as handle:
                 for line in handle:
-                    if marker in line:
+                    if any(marker in line for marker in markers):
                         try:
                             yield json.loads(line)
                         except ValueError:
