@@ -34,6 +34,7 @@ from typing import Any
 from loadtrace import semconv as sc
 from loadtrace import statefile
 
+from . import structure
 from .jobtree import _carry_split, _move_times  # the same moves as a tree of many jobs
 from .paths import REPO, SPANS
 
@@ -92,8 +93,13 @@ def write_big_job(
     """Write the job's files under ``folder`` (the module docstring says what each outlier is); the folder."""
     recorded = {n: sorted(source.glob(f"rank0000{n}-*.jsonl"))[0] for n in (0, 1)}
     lines = {
-        n: [json.loads(text) for text in path.read_text().splitlines() if text.strip()] for n, path in recorded.items()
+        n: _template([json.loads(text) for text in path.read_text().splitlines() if text.strip()])
+        for n, path in recorded.items()
     }
+    resource0 = lines[0][0]["resourceSpans"][0]["resource"]["attributes"]
+    job_id = next(a["value"]["stringValue"] for a in resource0 if a["key"] == sc.JOB_ID)
+    hung = structure.structure_ids(job_id, 2)  # what the recording's ranks hung from: its root, its 2 groups
+    first = min(int(span["startTimeUnixNano"]) for n in (0, 1) for line in lines[n] for span in _spans(line))
     slows = {slow} if isinstance(slow, int) else set(slow)
     slow_spans = [span for line in lines[0 if slows == {0} else 1] for span in _spans(line)]
     origin = min(int(span["startTimeUnixNano"]) for span in slow_spans)
@@ -133,7 +139,9 @@ def write_big_job(
                     _set(attributes, key, {"intValue": str(number)})
                 _set(attributes, sc.HOST_NAME, {"stringValue": host})
                 _set(attributes, sc.SERVICE_INSTANCE_ID, {"stringValue": f"big/rank-{rank}"})
+                structure.as_rank(attributes, rank)
             for span in _spans(data):
+                structure.under_group(span, job_id, rank, hung)
                 start, end = int(span["startTimeUnixNano"]), int(span["endTimeUnixNano"])
                 _move_times(span, moved)
                 if rank in slows and slow_by <= 0:
@@ -155,12 +163,36 @@ def write_big_job(
         stem = f"rank{rank:05d}-{host}-{pid}"
         if rank == dead:
             data_lines = _until_death(data_lines, folder / (stem + sc.STATE_SUFFIX), ranks, ranks_per_node)
+        for span in (span for data in data_lines for span in _spans(data)):
+            structure.moved(span)  # its values for machines on their event, as a rank writes them
+        if rank == 0:  # rank 0's root and every rank's group, written at its exit
+            spans0 = [span for data in data_lines for span in _spans(data)]
+            data_lines.append(structure.job_lines(job_id, ranks, first, _model(spans0), "loadtrace"))
         text = "".join(json.dumps(data, separators=(",", ":")) + "\n" for data in data_lines)
         if rank == partial:
             last = text.rstrip("\n").rfind("\n") + 1
             text = text[: last + (len(text) - last) // 2]
         (folder / (stem + sc.TRACE_FILE_SUFFIX)).write_text(text)
     return folder
+
+
+def _template(data_lines: list[dict]) -> list[dict]:
+    """A recorded rank's lines as the copies start from: its values for machines among its attributes (the moves
+    below read them there), the job's structure left out (the copies' is made for their world size)."""
+    kept = []
+    for data in data_lines:
+        for resource_spans in data["resourceSpans"]:
+            resource_spans["scopeSpans"] = [ss for ss in resource_spans["scopeSpans"] if not structure.is_structure(ss)]
+            for scope_spans in resource_spans["scopeSpans"]:
+                scope_spans["spans"] = [structure.flatten(s) for s in scope_spans["spans"] if s["name"] != sc.SPAN_JOB]
+        if any(True for _ in _spans(data)):
+            kept.append(data)
+    return kept
+
+
+def _model(spans: list[dict]) -> str | None:
+    load = next((span for span in spans if span["name"] == sc.SPAN_FROM_PRETRAINED), None)
+    return sc.model_name(_attribute(load, sc.CHECKPOINT), _attribute(load, sc.MODEL_CLASS)) if load else None
 
 
 def _cold(span: dict) -> None:
