@@ -249,7 +249,8 @@ def test_the_closing_line_and_the_report_link_the_flagged_loads(stack, fsdp, bro
         }
         rows = jaeger_ui.rows(opened.page)
         assert [loads.get(key) for key in matching(rows, opened.page)] == [1], "rank 1's load alone"  # the flagged
-    # Its loads at a readable width: each rank's load a fifth of the timeline or more, against a sliver in the job's
+    # Its loads at a readable width: each rank's load a tenth of the timeline or more (how far apart the ranks loaded
+    # decides how much more), against a sliver behind the imports in the job's trace
     opened = jaeger_ui.open_trace(browser, jaeger.url, fsdp.loads_id)
     widths = [row.width for row in jaeger_ui.rows(opened.page) if row.operation == sc.SPAN_FROM_PRETRAINED]
     job_widths = [
@@ -259,7 +260,7 @@ def test_the_closing_line_and_the_report_link_the_flagged_loads(stack, fsdp, bro
     ]
     opened.page.screenshot(path=str(tmp_path / "loads.png"))
     print(f"[jaeger ui] loads' widths: {widths} in the loads view, {job_widths} in the job's trace")
-    assert len(widths) == 2 and min(widths) >= 0.2 and max(job_widths) < min(widths), (widths, job_widths)
+    assert len(widths) == 2 and min(widths) >= 0.1 and 5 * max(job_widths) < min(widths), (widths, job_widths)
 
 
 def test_report_from_jaeger_is_the_report_over_files(stack, fsdp, capsys):
