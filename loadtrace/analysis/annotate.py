@@ -246,11 +246,15 @@ def structure_spans(job: Job, trace_id: str, start_ns: int, ranks: Iterable[int]
     return spans
 
 
+Targets = dict[int, list[tuple[str, str]]]  # rank → (trace id, span id) of what stands for it there
+
+
 def finding_spans(
-    job: Job, trace_id: str, parent: str, start_ns: int, source: str, targets: dict[int, list[str]], scope: str
+    job: Job, trace_id: str, parent: str, start_ns: int, source: str, targets: list[Targets], scope: str
 ) -> list[OtlpSpan]:
     """The findings under ``parent``, first among its children: a span per finding, named by its kind, linking to
-    its ranks' spans (``targets``: rank → span ids in this trace)."""
+    its ranks' spans in each of ``targets`` (this trace's, then the other's: jaeger-ui 1.74 throws on a link within
+    the trace, and opens one to another trace in a tab of its own, the span highlighted)."""
     seen = len(job.ranks)
     warnings = sum(f.severity == "warning" for f in job.findings)
     kinds = ", ".join(dict.fromkeys(f.kind for f in job.findings)) or "none"
@@ -263,7 +267,7 @@ def finding_spans(
     end = start + (len(job.findings) + 2) * STEP
     spans = [OtlpSpan(trace_id, group, parent, sc.SPAN_FINDINGS, start, end, attributes, resource, scope)]
     for index, finding in enumerate(job.findings):
-        found = [target for rank in finding.ranks for target in targets.get(rank, [])]
+        links = [link for each in targets for link in _links(each, finding.ranks)]
         words = finding.symptom or finding.detail
         values = {
             sc.ABOUT: f"{finding.severity.upper()} {who(finding.ranks)}: {words}" if finding.ranks else words,
@@ -273,12 +277,15 @@ def finding_spans(
             sc.FOUND_BYTES: finding.bytes,
             sc.FOUND_NEXT: finding.next_step,
         }
-        links = [(trace_id, target) for target in found[:MAX_LINKS]]
         span_id, begin = _id(group, index), start + index * STEP
         spans.append(
             OtlpSpan(trace_id, span_id, group, finding.kind, begin, begin + STEP, values, resource, scope, links)
         )
     return spans
+
+
+def _links(targets: Targets, ranks: list[int]) -> list[tuple[str, str]]:
+    return [link for rank in ranks for link in targets.get(rank, [])][:MAX_LINKS]
 
 
 # The loads view: the same job's loads, in a trace of their own ------------------------------------------------------
@@ -316,8 +323,9 @@ def view_copy(job: Job, rank: int, span: Span, trace_id: str, parent: str, origi
     )  # fmt: skip
 
 
-def loads_view(job: Job, source: str) -> tuple[list[OtlpSpan], dict[int, list[str]]]:
-    """The loads view's spans, and rank → its loads' ids there (what its findings link to)."""
+def loads_view(job: Job) -> tuple[list[OtlpSpan], Targets]:
+    """The loads view's spans but its findings, and rank → its loads there (its group, for a rank a finding names
+    that finished no load): what the findings link to."""
     trace_id, job_trace = f"{sc.loads_trace_id(job.job_id):032x}", f"{sc.job_trace_ids(job.job_id)[0]:032x}"
     loads = {rank.rank: load_spans(rank) for rank in job.ranks if rank.rank is not None}
     first = min((span.start_ns for spans in loads.values() for span in spans), default=job.first_start_ns())
@@ -331,10 +339,11 @@ def loads_view(job: Job, source: str) -> tuple[list[OtlpSpan], dict[int, list[st
         sc.ABOUT: f"job {job.job_id}'s loads alone; the whole job: trace {job_trace}",
     }
     spans = [OtlpSpan(trace_id, root, "", name, start, start + STEP, attributes, job.resource(), sc.SCOPE_LOADS_VIEW)]
-    targets: dict[int, list[str]] = {}
+    targets: Targets = {}
     by_rank = {rank.rank: rank for rank in job.ranks}
+    named = {rank for finding in job.findings for rank in finding.ranks}
     for number, tops in loads.items():
-        if not tops:
+        if not tops and number not in named:
             continue
         group = _id(trace_id, "rank", number)
         begin = sc.rank_group_start(start, number)
@@ -345,12 +354,11 @@ def loads_view(job: Job, source: str) -> tuple[list[OtlpSpan], dict[int, list[st
                 sc.SCOPE_LOADS_VIEW,
             )
         )  # fmt: skip
-        targets[number] = [_id(trace_id, top.span_id) for top in tops]
+        targets[number] = [(trace_id, _id(trace_id, top.span_id)) for top in tops] or [(trace_id, group)]
         for top in tops:
             for span in subtree(by_rank[number], top):
                 parent = group if span is top else _id(trace_id, span.parent_span_id)
                 spans.append(view_copy(job, number, span, trace_id, parent, job_trace if span is top else None))
-    spans += finding_spans(job, trace_id, root, start, source, targets, sc.SCOPE_LOADS_VIEW)
     return spans, targets
 
 
@@ -379,18 +387,22 @@ def annotate_job(report: Report, job_id: str, found: Existing, source: str) -> A
     start = job.first_start_ns() - sc.structure_lead_ns(job.world_size) if root else found.job_start_ns or 0
     missing = [rank for rank in range(job.world_size) if rank not in found.groups and not found.old_root]
     spans = structure_spans(job, trace_id, start, missing, root)
-    targets = {rank.rank: rank_targets(rank, job_id) for rank in job.ranks if rank.rank is not None}
+    targets = {r.rank: [(trace_id, t) for t in rank_targets(r, job_id)] for r in job.ranks if r.rank is not None}
+    view, view_targets = loads_view(job)
     root_id = f"{sc.job_trace_ids(job_id)[1]:016x}"
-    spans += finding_spans(job, trace_id, root_id, start, source, targets, sc.SCOPE_STRUCTURE)
-    view, view_targets = loads_view(job, source)
+    spans += finding_spans(job, trace_id, root_id, start, source, [targets, view_targets], sc.SCOPE_STRUCTURE)
+    view_root, view_start = view[0].span_id, view[0].start_ns
+    view += finding_spans(
+        job, view[0].trace_id, view_root, view_start, source, [view_targets, targets], sc.SCOPE_LOADS_VIEW
+    )
     flagged = flagged_ranks(report)
     return Annotations(
         job_id=job_id,
         documents=[traces_data(spans), traces_data(view)],
         job_trace_id=trace_id,
         loads_trace_id=view[0].trace_id,
-        job_find=" ".join(t for rank in flagged for t in targets.get(rank, [])),
-        loads_find=" ".join(t for rank in flagged for t in view_targets.get(rank, [])),
+        job_find=" ".join(span for rank in flagged for _, span in targets.get(rank, [])),
+        loads_find=" ".join(span for rank in flagged for _, span in view_targets.get(rank, [])),
         findings=len(job.findings),
     )
 
@@ -407,7 +419,12 @@ def job_finds(report: Report) -> list[tuple[str, str, str, str]]:
         mine = [number for number in flagged if any(rank.rank == number for rank in ranks)]
         job_targets = {rank.rank: rank_targets(rank, trace.job_id) for rank in ranks}
         loads = f"{sc.loads_trace_id(trace.job_id):032x}"
-        view = {rank.rank: [_id(loads, span.span_id) for span in load_spans(rank)] for rank in ranks}
+        named = {number for f in report.findings if f.trace_id == trace.trace_id for number in f.ranks}
+        view = {
+            rank.rank: [_id(loads, span.span_id) for span in load_spans(rank)]
+            or ([_id(loads, "rank", rank.rank)] if rank.rank in named else [])
+            for rank in ranks
+        }
         job_find = " ".join(t for number in mine for t in job_targets.get(number, []))
         loads_find = " ".join(t for number in mine for t in view.get(number, []))
         found.append((trace.trace_id, job_find, loads, loads_find))

@@ -92,7 +92,7 @@ def _read(args: argparse.Namespace, default_folder: str) -> tuple[SpanSet, list[
     if args.jaeger is not None:
         if args.source is not None or not args.trace_id:
             raise SourceError("with --jaeger, give --trace-id ID (and no SOURCE)")
-        spans, documents = jaeger.fetch_documents(jaeger.trace_url(args.jaeger, args.trace_id))
+        spans, documents = jaeger.fetch_documents(jaeger.trace_url(args.jaeger, args.trace_id, raw=True))
         return spans, documents, None, "jaeger"
     if args.trace_id:
         raise SourceError("--trace-id goes with --jaeger")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
@@ -67,23 +66,11 @@ def browser(stack, tmp_path_factory):
         yield context
 
 
-def api(jaeger, path: str) -> Any:
-    """The UI's own API (``/api/...``, Jaeger's JSON model): what the pages render."""
-    status, body = backends.get(f"{jaeger.url}/api/{path}")
-    assert status == 200, (path, status, body[:300])
-    return json.loads(body)
-
-
-def ui_trace(jaeger, trace_id: str) -> dict[str, Any]:
-    (trace,) = api(jaeger, f"traces/{trace_id}")["data"]
-    return trace
-
-
 def arrived(jaeger, trace_id: str, expected: int) -> Any:
     """The trace once Jaeger holds ``expected`` spans of it, and 5 s more (a late second copy would show)."""
 
     def whole() -> Any:
-        status, answer = jaeger.trace(trace_id)
+        status, answer = jaeger.trace(trace_id, raw=True)
         found = sum(len(ss["spans"]) for rs in answer.get("result", {}).get("resourceSpans", [])
                     for ss in rs["scopeSpans"]) if status == 200 else 0  # fmt: skip
         return found if found >= expected else None
@@ -118,41 +105,11 @@ def fsdp(stack, checkpoint: Path, tmp_path_factory) -> Job:
     return Job(folder, job_id, trace_id, loads_id, closing[-1] if closing else "", checkpoint.name)
 
 
-def warnings(trace: dict[str, Any]) -> dict[str, list[str]]:
-    return {f"{s['operationName']} {s['spanID']}": s["warnings"] for s in trace["spans"] if s.get("warnings")}
-
-
 def test_a_healthy_job_draws_no_warning(stack, fsdp):
     jaeger, _ = stack
     for trace_id in (fsdp.trace_id, fsdp.loads_id):
-        trace = ui_trace(jaeger, trace_id)
-        assert not warnings(trace), warnings(trace)
-
-
-def by_rank(rows: list[jaeger_ui.Row]) -> list[tuple[int, list[jaeger_ui.Row]]]:
-    """The timeline's rows below each rank's group, in the order the page shows them."""
-    groups: list[tuple[int, list[jaeger_ui.Row]]] = []
-    for row in rows:
-        match = re.fullmatch(r"loadtrace rank (\d+)", row.service)
-        if row.operation == sc.SPAN_RANK_GROUP and match:
-            groups.append((int(match.group(1)), []))
-        elif groups and match:
-            assert int(match.group(1)) == groups[-1][0], f"a rank {match.group(1)} row among rank {groups[-1][0]}'s"
-            groups[-1][1].append(row)
-    return groups
-
-
-def ranks_told_apart(rows: list[jaeger_ui.Row], world: int) -> None:
-    """Every rank's group, in rank order, each row of it labelled with its rank, its colour the rank's own and not
-    its neighbours'."""
-    groups = by_rank(rows)
-    assert [rank for rank, _ in groups] == list(range(world))
-    colours = {}
-    for rank, members in groups:
-        assert members, f"rank {rank} has no rows"
-        assert {row.colour for row in members} == {members[0].colour}, rank
-        colours[rank] = members[0].colour
-    assert all(colours[rank] != colours[rank + 1] for rank in range(world - 1)), colours
+        trace = jaeger_ui.ui_trace(jaeger, trace_id)
+        assert not jaeger_ui.warnings(trace), jaeger_ui.warnings(trace)
 
 
 def test_every_row_says_its_rank(stack, fsdp, browser, tmp_path):
@@ -161,7 +118,7 @@ def test_every_row_says_its_rank(stack, fsdp, browser, tmp_path):
     rows = jaeger_ui.rows(opened.page)
     opened.page.screenshot(path=str(tmp_path / "job.png"))
     assert opened.errors == []
-    ranks_told_apart(rows, 2)
+    jaeger_ui.ranks_told_apart(rows, 2)
     assert rows[0].service == "loadtrace" and rows[0].operation == f"{fsdp.model} on 2 ranks"
 
 
@@ -172,11 +129,11 @@ def test_the_findings_come_first_named_by_their_kind(stack, fsdp, browser, capsy
     kinds = [f["kind"] for f in report["findings"]]
     assert {"duplicate_checkpoint_read", "nonzero_rank_materialization"} <= set(kinds)
     assert [row.operation for row in rows[1 : 2 + len(kinds)]] == [sc.SPAN_FINDINGS, *kinds]
-    trace = ui_trace(jaeger, fsdp.trace_id)
+    trace = jaeger_ui.ui_trace(jaeger, fsdp.trace_id)
     spans = {s["spanID"]: s for s in trace["spans"]}
     load_of_rank1 = next(
         s for s in trace["spans"]
-        if s["operationName"] == sc.SPAN_FROM_PRETRAINED and tag(trace, s, sc.RANK) == 1
+        if s["operationName"] == sc.SPAN_FROM_PRETRAINED and jaeger_ui.tag(trace, s, sc.RANK) == 1
     )  # fmt: skip
     for finding in report["findings"]:
         (span,) = [s for s in spans.values() if s["operationName"] == finding["kind"]]
@@ -184,25 +141,18 @@ def test_the_findings_come_first_named_by_their_kind(stack, fsdp, browser, capsy
         assert tags[sc.FOUND_BYTES] == finding["bytes"] and tags[sc.FOUND_SEVERITY] == finding["severity"]
         assert tags[sc.FOUND_RANKS] == "rank 1" and finding["ranks"] == [1]
         assert tags[sc.FOUND_NEXT] == finding["next_step"] and tags[sc.ABOUT].startswith("WARNING rank 1: ")
-        linked = [r["spanID"] for r in span["references"] if r["refType"] == "FOLLOWS_FROM"]
-        assert linked == [load_of_rank1["spanID"]], "one click from the finding to rank 1's load"
-
-
-def tag(trace: dict[str, Any], span: dict[str, Any], key: str) -> Any:
-    """A span's tag, else its process's."""
-    for item in [*span["tags"], *trace["processes"][span["processID"]]["tags"]]:
-        if item["key"] == key:
-            return item["value"]
-    return None
+        linked = [(r["traceID"], r["spanID"]) for r in span["references"] if r["refType"] == "FOLLOWS_FROM"]
+        assert linked[0] == (fsdp.trace_id, load_of_rank1["spanID"]), "from the finding to rank 1's load"
+        assert [trace for trace, _ in linked[1:]] == [fsdp.loads_id], "and to its copy in the loads view"
 
 
 def test_a_load_says_its_figures_first_in_words(stack, fsdp):
     jaeger, _ = stack
-    trace = ui_trace(jaeger, fsdp.trace_id)
+    trace = jaeger_ui.ui_trace(jaeger, fsdp.trace_id)
     for load in (s for s in trace["spans"] if s["operationName"] == sc.SPAN_FROM_PRETRAINED):
         keys = [t["key"] for t in load["tags"]]
         assert keys[:5] == [sc.ABOUT, *(sc.about_key(w) for w in ("converted", "created", "held", "memory"))], keys
-        assert tag(trace, load, sc.ABOUT) == "read 1.0 MB, 100 % of the model: 69 tensors from 5 files"
+        assert jaeger_ui.tag(trace, load, sc.ABOUT) == "read 1.0 MB, 100 % of the model: 69 tensors from 5 files"
         assert not set(keys) & sc.DATA_KEYS, "no timestamps or JSON among the tags"
         events = [log["fields"][0] for log in load["logs"]]
         assert {"key": "event", "type": "string", "value": sc.DATA_EVENT} in events, "the values on their event"
@@ -214,7 +164,7 @@ def test_the_search_list_names_the_job_and_tags_find_it(stack, fsdp, browser):
     jaeger, _ = stack
     for key, value in ((sc.JOB_ID, fsdp.job_id), (sc.MODEL, fsdp.model), (sc.CLUSTER, WIRE_CLUSTER)):
         query = urllib.parse.urlencode({"service": "loadtrace", "tags": json.dumps({key: value}), "lookback": "1h"})
-        found = {trace["traceID"] for trace in api(jaeger, f"traces?{query}")["data"]}
+        found = {trace["traceID"] for trace in jaeger_ui.api(jaeger, f"traces?{query}")["data"]}
         assert fsdp.trace_id in found, (key, found)
     page = browser.new_page()
     query = urllib.parse.urlencode({"service": "loadtrace", "tags": json.dumps({sc.JOB_ID: fsdp.job_id})})
@@ -222,13 +172,6 @@ def test_the_search_list_names_the_job_and_tags_find_it(stack, fsdp, browser):
     page.wait_for_selector(".ResultItemTitle", timeout=60_000)
     titles = page.locator(".ResultItemTitle--title").all_inner_texts()
     assert any(f"loadtrace: {fsdp.model} on 2 ranks" in title for title in titles), titles
-
-
-def matching(rows: list[jaeger_ui.Row], page: Any) -> list[str]:
-    return page.evaluate(
-        "() => Array.from(document.querySelectorAll('[data-item-key] .span-row.is-matching-filter'))"
-        ".map(row => row.closest('[data-item-key]').getAttribute('data-item-key').replace('--bar', ''))"
-    )
 
 
 def test_the_closing_line_and_the_report_link_the_flagged_loads(stack, fsdp, browser, capsys, tmp_path):
@@ -243,12 +186,13 @@ def test_the_closing_line_and_the_report_link_the_flagged_loads(stack, fsdp, bro
         find = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)["uiFind"][0]
         opened = jaeger_ui.open_trace(browser, jaeger.url, trace_id, find)
         opened.page.wait_for_timeout(500)
-        trace = ui_trace(jaeger, trace_id)
+        trace = jaeger_ui.ui_trace(jaeger, trace_id)
         loads = {
-            s["spanID"]: tag(trace, s, sc.RANK) for s in trace["spans"] if s["operationName"] == sc.SPAN_FROM_PRETRAINED
+            s["spanID"]: jaeger_ui.tag(trace, s, sc.RANK)
+            for s in trace["spans"]
+            if s["operationName"] == sc.SPAN_FROM_PRETRAINED
         }
-        rows = jaeger_ui.rows(opened.page)
-        assert [loads.get(key) for key in matching(rows, opened.page)] == [1], "rank 1's load alone"  # the flagged
+        assert [loads.get(key) for key in jaeger_ui.matching(opened.page)] == [1], "rank 1's load alone"  # the flagged
     # Its loads at a readable width: each rank's load a tenth of the timeline or more (how far apart the ranks loaded
     # decides how much more), against a sliver behind the imports in the job's trace
     opened = jaeger_ui.open_trace(browser, jaeger.url, fsdp.loads_id)

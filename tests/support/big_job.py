@@ -89,16 +89,22 @@ def write_big_job(
     source: Path = FIXTURE,
     ranks_per_node: int = RANKS_PER_NODE,
     jitter_ms: int = JITTER_MS,
+    job_id: str | None = None,
 ) -> Path:
-    """Write the job's files under ``folder`` (the module docstring says what each outlier is); the folder."""
+    """Write the job's files under ``folder`` (the module docstring says what each outlier is); the folder.
+    ``job_id``: the copy's own job id, and so its own trace (default: the recording's, so copies share its trace)."""
     recorded = {n: sorted(source.glob(f"rank0000{n}-*.jsonl"))[0] for n in (0, 1)}
-    lines = {
-        n: _template([json.loads(text) for text in path.read_text().splitlines() if text.strip()])
-        for n, path in recorded.items()
+    raw = {
+        n: [json.loads(line) for line in path.read_text().splitlines() if line.strip()] for n, path in recorded.items()
     }
+    roots = {span["spanId"] for n in raw for line in raw[n] for span in _spans(line) if span["name"] == sc.SPAN_JOB}
+    lines = {n: _template(found) for n, found in raw.items()}
     resource0 = lines[0][0]["resourceSpans"][0]["resource"]["attributes"]
-    job_id = next(a["value"]["stringValue"] for a in resource0 if a["key"] == sc.JOB_ID)
-    hung = structure.structure_ids(job_id, 2)  # what the recording's ranks hung from: its root, its 2 groups
+    recorded_job = next(a["value"]["stringValue"] for a in resource0 if a["key"] == sc.JOB_ID)
+    # What the recording's ranks hung from: its root (as an older loadtrace derived it too), its 2 groups.
+    hung = structure.structure_ids(recorded_job, 2) | roots
+    job_id = job_id or recorded_job
+    trace_id = f"{sc.job_trace_ids(job_id)[0]:032x}" if job_id != recorded_job else None
     first = min(int(span["startTimeUnixNano"]) for n in (0, 1) for line in lines[n] for span in _spans(line))
     slows = {slow} if isinstance(slow, int) else set(slow)
     slow_spans = [span for line in lines[0 if slows == {0} else 1] for span in _spans(line)]
@@ -139,9 +145,11 @@ def write_big_job(
                     _set(attributes, key, {"intValue": str(number)})
                 _set(attributes, sc.HOST_NAME, {"stringValue": host})
                 _set(attributes, sc.SERVICE_INSTANCE_ID, {"stringValue": f"big/rank-{rank}"})
+                _set(attributes, sc.JOB_ID, {"stringValue": job_id})
                 structure.as_rank(attributes, rank)
             for span in _spans(data):
                 structure.under_group(span, job_id, rank, hung)
+                span["traceId"] = trace_id or span["traceId"]
                 start, end = int(span["startTimeUnixNano"]), int(span["endTimeUnixNano"])
                 _move_times(span, moved)
                 if rank in slows and slow_by <= 0:

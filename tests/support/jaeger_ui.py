@@ -11,6 +11,7 @@ the timeline), collected while scrolling, as the UI renders only the rows in vie
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from loadtrace import semconv as sc
 
 from . import backends
 from .paths import REPO
@@ -143,3 +146,67 @@ def rows(page: Any) -> list[Row]:
         if page.evaluate("window.scrollY") == before:
             break
     return [row for _, row in sorted(found.values(), key=lambda pair: pair[0])]
+
+
+# What the UI reads, and checks on what it shows ---------------------------------------------------------------------
+
+
+def api(jaeger, path: str) -> Any:
+    """The UI's own API (``/api/...``, Jaeger's JSON model): what the pages render."""
+    status, body = backends.get(f"{jaeger.url}/api/{path}")
+    assert status == 200, (path, status, body[:300])
+    return json.loads(body)
+
+
+def ui_trace(jaeger, trace_id: str) -> dict[str, Any]:
+    (trace,) = api(jaeger, f"traces/{trace_id}")["data"]
+    return trace
+
+
+def warnings(trace: dict[str, Any]) -> dict[str, list[str]]:
+    return {f"{s['operationName']} {s['spanID']}": s["warnings"] for s in trace["spans"] if s.get("warnings")}
+
+
+def by_rank(rows: list[Row]) -> list[tuple[int, list[Row]]]:
+    """The timeline's rows below each rank's group, in the order the page shows them."""
+    groups: list[tuple[int, list[Row]]] = []
+    for row in rows:
+        match = re.fullmatch(r"loadtrace rank (\d+)", row.service)
+        if row.operation == sc.SPAN_RANK_GROUP and match:
+            groups.append((int(match.group(1)), []))
+        elif groups and match:
+            assert int(match.group(1)) == groups[-1][0], f"a rank {match.group(1)} row among rank {groups[-1][0]}'s"
+            groups[-1][1].append(row)
+    return groups
+
+
+def ranks_told_apart(rows: list[Row], world: int, empty: tuple[int, ...] = ()) -> None:
+    """Every rank's group, in rank order, each row of it labelled with its rank, its colour the rank's own and not
+    its neighbours'; ``empty``: ranks that left nothing under their group (killed before any span ended)."""
+    groups = by_rank(rows)
+    assert [rank for rank, _ in groups] == list(range(world))
+    colours = {}
+    for rank, members in groups:
+        assert bool(members) != (rank in empty), f"rank {rank}: {len(members)} rows"
+        if not members:
+            continue
+        assert {row.colour for row in members} == {members[0].colour}, rank
+        colours[rank] = members[0].colour
+    ranks = sorted(colours)
+    assert all(colours[a] != colours[b] for a, b in zip(ranks, ranks[1:], strict=False)), colours
+
+
+def tag(trace: dict[str, Any], span: dict[str, Any], key: str) -> Any:
+    """A span's tag, else its process's."""
+    for item in [*span["tags"], *trace["processes"][span["processID"]]["tags"]]:
+        if item["key"] == key:
+            return item["value"]
+    return None
+
+
+def matching(page: Any) -> list[str]:
+    """The span ids of the rows the page highlights (its ``uiFind``)."""
+    return page.evaluate(
+        "() => Array.from(document.querySelectorAll('[data-item-key] .span-row.is-matching-filter'))"
+        ".map(row => row.closest('[data-item-key]').getAttribute('data-item-key').replace('--bar', ''))"
+    )

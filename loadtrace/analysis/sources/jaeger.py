@@ -34,8 +34,11 @@ class NoTraces(SourceError):
     """Jaeger's 404 "No traces found"."""
 
 
-def trace_url(base_url: str, trace_id: str) -> str:
-    return f"{_api(base_url)}/traces/{urllib.parse.quote(trace_id.strip(), safe='')}"
+def trace_url(base_url: str, trace_id: str, raw: bool = False) -> str:
+    """The trace's URL; ``raw``: as stored, without the query service's adjusters, whose warnings Jaeger's in-memory
+    storage keeps on the stored spans (jaeger#787): a trace read while still arriving keeps them once whole."""
+    url = f"{_api(base_url)}/traces/{urllib.parse.quote(trace_id.strip(), safe='')}"
+    return url + "?raw_traces=true" if raw else url
 
 
 def _api(base_url: str) -> str:
