@@ -8,14 +8,17 @@ rank 0 died.
 
 The real backends (scripts/build_backends.sh) and the real UI (../shared/jaeger-ui/build, served by that Jaeger),
 driven by Debian's Chromium: a real 2-rank FSDP ``cpu_ram_efficient_loading`` job over OTLP/HTTP with files too; a
-real two-node job (two torchrun launchers in UTS namespaces of their own, 2 ranks each); and a 64-rank job copied
-from a recorded one (support/big_job.py: rank 7 slow, rank 30 killed) whose rank 0 never wrote its structure.
+real two-node job (two torchrun launchers in UTS namespaces of their own, 2 ranks each). Jobs of many ranks:
+test_jaeger_ui_at_scale.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
+import subprocess
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
@@ -27,7 +30,7 @@ from support import backends, jaeger_ui
 from support.cli import run, run_json
 from support.installed import file_spans, require_installed
 from support.multirank import EXAMPLE_WORKER
-from support.torchrun import torchrun
+from support.torchrun import clean_env, free_port, torchrun
 from support.venvs import discover
 from support.wire import WIRE_CLUSTER, wire_env
 
@@ -212,3 +215,61 @@ def test_report_from_jaeger_is_the_report_over_files(stack, fsdp, capsys):
     files = run_json(capsys, "report", str(fsdp.folder))
     got = run_json(capsys, "report", "--jaeger", jaeger.url, "--trace-id", fsdp.trace_id)
     assert (got["ranks"], got["findings"], got["traces"]) == (files["ranks"], files["findings"], files["traces"])
+
+
+@pytest.fixture(scope="module")
+def two_nodes(stack, checkpoint: Path, tmp_path_factory) -> tuple[str, Path]:
+    """A healthy two-node job: two torchrun launchers, each in a UTS namespace of its own (its own host name: what
+    Jaeger tells hosts apart by), static rendezvous, 2 ranks each, every rank sending OTLP and writing its node's
+    files into a folder of the node's own. (its trace id, its files' root)"""
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare(1)")
+    jaeger, collector = stack
+    venv = discover()[0]
+    require_installed(venv)
+    cwd, port = tmp_path_factory.mktemp("ui-two-nodes"), free_port()
+    job_id = f"ui-two-nodes-{os.getpid()}"
+    launchers = []
+    for node in (0, 1):
+        env = clean_env(venv, {
+            "LOADTRACE": "1",
+            "LOADTRACE_JOB_ID": job_id,
+            "LOADTRACE_DIR": str(cwd / f"node{node}"),
+            "OTEL_EXPORTER_OTLP_ENDPOINT": collector.http,
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            "LOADTRACE_EXIT_TIMEOUT": "10",
+        })  # fmt: skip
+        torchrun_ = [
+            str(venv.torchrun),
+            *("--nnodes", "2", "--nproc_per_node", "2", "--node_rank", str(node)),
+            *("--master_addr", "127.0.0.1", "--master_port", str(port)),
+            *(str(EXAMPLE_WORKER), str(checkpoint), "--mode", "plain"),
+        ]
+        with (cwd / f"node{node}.log").open("w") as log:
+            launchers.append(
+                subprocess.Popen(
+                    ["unshare", "-u", "sh", "-c", f'hostname node{node} && exec "$@"', "sh", *torchrun_],
+                    cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                )
+            )  # fmt: skip
+    try:
+        codes = [launcher.wait(timeout=300) for launcher in launchers]
+    finally:
+        for launcher in launchers:
+            if launcher.poll() is None:
+                os.killpg(launcher.pid, signal.SIGKILL)
+    logs = [(cwd / f"node{node}.log").read_text(errors="replace")[-3000:] for node in (0, 1)]
+    assert codes == [0, 0], "\n".join(logs)
+    trace_id = f"{sc.job_trace_ids(job_id)[0]:032x}"
+    arrived(jaeger, trace_id, spans_of(cwd, trace_id))
+    return trace_id, cwd
+
+
+def test_two_nodes_draw_no_warning_and_every_rank_has_its_row(stack, two_nodes, browser):
+    jaeger, _ = stack
+    trace_id, _ = two_nodes
+    trace = jaeger_ui.ui_trace(jaeger, trace_id)
+    assert not jaeger_ui.warnings(trace), jaeger_ui.warnings(trace)
+    hosts = {jaeger_ui.tag(trace, span, sc.HOST_NAME) for span in trace["spans"]} - {None}
+    assert hosts == {"node0", "node1"}
+    jaeger_ui.ranks_told_apart(jaeger_ui.rows(jaeger_ui.open_trace(browser, jaeger.url, trace_id).page), 4)
