@@ -25,6 +25,7 @@ from loadtrace.analysis.annotate import Annotations, annotate_job, existing, job
 from loadtrace.analysis.model import Report
 from loadtrace.analysis.report import report
 from loadtrace.analysis.sources import SourceError, SpanSet, jaeger, read_files, source_files
+from loadtrace.version import __version__
 
 SEND_TIMEOUT_S = 10.0
 
@@ -160,21 +161,23 @@ def _job_folder(folder: str, trace_id: str) -> Path:
 
 
 def otlp_target(given: str | None) -> tuple[str | None, str]:
-    """(the traces URL or gRPC address, ``http`` or ``grpc``): ``given``, else OTel's variables."""
+    """(the traces URL or gRPC address, the protocol: ``http/protobuf``, ``http/json`` or ``grpc``): ``given``, else
+    OTel's variables, as the job's own exporters read them."""
     env = os.environ
     protocol = (env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "").strip()
     if given:
         if given.startswith("grpc://"):
             return given.removeprefix("grpc://"), "grpc"
-        return given.rstrip("/") + "/v1/traces", "http"
+        return given.rstrip("/") + "/v1/traces", "http/protobuf"
     traces = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
     base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
     if not (traces or base):
-        return None, "http"
+        return None, "http/protobuf"
     if protocol == "grpc":
         address = urllib.parse.urlsplit(traces or base)
         return address.netloc or (traces or base), "grpc"
-    return traces or base.rstrip("/") + "/v1/traces", "http"
+    url = traces or base.rstrip("/") + "/v1/traces"
+    return url, "http/json" if protocol == "http/json" else "http/protobuf"
 
 
 def _headers() -> dict[str, str]:
@@ -185,13 +188,17 @@ def _headers() -> dict[str, str]:
 
 
 def send(data: dict[str, Any], endpoint: str, protocol: str) -> None:
-    """One ``TracesData`` to the endpoint: OTLP/HTTP with JSON (every OTLP/HTTP receiver takes it), or gRPC."""
+    """One ``TracesData`` to the endpoint in the job's protocol: OTLP/HTTP with protobuf (OTel's default) or JSON, or
+    OTLP/gRPC."""
     try:
         if protocol == "grpc":
             _send_grpc(data, endpoint)
             return
-        body = json.dumps(data).encode()
-        headers = {"Content-Type": "application/json", **_headers()}
+        if protocol == "http/json":
+            body, kind = json.dumps(data).encode(), "application/json"
+        else:
+            body, kind = _request(data).SerializeToString(), "application/x-protobuf"
+        headers = {"Content-Type": kind, "User-Agent": f"loadtrace/{__version__}", **_headers()}
         request = urllib.request.Request(endpoint, data=body, headers=headers, method="POST")
         with urllib.request.urlopen(request, timeout=SEND_TIMEOUT_S) as answer:
             answer.read()
@@ -199,18 +206,24 @@ def send(data: dict[str, Any], endpoint: str, protocol: str) -> None:
         raise SourceError(f"cannot send to {sc.redact_secrets(endpoint)}: {getattr(error, 'reason', error)}") from None
 
 
-def _send_grpc(data: dict[str, Any], address: str) -> None:
-    """OTLP/gRPC: the protobuf of the same JSON (ids in hex there, in base64 in protobuf's JSON mapping)."""
-    import grpc  # with opentelemetry-exporter-otlp, as the job's own gRPC exporter
-    from google.protobuf.json_format import ParseDict
-    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+def _request(data: dict[str, Any]) -> Any:
+    """The OTLP protobuf request of a ``TracesData`` in OTLP JSON (ids in hex there, base64 in protobuf's JSON)."""
+    from google.protobuf.json_format import ParseDict  # with opentelemetry-exporter-otlp, as the job's exporters
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
     def ids(value: Any) -> Any:
         if isinstance(value, dict):
             return {k: _b64(v) if k in ("traceId", "spanId", "parentSpanId") else ids(v) for k, v in value.items()}
         return [ids(item) for item in value] if isinstance(value, list) else value
 
-    request = ParseDict(ids(data), trace_service_pb2.ExportTraceServiceRequest())
+    return ParseDict(ids(data), trace_service_pb2.ExportTraceServiceRequest())
+
+
+def _send_grpc(data: dict[str, Any], address: str) -> None:
+    import grpc
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+
+    request = _request(data)
     with grpc.insecure_channel(address) as channel:
         stub = trace_service_pb2_grpc.TraceServiceStub(channel)
         try:
