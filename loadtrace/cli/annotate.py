@@ -224,7 +224,8 @@ def _send_grpc(data: dict[str, Any], address: str) -> None:
     from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
     request = _request(data)
-    with grpc.insecure_channel(address) as channel:
+    options = [("grpc.primary_user_agent", f"loadtrace/{__version__}")]
+    with grpc.insecure_channel(address, options=options) as channel:
         stub = trace_service_pb2_grpc.TraceServiceStub(channel)
         try:
             stub.Export(request, timeout=SEND_TIMEOUT_S, metadata=list(_headers().items()))

@@ -55,8 +55,8 @@ def job(request, stack, checkpoint: Path, tmp_path_factory):
     endpoint = collector.grpc if protocol == "grpc" else collector.http
     env = {**wire_env("fsdp", cwd / "files", endpoint, protocol), "LOADTRACE_JOB_ID": f"backends-{cwd.name}"}
     torchrun(venv, EXAMPLE_WORKER, [str(checkpoint), "--mode", "fsdp"], cwd=cwd, env=env).check()
-    files = file_spans(cwd / "files")
-    (trace_id,) = {span["traceId"] for _, span in files}
+    trace_id = f"{sc.job_trace_ids(env['LOADTRACE_JOB_ID'])[0]:032x}"
+    files = [pair for pair in file_spans(cwd / "files") if pair[1]["traceId"] == trace_id]  # not its loads view
 
     def complete() -> list | None:
         status, answer = jaeger.trace(trace_id)
@@ -83,13 +83,12 @@ def test_one_trace_with_every_span_the_ranks_exported(job):
     for resource, span in files:
         got_resource, got_span = by_id[span["spanId"]]
         assert (got_span["name"], got_span.get("parentSpanId") or "") == (span["name"], span.get("parentSpanId") or "")
-        # Jaeger's own: it takes the zero-length loadtrace.job for a negative duration, moves its end 1 ns later and
-        # says so on the span (its sanitizer, v2.12); nothing else is touched.
-        warnings = got_span["attributes"].pop(JAEGER_WARNINGS, None)
-        assert (warnings is not None) == (span["name"] == sc.SPAN_JOB), (span["name"], warnings)
+        # No span Jaeger would warn of: no zero-length one (its sanitizer's "negative duration"), none it flagged
+        # as it stored it.
+        assert JAEGER_WARNINGS not in got_span["attributes"], (span["name"], got_span["attributes"][JAEGER_WARNINGS])
         assert got_span["attributes"] == span["attributes"], span["name"]
         assert {tag: got_resource.get(tag) for tag in RANK_TAGS} == {tag: resource.get(tag) for tag in RANK_TAGS}
-    assert {resource[sc.RANK] for resource, _ in in_jaeger} == {0, 1}
+    assert {resource.get(sc.RANK) for resource, _ in in_jaeger} == {0, 1, None}  # None: the job's root, findings
 
 
 def test_report_from_jaeger_equals_report_over_files(job, stack, capsys):
