@@ -152,7 +152,7 @@ SPAN_STATE_FILE = "loadtrace.state_file"
 STATE_FILE_PATH = "loadtrace.state_file.path"  # its path under the folder ingested
 STATE_FILE_DATA = "loadtrace.state_file.data"  # its bytes, zlib-compressed, in base64
 
-# The job's trace, laid out for Jaeger's UI (docs/jaeger.md): spans that measure nothing, written by rank 0 at its exit
+# The job's trace, laid out for Jaeger's UI (docs/jaeger.md): spans that measure nothing, written by rank 0
 # (instrumentation/tracing/structure.py) and by ``loadtrace annotate`` (analysis/annotate.py) under a scope of their
 # own, which the analysis leaves out. The root (``SPAN_JOB``, named ``job_operation``), the findings under it first,
 # then one ``SPAN_RANK_GROUP`` per rank, in rank order, that the rank's own spans hang from.

@@ -420,12 +420,6 @@ def private_temp_dir() -> str:
     return path
 
 
-def exporters_of(processors: list[SpanProcessor], delivery: Delivery | None) -> list[SpanExporter]:
-    """The exporters behind ``span_processors``' processors: the trace file's, and the OTLP one."""
-    files = [processor.exporter for processor in processors if isinstance(processor, WriteAsItEnds)]
-    return [*files, *([delivery] if delivery is not None else [])]
-
-
 def span_processors(settings: Settings, trace_file: str | None) -> tuple[list[SpanProcessor], Delivery | None]:
     """The span processors, and the OTLP exporter's ``Delivery`` (None without one)."""
     processors: list[SpanProcessor] = []
@@ -440,6 +434,7 @@ def span_processors(settings: Settings, trace_file: str | None) -> tuple[list[Sp
                     delivery,
                     schedule_delay_millis=settings.bsp_schedule_delay_ms,
                     max_export_batch_size=settings.bsp_max_export_batch_size,
+                    max_queue_size=settings.bsp_max_queue_size,
                 )
             )
         except Exception as error:

@@ -54,8 +54,6 @@ class ProviderSource(Protocol):
         ...
 
 
-STRUCTURE_BATCH = 512  # structure spans per export call (OTel's batch size)
-
 # The state files of this process, by path: a second ``instrument()`` reuses its predecessor's rather than truncating
 # a file whose pages old proxies may still count into (a store past the end of a mapped file is a SIGBUS).
 _writers: dict[tuple[int, str], statefile.Writer] = {}
@@ -92,7 +90,7 @@ class Provider:
         self.service = semconv.DEFAULT_SERVICE_NAME  # the service, before a rank's own name is made of it
         self.rank: int | None = None  # this process's rank, when the launcher or torch.distributed says it
         self.model: str | None = None  # the model its first load loaded (``semconv.model_name``): the trace's name
-        self._exporters: list[Any] = []  # where the job's structure goes at exit (``write_structure``)
+        self._processors: list[Any] = []  # where the job's structure goes (``write_structure``), behind the budget
         self._structure_written = False
 
     @property
@@ -123,7 +121,7 @@ class Provider:
                 say_traces_not_written(self.settings, os.path.dirname(path), problem)
                 path = None
             processors, self.delivery = export.span_processors(self.settings, path)
-            self._exporters = export.exporters_of(processors, self.delivery)
+            self._processors = processors
             self.state = self._open_state(path)
             self._resource_made = resource
             self._watch()
@@ -256,15 +254,23 @@ class Provider:
         return resource.merge(Resource(own))
 
     def note_load(self, attributes: Any) -> None:
-        """A load ended: the first one's model names the job's trace (``write_structure``)."""
+        """A load ended: the first one's model names the job's trace, which rank 0 now lays out
+        (``write_structure``)."""
         if self.model is None and attributes:
             self.model = semconv.model_name(attributes.get(semconv.CHECKPOINT), attributes.get(semconv.MODEL_CLASS))
+        try:
+            self.write_structure()
+        except Exception as error:  # the job's load has returned: nothing of ours may reach it
+            warn_once("structure", f"the job's trace lacks its root: {type(error).__name__}: {error}")
 
     def write_structure(self) -> None:
-        """Rank 0, once, at its exit (or a termination signal): the job's root and every rank's group
-        (structure.py), straight to the exporters: a big job's groups would overflow the batch processor's queue."""
+        """Rank 0, once: the job's root and every rank's group (structure.py), at the end of its first load (the
+        model then known, and a rank 0 stopped later by its launcher, with no handler of ours left, has written them),
+        else at its exit or a termination signal. The trace file gets them as one line; the OTLP exporter through its
+        batch processor's queue (``settings.BSP_MAX_QUEUE_SIZE`` holds a job of 4,096 ranks), never by a call that
+        waits on the collector."""
         job_id, resource = self.job.id, self._resource_made
-        if self._structure_written or self.rank != 0 or not self._exporters or resource is None:
+        if self._structure_written or self.rank != 0 or not self._processors or resource is None:
             return
         if job_id is None or self.job.source == context.SOURCE_PROCESS:
             return
@@ -276,9 +282,12 @@ class Provider:
         world_size = context.current_rank().world_size or (given if isinstance(given, int) else 1)
         start = structure.job_start_ns(world_size)
         spans = structure.job_spans(job_id, attributes, self.service, world_size, self.model, start)
-        for exporter in self._exporters:
-            for first in range(0, len(spans), STRUCTURE_BATCH):
-                exporter.export(spans[first : first + STRUCTURE_BATCH])
+        for processor in self._processors:
+            if isinstance(processor, export.WriteAsItEnds):
+                processor.exporter.export(spans)
+            else:
+                for span in spans:
+                    processor.on_end(span)
 
     def start_span(
         self, name: str, parent: trace.Span | None, attributes: dict[str, Any] | None, start_time: int | None

@@ -1,8 +1,9 @@
-"""The job's trace laid out for Jaeger's UI, as rank 0 writes it at its exit: the root span, named after the model and
-the world size, and one group per rank, in rank order, that the rank's own spans hang from (semconv: "The job's trace,
-laid out for Jaeger's UI"; docs/jaeger.md says why). Nothing here measures anything: the spans are placed in time so
-that the UI lists the ranks in order and Jaeger's clock-skew check finds every child starting after its parent and
-lasting longer than it. ``loadtrace annotate`` writes the same spans by the same rules for a job whose rank 0 died.
+"""The job's trace laid out for Jaeger's UI, as rank 0 writes it when its first load ends (else at its exit): the root
+span, named after the model and the world size, and one group per rank, in rank order, that the rank's own spans hang
+from (semconv: "The job's trace, laid out for Jaeger's UI"; docs/jaeger.md says why). Nothing here measures anything:
+the spans are placed in time so that the UI lists the ranks in order and Jaeger's clock-skew check finds every child
+starting after its parent and lasting longer than it. ``loadtrace annotate`` writes the same spans by the same rules
+for a job whose rank 0 died.
 """
 
 from __future__ import annotations
