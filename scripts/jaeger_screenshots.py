@@ -40,7 +40,8 @@ SAMPLES = REPO / "docs" / "samples"
 RECORDED = SAMPLES / "fsdp524"
 MANIFEST = SAMPLES / "jaeger" / "screenshots.json"
 BIG_JOB_SLOW = (3, *range(616, 624), 700)
-VIEWPORT = (1100, 640)
+VIEWPORT = (1100, 720)
+NAME_COLUMN = 0.42  # of the page's width, for the rows' names (the UI keeps a person's choice in localStorage; 0.25)
 UI_RELEASE = "jaeger-ui v1.74.0 (Jaeger v2.12.0)"
 
 
@@ -99,6 +100,7 @@ def main() -> int:
         job_id, trace_id, _, loads_id, loads_find = job_of(RECORDED)
         big_job_id, big_trace, *_ = job_of(big)
         with jaeger_ui.browser(Path(work) / "profile", *VIEWPORT) as context:
+            context.add_init_script(f"localStorage.setItem('spanNameColumnWidth', '{NAME_COLUMN}')")
             for name, trace, find, made_from, job in (
                 ("jaeger-job.png", trace_id, "", "fsdp524", job_id),
                 ("jaeger-loads.png", loads_id, loads_find, "fsdp524", job_id),

@@ -4,9 +4,9 @@ the span's own: the report over such files is the report over the same spans wit
 before the event, as tests/fixtures and docs/samples hold them), from the files and from ClickHouse alike; the job's
 structure (root, rank groups, findings, loads view) changes no number.
 
-The spans: a recorded 2-rank FSDP job (docs/samples/fsdp524, recorded before the event) rewritten as a rank of today
-writes them (the values moved onto the event), and its 1,024-rank copy through the span budget (support/big_job.py:
-folded spans, and the event as ranks write it).
+The spans: a recorded 2-rank FSDP2 job (tests/fixtures/fsdp2_prepare524, recorded before the event) rewritten as a
+rank of today writes them (the values moved onto the event), and a 1,024-rank copy of docs/samples/fsdp524 through the
+span budget (support/big_job.py: folded spans, and the event as ranks write it).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from support.big_job import RECORDED, write_big_job
 from support.cli import run, run_json
+from support.paths import FIXTURES
 
 from loadtrace import semconv as sc
 from loadtrace.analysis.annotate import annotate_job, existing
@@ -60,7 +61,10 @@ def rewrite(source: Path, target: Path) -> Path:
 def folders(request, tmp_path_factory) -> tuple[Path, Path]:
     """(the job's files as recorded, the same with the values on the event and the job's annotations beside)."""
     root = tmp_path_factory.mktemp("machines")
-    old = RECORDED if request.param == "2 ranks" else write_big_job(root / "big", ranks=1024, source=RECORDED)
+    if request.param == "2 ranks":
+        old = FIXTURES / "fsdp2_prepare524"
+    else:
+        old = write_big_job(root / "big", ranks=1024, source=RECORDED)
     new = rewrite(old, root / "new")
     spans = read_files(new)
     result = report(spans)
