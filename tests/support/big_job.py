@@ -36,12 +36,12 @@ from loadtrace import statefile
 
 from . import structure
 from .jobtree import _carry_split, _move_times  # the same moves as a tree of many jobs
-from .paths import SPANS
+from .paths import FIXTURES, SPANS
 
 FIXTURE = SPANS / "fsdp524"
 # The same job recorded by a later loadtrace: startup spans, launch ids and attempts (docs/samples/fsdp524 as it was
-# recorded on 2026-12-01, kept here: tests name its figures, which a new recording of the samples would change).
-RECORDED = SPANS / "fsdp524-startup"
+# recorded on 2026-12-01, kept in tests/fixtures/recorded: tests name its figures, which a new recording would change).
+RECORDED = FIXTURES / "recorded" / "fsdp524"
 RANKS_PER_NODE = 8
 JITTER_MS = 97
 FIRST_PID = 20000
