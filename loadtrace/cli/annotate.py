@@ -58,6 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-file", action="store_true", help="write no annotations file into the job's folder")
     parser.add_argument(
+        "--send-timeout", type=float, default=SEND_TIMEOUT_S, metavar="S", help="seconds to wait for the endpoint"
+    )
+    parser.add_argument(
         "--format",
         choices=("text", "link"),
         default="text",
@@ -136,7 +139,7 @@ def _write(made: Annotations, args: argparse.Namespace, folder: str | None) -> s
     endpoint, protocol = otlp_target(args.otlp)
     if endpoint is not None:
         for data in made.documents:
-            send(data, endpoint, protocol)
+            send(data, endpoint, protocol, args.send_timeout)
         said.append(f"sent to {sc.redact_secrets(endpoint)}")
     if args.jaeger is not None and endpoint is None:
         raise SourceError("nothing to send to: give --otlp URL (where Jaeger or its collector receives OTLP)")
@@ -187,12 +190,12 @@ def _headers() -> dict[str, str]:
     return {urllib.parse.unquote(k).strip(): urllib.parse.unquote(v).strip() for k, v in pairs}
 
 
-def send(data: dict[str, Any], endpoint: str, protocol: str) -> None:
+def send(data: dict[str, Any], endpoint: str, protocol: str, timeout_s: float = SEND_TIMEOUT_S) -> None:
     """One ``TracesData`` to the endpoint in the job's protocol: OTLP/HTTP with protobuf (OTel's default) or JSON, or
     OTLP/gRPC."""
     try:
         if protocol == "grpc":
-            _send_grpc(data, endpoint)
+            _send_grpc(data, endpoint, timeout_s)
             return
         if protocol == "http/json":
             body, kind = json.dumps(data).encode(), "application/json"
@@ -200,7 +203,7 @@ def send(data: dict[str, Any], endpoint: str, protocol: str) -> None:
             body, kind = _request(data).SerializeToString(), "application/x-protobuf"
         headers = {"Content-Type": kind, "User-Agent": f"loadtrace/{__version__}", **_headers()}
         request = urllib.request.Request(endpoint, data=body, headers=headers, method="POST")
-        with urllib.request.urlopen(request, timeout=SEND_TIMEOUT_S) as answer:
+        with urllib.request.urlopen(request, timeout=timeout_s) as answer:
             answer.read()
     except (OSError, ValueError, urllib.error.URLError) as error:
         raise SourceError(f"cannot send to {sc.redact_secrets(endpoint)}: {getattr(error, 'reason', error)}") from None
@@ -219,7 +222,7 @@ def _request(data: dict[str, Any]) -> Any:
     return ParseDict(ids(data), trace_service_pb2.ExportTraceServiceRequest())
 
 
-def _send_grpc(data: dict[str, Any], address: str) -> None:
+def _send_grpc(data: dict[str, Any], address: str, timeout_s: float) -> None:
     import grpc
     from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
@@ -228,7 +231,7 @@ def _send_grpc(data: dict[str, Any], address: str) -> None:
     with grpc.insecure_channel(address, options=options) as channel:
         stub = trace_service_pb2_grpc.TraceServiceStub(channel)
         try:
-            stub.Export(request, timeout=SEND_TIMEOUT_S, metadata=list(_headers().items()))
+            stub.Export(request, timeout=timeout_s, metadata=list(_headers().items()))
         except grpc.RpcError as error:
             raise OSError(f"gRPC {error.code().name}") from None
 

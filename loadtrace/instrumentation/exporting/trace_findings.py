@@ -4,7 +4,8 @@ the analysis half stays out of the job's interpreter, and a fault there cannot r
 findings beside the files and sends them where the spans went (the same ``OTEL_EXPORTER_OTLP_*``); with
 ``LOADTRACE_JAEGER_URL`` set it answers the Jaeger link that the closing line then shows. Bounded by ``TIMEOUT_S``: a
 child that does not answer in time is stopped, and the job's trace keeps its spans without the findings (``loadtrace
-annotate`` adds them later). With spans only over OTLP there are no files to read: the link is the trace's alone.
+annotate`` adds them later); it waits for the OTLP endpoint no longer than rank 0's own flush does, and sends nothing
+where that flush failed. With spans only over OTLP there are no files to read: the link is the trace's alone.
 """
 
 from __future__ import annotations
@@ -22,8 +23,16 @@ from .summary import PEER_WAIT_S, wait_for_peers
 TIMEOUT_S = 5.0
 
 
-def annotate(settings: Settings, job_id: str, rank: int | None, local_world_size: int, trace_file: str | None) -> str:
-    """The link for rank 0's closing line (empty without ``LOADTRACE_JAEGER_URL``); never raises."""
+def annotate(
+    settings: Settings,
+    job_id: str,
+    rank: int | None,
+    local_world_size: int,
+    trace_file: str | None,
+    failure: str | None = None,
+) -> str:
+    """The link for rank 0's closing line (empty without ``LOADTRACE_JAEGER_URL``); never raises. ``failure``: why
+    rank 0's own spans did not all reach the OTLP endpoint (then the child writes the file alone, sending nothing)."""
     try:
         if rank != 0:
             return ""
@@ -36,15 +45,21 @@ def annotate(settings: Settings, job_id: str, rank: int | None, local_world_size
         folder = os.path.dirname(os.path.abspath(trace_file))
         node_files = os.path.join(folder, f"rank*-{safe_name(socket.gethostname())}-*{semconv.STATE_SUFFIX}")
         wait_for_peers(node_files, trace_id, max(1, local_world_size), time.monotonic() + PEER_WAIT_S)
-        return _child(folder, job_id) or plain
+        return _child(folder, job_id, settings.exit_timeout_s, send=failure is None) or plain
     except Exception:  # an odd file system, a closed pipe: the job's exit goes on
         return ""
 
 
-def _child(folder: str, job_id: str) -> str:
-    """``loadtrace annotate --format link`` in a child process: the link it printed, else empty."""
+def _child(folder: str, job_id: str, send_timeout_s: float, send: bool) -> str:
+    """``loadtrace annotate --format link`` in a child process: the link it printed, else empty. It waits for the
+    endpoint no longer than rank 0's own flush does (``LOADTRACE_EXIT_TIMEOUT``), and sends nothing where that flush
+    failed."""
     env = {**os.environ, "LOADTRACE": "0"}  # the child loads nothing; keep even the .pth line idle
-    command = [sys.executable, "-m", "loadtrace", "annotate", "--format", "link", f"--job={job_id}", folder]
+    if not send:
+        for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+            env.pop(name, None)
+    command = [sys.executable, "-m", "loadtrace", "annotate", "--format", "link", f"--job={job_id}"]
+    command += [f"--send-timeout={send_timeout_s:g}", folder]
     try:
         done = subprocess.run(
             command, capture_output=True, text=True, timeout=TIMEOUT_S, env=env, stdin=subprocess.DEVNULL

@@ -68,7 +68,7 @@ class Lifecycle:
             rank = None if state["rank"] < 0 else state["rank"]
             job_id = self.job.id or self.job.fallback_id()
             failure = provider.send_failure()
-            link = trace_findings.annotate(self.settings, job_id, rank, state["local_world_size"], trace_file)
+            link = trace_findings.annotate(self.settings, job_id, rank, state["local_world_size"], trace_file, failure)
             summary.say(self.settings, job_id, rank, state["local_world_size"], trace_file, failure, link)
 
     def after_fork(self) -> None:
