@@ -29,6 +29,60 @@ def job_trace_ids(job_id: str) -> tuple[int, int]:
     return int.from_bytes(digest[:16], "big") or 1, int.from_bytes(digest[16:24], "big") or 1
 
 
+def rank_group_id(job_id: str, rank: int) -> int:
+    """The span id of rank ``rank``'s group in the job's trace (``SPAN_RANK_GROUP``): the rank's parentless spans
+    name it as their parent, rank 0 (or ``loadtrace annotate``) writes it, each by the same rule."""
+    digest = hashlib.sha256(f"loadtrace:{job_id}:rank:{rank}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") or 1
+
+
+def loads_trace_id(job_id: str) -> int:
+    """The trace id of the job's loads view (``SCOPE_LOADS_VIEW``): the loads alone, beside the job's own trace."""
+    digest = hashlib.sha256(f"loadtrace-loads:{job_id}".encode()).digest()
+    return int.from_bytes(digest[:16], "big") or 1
+
+
+# Where the structure sits in time. Jaeger's UI orders a span's children by start time, to the microsecond, and the
+# query service flags a child that starts before its parent, or ends after it without lasting longer (its clock-skew
+# check): the root lasts one step from the job's start, the findings and each rank's group two steps, the findings
+# first, then the ranks in rank order; every real span then starts after its group and lasts longer than it.
+STRUCTURE_STEP_NS = 1_000
+
+
+def structure_lead_ns(world_size: int) -> int:
+    """How long before the job's earliest span its root starts: room for the findings and every rank's group."""
+    return (max(world_size, 1) + 4) * STRUCTURE_STEP_NS
+
+
+def rank_group_start(job_start_ns: int, rank: int) -> int:
+    return job_start_ns + (rank + 3) * STRUCTURE_STEP_NS
+
+
+def rank_service(service: str, rank: int) -> str:
+    """The service name of rank ``rank``'s spans: Jaeger labels and colours a row by it (docs/jaeger.md says why)."""
+    return f"{service} rank {rank}"
+
+
+def model_name(checkpoint: Any, model_class: Any) -> str | None:
+    """What a person calls the model a job loaded: its checkpoint's last path component, else its class."""
+    name = str(checkpoint or "").rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1]
+    return name or (str(model_class) if model_class else None)
+
+
+def job_operation(model: str | None, world_size: int | None) -> str:
+    """The root span's name, which Jaeger's search list shows as the trace's: ``Llama-3.1-8B on 1,024 ranks``."""
+    ranks = f"{world_size:,} rank{'' if world_size == 1 else 's'}" if world_size else "an unknown number of ranks"
+    return f"{model or 'no model loaded'} on {ranks}"
+
+
+def readable_bytes(value: int) -> str:
+    """``1.0 MB``, ``393.2 kB``, ``64 B``: decimal units, as the report's table writes them (cli/render.py)."""
+    for unit, scale in (("PB", 10**15), ("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.1f} {unit}"
+    return f"{value} B"
+
+
 # Span names ---------------------------------------------------------------------------------------------------------
 
 SPAN_JOB = "loadtrace.job"  # the job's root, written once by rank 0
@@ -123,8 +177,31 @@ SPAN_STATE_FILE = "loadtrace.state_file"
 STATE_FILE_PATH = "loadtrace.state_file.path"  # its path under the folder ingested
 STATE_FILE_DATA = "loadtrace.state_file.data"  # its bytes, zlib-compressed, in base64
 
+# The job's trace, laid out for Jaeger's UI (docs/jaeger.md): spans that measure nothing, written by rank 0
+# (instrumentation/tracing/structure.py) and by ``loadtrace annotate`` (analysis/annotate.py) under a scope of their
+# own, which the analysis leaves out. The root (``SPAN_JOB``, named ``job_operation``), the findings under it first,
+# then one ``SPAN_RANK_GROUP`` per rank, in rank order, that the rank's own spans hang from.
+SCOPE_STRUCTURE = "loadtrace.structure"
+SPAN_RANK_GROUP = "loadtrace.rank_group"
+SPAN_FINDINGS = "loadtrace.findings"  # its children are named by their finding's kind (``FINDING_KINDS``)
+# The same job's loads alone, a trace of their own (``loads_trace_id``): each rank's loads at a readable width, the
+# imports before them left out; copies, under this scope, that the analysis leaves out too.
+SCOPE_LOADS_VIEW = "loadtrace.loads_view"
+NOT_MEASURED_SCOPES = frozenset({SCOPE_STRUCTURE, SCOPE_LOADS_VIEW})
+
 ALL_SPANS = (
-    frozenset({SPAN_JOB, SPAN_RANK_EXIT, SPAN_STARTUP, SPAN_EXCEPTION, SPAN_STATE_FILE, SPAN_TRAINING_SIGN})
+    frozenset(
+        {
+            SPAN_JOB,
+            SPAN_RANK_EXIT,
+            SPAN_STARTUP,
+            SPAN_EXCEPTION,
+            SPAN_STATE_FILE,
+            SPAN_TRAINING_SIGN,
+            SPAN_RANK_GROUP,
+            SPAN_FINDINGS,
+        }
+    )
     | STARTUP_PHASE_SPANS
     | LOAD_SPANS
     | FILE_SPANS
@@ -143,6 +220,8 @@ PROCESS_PID = "process.pid"
 K8S_POD_NAME = "k8s.pod.name"
 K8S_NAMESPACE_NAME = "k8s.namespace.name"
 DEFAULT_SERVICE_NAME = "loadtrace"  # ``service.name`` unless OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES set one
+# A rank's spans carry ``rank_service(<that name>, rank)`` as ``service.name``, and the name itself here.
+SERVICE_NAMESPACE = "service.namespace"
 
 RANK = "loadtrace.rank"
 LOCAL_RANK = "loadtrace.local_rank"
@@ -241,6 +320,35 @@ LOAD_LAST_FILE_CLOSE = "loadtrace.load.last_file_close"
 # hung from this one (the nearest exported span above it), whole, one JSON text each (``fold_span``): name, ids, times,
 # status and every attribute, so the analysis rebuilds each as the span it was.
 FOLDED = "loadtrace.folded"
+
+
+# Values for machines, not people (timestamps in ns, arrays of them, JSON): on one span event of this name at the
+# span's end, not among its attributes, so that Jaeger's UI lists a span's readable figures first; the analysis reads
+# the event's attributes as the span's own (files written before it carry them as attributes, read the same way).
+DATA_EVENT = "loadtrace.data"  # its keys: DATA_KEYS (below, with the last of them)
+# A span's figures in words, for a person reading it in Jaeger (its key sorts before the others): on a load, what it
+# read, and the same for what it converted, created, held and its memory (``ABOUT_PREFIX``); on the structure's
+# spans, what each is.
+ABOUT = "loadtrace.about"
+ABOUT_PREFIX = "loadtrace.about."  # + converted, created, held, memory
+
+
+def about_key(what: str) -> str:
+    return ABOUT_PREFIX + what
+
+
+# The job's root span, besides ``JOB_ID``, ``WORLD_SIZE`` and ``CLUSTER``: the model's name (``model_name``), so that
+# a tag search finds the job by it.
+MODEL = "loadtrace.model"
+# A finding's span (named by its kind) under ``SPAN_FINDINGS``, with ``ABOUT``: the report's words for it.
+FOUND_KIND = "loadtrace.finding.kind"
+FOUND_SEVERITY = "loadtrace.finding.severity"
+FOUND_RANKS = "loadtrace.finding.ranks"  # the ranks as the report says them: ``rank 1``, ``ranks 1-1023``
+FOUND_BYTES = "loadtrace.finding.bytes"
+FOUND_NEXT = "loadtrace.finding.next"
+# ``SPAN_FINDINGS``: what the findings were made from (``files`` of the hosts named, or ``jaeger``), and how many ranks.
+FINDINGS_SOURCE = "loadtrace.findings.source"
+FINDINGS_RANKS_SEEN = "loadtrace.findings.ranks_seen"
 
 
 class Folded(NamedTuple):
@@ -376,6 +484,18 @@ IO_STORAGE_READ_BYTES = "loadtrace.io.storage_read_bytes"
 # Load spans: when those bytes moved: the stretches between the process's memory readings (its start and end, the
 # monitor's samples every 0.1 s) in which read_bytes rose, start and end ns pairs (counting/fetching.py).
 IO_STORAGE_READ_INTERVALS = "loadtrace.io.storage_read_intervals"
+# What ``DATA_EVENT`` carries (arrays of timestamps, JSON): every key above that a person does not read.
+DATA_KEYS = frozenset(
+    {
+        STARTUP_IMPORTS,
+        STARTUP_PHASE_NS,
+        LOAD_FIRST_FILE_OPEN,
+        LOAD_LAST_FILE_CLOSE,
+        FOLDED,
+        CAST_INTERVALS,
+        IO_STORAGE_READ_INTERVALS,
+    }
+)
 # ``loadtrace.rank_exit``: when the dead rank last read its count (its storage reads are those up to then).
 IO_STORAGE_READ_AS_OF = "loadtrace.io.storage_read_as_of"
 IO_CACHED_BYTES = "loadtrace.io.cached_bytes"
@@ -532,6 +652,8 @@ ENV_WITNESS_DIR = "LOADTRACE_WITNESS_DIR"  # where each worker leaves a pointer 
 # What a process of the job has already said for the whole job (space-separated keys), inherited by the processes it
 # starts: a bad setting is said once per job, not once per rank (instrumentation/_log.py, ``say_for_the_job``).
 ENV_SAID = "LOADTRACE_SAID"
+# Where people open Jaeger's UI (http://HOST:16686): rank 0's closing line and ``loadtrace report`` link the job there.
+ENV_JAEGER_URL = "LOADTRACE_JAEGER_URL"
 
 # Secrets: what no line of ours shows, in the job (its one-line warnings, rank 0's closing line) or in the CLI (its
 # one-line errors): a URL's user info, an ``Authorization`` value, the values of OTel's header variables.
@@ -603,3 +725,35 @@ MARK_NEAR_LIMIT = "near_limit"
 MARKS = (MARK_SLOWEST, MARK_STUCK, MARK_OOM_AHEAD, MARK_BEHIND, MARK_NEAR_LIMIT)
 
 STATE_SUFFIX = ".state"  # next to the trace file, in place of TRACE_FILE_SUFFIX: see statefile.py
+
+
+def about_load(figures: Mapping[str, Any]) -> dict[str, str]:
+    """The load's key figures in words (``ABOUT``), for a person reading its span in Jaeger: what it read,
+    converted, created with ``zeros_like``/``empty_like`` and held at its return, each as a share of the model where
+    its size is known, and its memory; the exact figures stay in their own attributes."""
+    words = readable_bytes
+    model = figures.get(CHECKPOINT_TENSOR_BYTES)
+
+    def share(nbytes: int) -> str:
+        return f", {100 * nbytes / model:.0f} % of the model" if isinstance(model, int) and model > 0 else ""
+
+    def by_device(prefix: str) -> dict[str, int]:
+        return {k.removeprefix(prefix): v for k, v in figures.items() if k.startswith(prefix) and isinstance(v, int)}
+
+    read, files = figures.get(READ_BYTES, 0), figures.get(FILES_OPENED, 0)
+    tensors = figures.get(READ_TENSORS, 0)
+    about = {ABOUT: f"read {words(read)}{share(read)}: {tensors:,} tensors from {files:,} files"}
+    if figures.get(CONVERT_COUNT):
+        converted = figures.get(CONVERT_BYTES, 0)
+        count = figures[CONVERT_COUNT]
+        about[about_key("converted")] = f"{words(converted)}{share(converted)}, in {count:,} conversions"
+    for what, prefix in (("created", MATERIALIZED_BYTES_PREFIX), ("held", HELD_BYTES_PREFIX)):
+        devices = by_device(prefix)
+        real = sum(nbytes for device, nbytes in devices.items() if device != "meta")
+        if devices:
+            each = ", ".join(f"{device} {words(nbytes)}" for device, nbytes in devices.items())
+            about[about_key(what)] = f"{each}{share(real)}"
+    before, peak = figures.get(RSS_BEFORE), figures.get(RSS_PEAK)
+    if isinstance(before, int) and isinstance(peak, int):
+        about[about_key("memory")] = f"peak RSS {words(peak)}, {words(peak - before)} above its start"
+    return about

@@ -8,6 +8,12 @@
 The ``top`` sample is a tmux capture of ``loadtrace top`` during a slow load, recorded by ``scripts/top_screenshot.py``
 into ``docs/samples/top/capture.txt``.
 
+docs/jaeger.md's pictures of Jaeger's own UI (``docs/jaeger-*.png``) are made by ``scripts/jaeger_screenshots.py`` from
+the recorded ``fsdp524`` run and README's big job, after ``--record`` (where the built Jaeger, the built UI and
+Chromium are here) or alone with ``--screenshots``. Pixels differ from one machine to the next, so ``--check`` never
+compares them: it holds ``docs/samples/jaeger/screenshots.json`` (what each picture was made from) against the
+recording, and fails when the pictures are missing or were made from another recording than the one the samples are.
+
 A sample is the fenced block right after a marker line ``<!-- gen_docs: NAME -->``; the script replaces the block's
 contents and nothing else, so running it twice changes nothing. The runs are recorded under ``docs/samples/<run>/``:
 each rank's OTLP JSON Lines file and rank 0's closing line (``summary.txt``), exactly as the job wrote them
@@ -25,6 +31,7 @@ import argparse
 import contextlib
 import difflib
 import io
+import json
 import os
 import re
 import shutil
@@ -198,9 +205,15 @@ def main() -> int:
         metavar="RUN",
         help=f"run these jobs again first (default all: {', '.join(RUNS)}; minutes)",
     )
+    parser.add_argument("--screenshots", action="store_true", help="make docs/jaeger-*.png again (a minute)")
     args = parser.parse_args()
     if args.record is not None:
         record(args.record or list(RUNS))
+    if args.screenshots or (args.record is not None and "fsdp524" in (args.record or list(RUNS))):
+        subprocess.run([sys.executable, REPO / "scripts" / "jaeger_screenshots.py"], check=args.screenshots)
+    stale = screenshots_stale()
+    if stale:
+        print(f"docs/jaeger-*.png: {stale}; make them again: scripts/gen_docs.py --screenshots", file=sys.stderr)
     differs = False
     placed: set[str] = set()
     for document in DOCUMENTS:
@@ -219,7 +232,27 @@ def main() -> int:
     lost = [name for name in SAMPLE if name not in placed]  # a section moved without its marker
     if lost:
         print(f"samples in no document: {', '.join(lost)}", file=sys.stderr)
-    return 1 if (differs and args.check) or lost else 0
+    return 1 if (differs and args.check) or lost or stale else 0
+
+
+def screenshots_stale() -> str | None:
+    """Why docs/jaeger-*.png are not those of the recording the samples are (None: they are); never their pixels."""
+    manifest = SAMPLES / "jaeger" / "screenshots.json"
+    if not manifest.exists():
+        return f"no {manifest.relative_to(REPO)}"
+    shots = json.loads(manifest.read_text())
+    named = set(re.findall(r"\((jaeger-[\w-]+\.png)\)", (REPO / "docs" / "jaeger.md").read_text()))
+    if named - set(shots) or any(not (REPO / "docs" / name).exists() for name in shots):
+        return f"docs/jaeger.md shows {sorted(named)}, made: {sorted(shots)}"
+    recorded = recorded_job_id()
+    made = {shot["job_id"] for shot in shots.values() if shot["made_from"] == "fsdp524"}
+    return None if made == {recorded} else f"made from job {made}, the fsdp524 recording is job {recorded}"
+
+
+def recorded_job_id() -> str:
+    """The job id of the recorded fsdp524 run (rank 0's closing line names it)."""
+    line = (SAMPLES / "fsdp524" / "summary.txt").read_text()
+    return line.split("loadtrace: job ", 1)[1].split(",", 1)[0].split(" ", 1)[0]
 
 
 if __name__ == "__main__":

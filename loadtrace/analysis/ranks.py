@@ -472,6 +472,8 @@ def mark_unfinished(ranks: list[RankLoad]) -> None:
             continue
         unfinished = {s.parent_span_id for s in rank.spans if s.parent_span_id and s.parent_span_id not in every_span}
         unfinished.discard(root)
+        if job_id and rank.rank is not None:  # its group in the job's trace: structure, never measured
+            unfinished.discard(format(sc.rank_group_id(job_id, rank.rank), "016x"))
         if root is not None and unfinished:
             rank.incomplete = True
             rank.last_state = UnfinishedSpans(unfinished_parent_spans=len(unfinished))

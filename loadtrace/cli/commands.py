@@ -30,7 +30,7 @@ from loadtrace.analysis.report import report, select_jobs
 from loadtrace.analysis.sources import SourceError, SpanSet, clickhouse, jaeger, read_files
 from loadtrace.analysis.startup import Thresholds, job_startup
 from loadtrace.analysis.timeline import timeline
-from loadtrace.cli import render, render_timeline, view
+from loadtrace.cli import annotate, render, render_timeline, view
 from loadtrace.cli.top import DEFAULT_FOLDER_HELP, default_folder
 from loadtrace.semconv import redact_secrets
 from loadtrace.version import __version__
@@ -102,6 +102,15 @@ COMMAND_HELP: dict[str, tuple[str, str | None]] = {
         "nothing, a job that gained spans since gains only those. Then jobs, report, compare, timeline and rollup "
         "--clickhouse answer for those jobs as they do for FOLDER.",
     ),
+    "annotate": (
+        "write a job's findings into its trace in Jaeger, near its top, and its loads in a trace of their own",
+        "Write the report's findings into the job's own trace (near its top, each a span named by its kind, linking to "
+        "its ranks' loads), the trace's root and rank groups where rank 0 never wrote them (it died), and the job's "
+        "loads alone in a trace of their own, where each rank's load is not a sliver behind its imports. Rank 0 does "
+        "this at the end of a job over the files it sees; run it for a job it could not see whole (nodes without "
+        "shared storage) or that died: from the job's folder, or --jaeger URL --trace-id ID, sending with --otlp URL "
+        "(else OTEL_EXPORTER_OTLP_ENDPOINT). Prints the Jaeger links when --jaeger or LOADTRACE_JAEGER_URL is set.",
+    ),
     "top": (
         "watch a load while it happens: every rank's phase, bytes, rate, ETA and memory, refreshed each second",
         "A live view of the state files under DIR (one node's ranks, or every node's on a shared filesystem): status, "
@@ -130,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_rollup_command,
         _add_ingest_command,
         _add_top_command,
+        _add_annotate_command,
     ):
         add_command(commands)
     return parser
@@ -326,6 +336,15 @@ def _add_ingest_command(commands: Any) -> None:
     ingest_ = _command(commands, "ingest", run_ingest)
     ingest_.add_argument("folder", metavar="FOLDER", help="a folder of trace files: loadtrace-traces/, or one job's")
     _add_clickhouse_options(ingest_)
+
+
+def _add_annotate_command(commands: Any) -> None:
+    annotate_ = _command(commands, "annotate", run_annotate)
+    annotate.add_arguments(annotate_)
+
+
+def run_annotate(args: argparse.Namespace) -> int:
+    return annotate.run(args, default_folder())
 
 
 def _counted(count: int, noun: str) -> str:
@@ -627,6 +646,9 @@ def run_report(args: argparse.Namespace) -> int:
         print("\n".join(render.report_lines(result)))
     else:
         print(render.report_table(result, args.wide, every_rank=args.ranks == "all"))
+        url = annotate.jaeger_url(args.jaeger)
+        if url is not None:
+            print("\n".join(annotate.jaeger_links(result, url)))
     if result.forecast is not None and _fails(result.forecast.verdict, args):
         verdict = result.forecast.verdict or "unknown"
         unknown = "the node's memory is unknown; give --node-memory-bytes"

@@ -175,6 +175,18 @@ def _nearest_launcher() -> str | None:
     return None
 
 
+def launcher_start_ns() -> int | None:
+    """When the launcher that started this process started (``process_start_ns``); None without one."""
+    pid = os.getppid()
+    for _ in range(ANCESTORS):
+        if pid <= 1:
+            return None
+        if launcher(pid) is not None:
+            return process_start_ns(pid)
+        pid = _parent(pid)
+    return None
+
+
 def _parent(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/stat", "rb") as file:
@@ -204,11 +216,11 @@ def current_rank(env: Mapping[str, str] | None = None) -> Rank:
     return found
 
 
-def process_start_ns() -> int | None:
-    """When this process started, in ``time.time_ns()`` terms (Linux): its start in clock ticks since boot
-    (``/proc/self/stat``, field 22) against the boot-time clock now, so to a tick (10 ms); None where unknown."""
+def process_start_ns(pid: int | str = "self") -> int | None:
+    """When this process (or ``pid``) started, in ``time.time_ns()`` terms (Linux): its start in clock ticks since
+    boot (``/proc/<pid>/stat``, field 22) against the boot-time clock now, so to a tick (10 ms); None where unknown."""
     try:
-        with open("/proc/self/stat", "rb") as handle:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
             fields = handle.read().rsplit(b")", 1)[1].split()
         started_ticks = int(fields[19])  # field 22; fields[0] is field 3 (state), after the command name
         ticks = os.sysconf("SC_CLK_TCK")

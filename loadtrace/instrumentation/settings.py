@@ -26,6 +26,9 @@ BSP_SCHEDULE_DELAY_MS = 200
 # Spans in one OTLP export message: a collector's gRPC receiver refuses messages over 4 MiB by default, and our largest
 # span (a load's, with its call sites and memory) is a few kB, so 128 of them stay far under it (OTel's default: 512).
 BSP_MAX_EXPORT_BATCH_SIZE = 128
+# The spans the OTLP exporter's queue holds (OTel's default is 2,048): rank 0 puts the job's root and a group per rank
+# in it at once (tracing/structure.py), 4,097 for a job of 4,096 ranks.
+BSP_MAX_QUEUE_SIZE = 8192
 # Which restart of the job a process belongs to, as launchers count them (0 on the first run).
 RESTART_COUNTS = ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT")
 
@@ -57,6 +60,9 @@ class Settings:
     bsp_schedule_delay_ms: int | None = BSP_SCHEDULE_DELAY_MS
     """How soon ended spans leave for the OTLP endpoint: ours unless ``OTEL_BSP_SCHEDULE_DELAY`` is set, in which
     case None, and OTel's batch processor reads that variable itself."""
+    bsp_max_queue_size: int | None = BSP_MAX_QUEUE_SIZE
+    """The most spans waiting for the OTLP endpoint: ours unless ``OTEL_BSP_MAX_QUEUE_SIZE`` is set (then None: OTel's
+    batch processor reads that variable itself)."""
     bsp_max_export_batch_size: int | None = BSP_MAX_EXPORT_BATCH_SIZE
     """The most spans in one OTLP export message: ours unless ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` is set, in which case
     None, and OTel's batch processor reads that variable itself."""
@@ -73,6 +79,8 @@ class Settings:
     files has been open for this many seconds (its span ends where the last one closed: tracing/loose.py)."""
     launch_id: str | None = None
     """``LOADTRACE_LAUNCH_ID``: the launcher invocation, set by a witnessing launcher (never by users)."""
+    jaeger_url: str | None = None
+    """``LOADTRACE_JAEGER_URL``: where people open Jaeger's UI; rank 0's closing line then links the job's trace."""
 
     @property
     def per_tensor(self) -> bool:
@@ -197,11 +205,13 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         cluster=env.get("LOADTRACE_CLUSTER") or env.get("SLURM_CLUSTER_NAME") or None,
         bsp_schedule_delay_ms=None if env.get("OTEL_BSP_SCHEDULE_DELAY") else BSP_SCHEDULE_DELAY_MS,
         bsp_max_export_batch_size=None if env.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") else BSP_MAX_EXPORT_BATCH_SIZE,
+        bsp_max_queue_size=None if env.get("OTEL_BSP_MAX_QUEUE_SIZE") else BSP_MAX_QUEUE_SIZE,
         attempt=_count(env, RESTART_COUNTS),
         quiet=_flag(env, "LOADTRACE_QUIET"),
         launch_id=(env.get(semconv.ENV_LAUNCH_ID) or "").strip() or None,
         progress_interval_s=_seconds(env, "LOADTRACE_PROGRESS_INTERVAL", 10.0),
         load_idle_s=_seconds(env, "LOADTRACE_LOAD_IDLE", 5.0),
+        jaeger_url=(env.get(semconv.ENV_JAEGER_URL) or "").strip().rstrip("/") or None,
     )
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from support import backends
 from support.cli import run_json
-from support.installed import file_spans, require_installed
+from support.installed import file_spans, job_trace_spans, require_installed
 from support.multirank import EXAMPLE_WORKER
 from support.torchrun import torchrun
 from support.venvs import discover
@@ -55,11 +55,11 @@ def job(request, stack, checkpoint: Path, tmp_path_factory):
     endpoint = collector.grpc if protocol == "grpc" else collector.http
     env = {**wire_env("fsdp", cwd / "files", endpoint, protocol), "LOADTRACE_JOB_ID": f"backends-{cwd.name}"}
     torchrun(venv, EXAMPLE_WORKER, [str(checkpoint), "--mode", "fsdp"], cwd=cwd, env=env).check()
-    files = file_spans(cwd / "files")
-    (trace_id,) = {span["traceId"] for _, span in files}
+    trace_id = f"{sc.job_trace_ids(env['LOADTRACE_JOB_ID'])[0]:032x}"
+    files = job_trace_spans(cwd / "files")  # not its loads view
 
     def complete() -> list | None:
-        status, answer = jaeger.trace(trace_id)
+        status, answer = jaeger.trace(trace_id, raw=True)  # a partial trace read adjusted keeps its warnings (#787)
         if status != 200:
             return None
         saved = cwd / "jaeger" / "answer.jsonl"
@@ -73,9 +73,9 @@ def job(request, stack, checkpoint: Path, tmp_path_factory):
     return protocol, cwd / "files", trace_id, in_jaeger
 
 
-def test_one_trace_with_every_span_the_ranks_exported(job):
+def test_one_trace_with_every_span_the_ranks_exported(job, stack):
     protocol, folder, trace_id, in_jaeger = job
-    files = file_spans(folder)
+    files = job_trace_spans(folder)
     assert {span["traceId"] for _, span in in_jaeger} == {trace_id}, protocol
     got = sorted(span["spanId"] for _, span in in_jaeger)
     assert got == sorted(span["spanId"] for _, span in files), protocol  # each once: none lost, none twice
@@ -83,13 +83,17 @@ def test_one_trace_with_every_span_the_ranks_exported(job):
     for resource, span in files:
         got_resource, got_span = by_id[span["spanId"]]
         assert (got_span["name"], got_span.get("parentSpanId") or "") == (span["name"], span.get("parentSpanId") or "")
-        # Jaeger's own: it takes the zero-length loadtrace.job for a negative duration, moves its end 1 ns later and
-        # says so on the span (its sanitizer, v2.12); nothing else is touched.
-        warnings = got_span["attributes"].pop(JAEGER_WARNINGS, None)
-        assert (warnings is not None) == (span["name"] == sc.SPAN_JOB), (span["name"], warnings)
+        assert JAEGER_WARNINGS not in got_span["attributes"], (span["name"], got_span["attributes"][JAEGER_WARNINGS])
         assert got_span["attributes"] == span["attributes"], span["name"]
         assert {tag: got_resource.get(tag) for tag in RANK_TAGS} == {tag: resource.get(tag) for tag in RANK_TAGS}
-    assert {resource[sc.RANK] for resource, _ in in_jaeger} == {0, 1}
+    assert {resource.get(sc.RANK) for resource, _ in in_jaeger} == {0, 1, None}  # None: the job's root, findings
+    # No span Jaeger warns of as its query service reads the trace (its adjusters): none before its parent, none
+    # zero-length (its sanitizer's "negative duration"), every parent there.
+    jaeger, _ = stack
+    status, answer = jaeger.trace(trace_id)
+    flagged = [(s["name"], a["value"]) for rs in answer["result"]["resourceSpans"] for ss in rs["scopeSpans"]
+               for s in ss["spans"] for a in s.get("attributes", []) if a["key"] == JAEGER_WARNINGS]  # fmt: skip
+    assert status == 200 and not flagged, flagged
 
 
 def test_report_from_jaeger_equals_report_over_files(job, stack, capsys):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 
 from support import backends, parents
-from support.installed import file_spans, require_installed
+from support.installed import file_spans, job_trace_spans, require_installed
 from support.killed_rank import KILLED_WORKER
 from support.torchrun import torchrun
 from support.venvs import discover
@@ -45,7 +45,7 @@ def test_a_rank_killed_mid_load_is_in_jaeger_whole_with_every_parent(checkpoint,
             }
             job = torchrun(venv, KILLED_WORKER, [str(checkpoint), "--out", str(tmp_path)], cwd=tmp_path, env=env)
             assert job.returncode != 0, job.tail()  # the launcher says its rank died
-            files = file_spans(tmp_path / "files")
+            files = job_trace_spans(tmp_path / "files")
             (trace_id,) = {span["traceId"] for _, span in files}
 
             def arrived() -> list | None:
@@ -65,12 +65,12 @@ def test_a_rank_killed_mid_load_is_in_jaeger_whole_with_every_parent(checkpoint,
         mine = by_id[span["spanId"]]
         assert (span["name"], span.get("parentSpanId") or "") == (mine["name"], mine.get("parentSpanId") or "")
     assert not parents.orphans(parents.from_files(in_jaeger)), parents.orphans(parents.from_files(in_jaeger))
-    killed = {s["name"] for r, s in in_jaeger if r[sc.RANK] == 1}
+    killed = {s["name"] for r, s in in_jaeger if r.get(sc.RANK) == 1}
     # What rank 1 finished before the kill, and its startup and load, which its launcher's witness ended in its place.
     assert {sc.SPAN_INIT_PROCESS_GROUP, sc.SPAN_CONVERT} <= killed, killed
     ended_by_launcher = {
         s["name"]
         for r, s in in_jaeger
-        if r[sc.RANK] == 1 and s["attributes"].get(sc.EXIT_SOURCE) == sc.EXIT_SOURCE_LAUNCHER
+        if r.get(sc.RANK) == 1 and s["attributes"].get(sc.EXIT_SOURCE) == sc.EXIT_SOURCE_LAUNCHER
     }
     assert {sc.SPAN_RANK_EXIT, sc.SPAN_STARTUP, sc.SPAN_FROM_PRETRAINED} <= ended_by_launcher, ended_by_launcher

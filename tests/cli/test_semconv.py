@@ -36,6 +36,7 @@ KEY_FUNCTIONS = {
     "materialized_bytes_key": [(ANY,)],
     "convert_op_key": [(ANY, "count"), (ANY, "bytes")],
     "rss_key": [(kind, moment) for kind in (None, *semconv.RSS_KINDS) for moment in semconv.MOMENTS],
+    "about_key": [(ANY,)],
 }
 
 
@@ -49,7 +50,9 @@ def string_constants() -> dict[str, str]:
 
 def semconv_names() -> tuple[set[str], set[str], set[str]]:
     """(span names, attribute keys, prefixes) that semconv defines; keys built by its functions included."""
-    constants = {k: v for k, v in string_constants().items() if not k.startswith("METRIC_")}  # test_metrics_...
+    constants = {  # metrics: test_metrics_...; scopes name who wrote a span, not an attribute
+        k: v for k, v in string_constants().items() if not k.startswith(("METRIC_", "SCOPE_"))
+    }
     spans = {v for k, v in constants.items() if k.startswith("SPAN_")}
     prefixes = {v for v in constants.values() if PREFIX.fullmatch(v)}
     keys = {v for v in constants.values() if KEY.fullmatch(v) and v not in spans}

@@ -10,6 +10,7 @@ from pathlib import Path
 import safetensors.torch
 import torch
 
+from loadtrace import semconv
 from loadtrace.analysis.sources import read_files
 
 WORKER = """
@@ -73,9 +74,11 @@ def test_static_rendezvous_ranks_share_a_trace_and_jobs_do_not(tmp_path):
         opens = [s for s in spans if s.name == "safetensors.open"]
         assert sorted(s.resource["loadtrace.rank"] for s in opens) == [0, 1]
         (trace_id,) = {s.trace_id for s in spans}
-        (root,) = [s for s in spans if s.name == "loadtrace.job"]
         startups = {s.resource["loadtrace.rank"]: s for s in spans if s.name == "loadtrace.startup"}
-        assert sorted(startups) == [0, 1] and all(s.parent_span_id == root.span_id for s in startups.values())
+        job_id = startups[0].resource["loadtrace.job.id"]
+        assert sorted(startups) == [0, 1] and all(  # under each rank's group, in the job's trace (docs/jaeger.md)
+            s.parent_span_id == f"{semconv.rank_group_id(job_id, rank):016x}" for rank, s in startups.items()
+        )
         assert all(s.parent_span_id == startups[s.resource["loadtrace.rank"]].span_id for s in opens)
         traces.append(trace_id)
     assert traces[0] != traces[1]

@@ -12,6 +12,7 @@ import pytest
 from support.torchrun import accelerate_launch, torchrun
 from support.venvs import discover
 
+from loadtrace import semconv
 from loadtrace.analysis.sources import read_files
 from loadtrace.instrumentation.context import (
     SOURCE_LAUNCH,
@@ -46,9 +47,12 @@ def assert_one_trace(traces: Path, output: str, source: str) -> None:
     assert sorted(s.resource["loadtrace.rank"] for s in loads) == [0, 1], output
     assert len({s.trace_id for s in spans}) == 1, {(s.resource["loadtrace.rank"], s.trace_id) for s in loads}
     assert {s.resource["loadtrace.job.id_source"] for s in loads} == {source}
-    (root,) = [s for s in spans if s.name == "loadtrace.job"]
     startups = {s.resource["loadtrace.rank"]: s for s in spans if s.name == "loadtrace.startup"}
-    assert all(s.parent_span_id == root.span_id for s in startups.values())
+    job_id = loads[0].resource["loadtrace.job.id"]
+    # Under each rank's group in the job's trace (docs/jaeger.md), which rank 0 writes with the job's root.
+    assert all(s.parent_span_id == f"{semconv.rank_group_id(job_id, r):016x}" for r, s in startups.items())
+    structure = Path(next(iter(traces.rglob("rank00000-*.jsonl")))).read_text()
+    assert semconv.SCOPE_STRUCTURE in structure, "rank 0 wrote the job's root and groups"
     assert all(s.parent_span_id == startups[s.resource["loadtrace.rank"]].span_id for s in loads)
     assert "found no job id" not in output
 

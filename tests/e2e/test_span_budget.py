@@ -9,6 +9,7 @@ tested in in_job/test_span_budget_rule.py, the analysis of such ranks in analysi
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -49,12 +50,27 @@ def spans_per_rank(folder: Path) -> dict[int, Counter[str]]:
     return found
 
 
+def structure_spans(folder: Path) -> list[dict]:
+    """The spans of the job's trace under the scope ``loadtrace.structure`` (its root, rank groups, findings)."""
+    found = []
+    for path in folder.rglob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            for resource_spans in json.loads(line)["resourceSpans"]:
+                for scope_spans in resource_spans["scopeSpans"]:
+                    if scope_spans["scope"]["name"] == sc.SCOPE_STRUCTURE:
+                        found += scope_spans["spans"]
+    return found
+
+
 def test_a_1024_rank_job_fits_8192_spans(posed):
     counts = spans_per_rank(posed[BIG][0].folder)
     assert sorted(counts) == list(range(posing.POSED))
     node = [sum(counts[r].values()) for r in range(posing.POSED)]
-    job = sum(node[:8]) + 127 * sum(node[8:])
-    assert job <= 8 * posing.WORLD_SIZE, (job, node)
+    # Rank 0's root and every rank's group, and its findings (docs/jaeger.md): in the job's trace too.
+    structure = structure_spans(posed[BIG][0].folder / "traces")
+    assert sum(s["name"] == sc.SPAN_RANK_GROUP for s in structure) == posing.WORLD_SIZE
+    job = sum(node[:8]) + 127 * sum(node[8:]) + len(structure)
+    assert job <= 8 * posing.WORLD_SIZE, (job, node, len(structure))
     # Per-file detail: rank 0 and local rank 0 of each node, all 22 files (within 3 per rank of the node).
     files = {r: counts[r][sc.SPAN_SAFETENSORS_OPEN] for r in counts}
     assert files == {r: posing.CHECKPOINT_FILES if r % posing.RANKS_PER_NODE == 0 else 0 for r in counts}, files
@@ -94,7 +110,7 @@ def test_a_summarised_node_reads_as_a_full_one(posed):
 def test_an_export_message_stays_far_under_4_mib(posed):
     """A file line is one span with its resource, as OTLP JSON: larger than the same span in protobuf. An export
     message holds at most 128 spans of one process (settings.BSP_MAX_EXPORT_BATCH_SIZE): at most its 128 largest."""
-    files = list((posed[BIG][0].folder / "traces").rglob("*.jsonl"))
+    files = list((posed[BIG][0].folder / "traces").rglob("rank*.jsonl"))  # the ranks', not rank 0's findings
     sizes = [sorted((len(line) for line in f.read_bytes().splitlines()), reverse=True) for f in files]
     assert len(sizes) == posing.POSED
     assert max(sum(lines[:128]) for lines in sizes) < 1 << 20

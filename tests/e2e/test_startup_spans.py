@@ -107,13 +107,14 @@ def ancestors(span: Span, spans: list[Span]) -> list[str]:
 
 
 def assert_startup_holds_the_rank(job: Job, rank: int) -> Span:
-    """One startup span, a child of the job's root, in the job's trace; every startup phase and load below it."""
+    """One startup span, a child of the rank's group under the job's root, in the job's trace; every startup phase
+    and load below it."""
     spans = job.spans(rank)
     startup = one(spans, semconv.SPAN_STARTUP)
     job_id = startup.resource[semconv.JOB_ID]
-    trace_id, root_id = semconv.job_trace_ids(job_id)
+    trace_id = semconv.job_trace_ids(job_id)[0]
     assert {s.trace_id for s in spans} == {format(trace_id, "032x")}
-    assert startup.parent_span_id == format(root_id, "016x")
+    assert startup.parent_span_id == format(semconv.rank_group_id(job_id, rank), "016x")
     held = [s for s in spans if s.name in semconv.STARTUP_PHASE_SPANS | semconv.LOAD_SPANS]
     assert held
     for span in held:

@@ -38,6 +38,16 @@ def wire(request, checkpoint: Path, tmp_path_factory) -> WireRun:
     return wire_run(venv, request.param, checkpoint, tmp_path_factory, MODE)
 
 
+def measured(wire: WireRun) -> list:
+    """The ranks' own spans (scope ``loadtrace``): not the job's structure, findings or loads view (docs/jaeger.md)."""
+    return [span for span in wire.spans if span.scope[0] == semconv.SCOPE_NAME]
+
+
+def job_trace(wire: WireRun) -> list:
+    """The job's trace as it arrived: the ranks' spans and the structure rank 0 wrote (root, groups, findings)."""
+    return [span for span in wire.spans if span.scope[0] != semconv.SCOPE_LOADS_VIEW]
+
+
 def by_rank(spans) -> dict[int, list]:
     ranks: dict[int, list] = {}
     for span in spans:
@@ -45,8 +55,8 @@ def by_rank(spans) -> dict[int, list]:
     return ranks
 
 
-def only(spans, name: str):
-    found = [s for s in spans if s.name == name]
+def only(spans, name: str, rank: int | None = None):
+    found = [s for s in spans if s.name == name and (rank is None or s.resource.get("loadtrace.rank") == rank)]
     assert len(found) == 1, f"expected one {name!r} span, found {len(found)}"
     return found[0]
 
@@ -62,23 +72,32 @@ def test_spans_arrive_as_otlp_export_calls(wire: WireRun):
             assert arrival.path == GRPC_METHOD and arrival.content_type in (None, "application/grpc")
         else:
             assert (arrival.path, arrival.content_type) == (TRACES_PATH, "application/x-protobuf")
-        assert "OTel-OTLP-Exporter-Python" in (arrival.user_agent or ""), arrival.user_agent
+        scopes = {ss.scope.name for rs in arrival.request.resource_spans for ss in rs.scope_spans}
+        if "loadtrace/" in (arrival.user_agent or ""):  # rank 0's findings, from ``loadtrace annotate`` at its exit
+            assert scopes <= semconv.NOT_MEASURED_SCOPES, scopes
+        else:
+            assert "OTel-OTLP-Exporter-Python" in (arrival.user_agent or ""), arrival.user_agent
     log = wire.run.log.read_text(errors="replace")
     assert "loadtrace:" not in log, f"{wire.label}: loadtrace complained:\n{wire.run.tail()}"
 
 
 def test_one_trace_across_ranks_with_one_root(wire: WireRun):
-    spans = wire.spans
+    spans = job_trace(wire)
     assert {s.trace_id for s in spans} and len({s.trace_id for s in spans}) == 1, Counter(s.trace_id for s in spans)
-    assert set(by_rank(spans)) == set(range(WORLD_SIZE))
+    assert set(by_rank(measured(wire))) == set(range(WORLD_SIZE))
     twice = [k for k, n in Counter(s.span_id for s in spans).items() if n > 1]
     assert not twice, f"{wire.label}: span ids sent more than once: {twice}"
     ids = {s.span_id for s in spans}
-    roots = [s for s in spans if not s.parent_span_id]
-    assert [(r.name, r.resource.get("loadtrace.rank")) for r in roots] == [("loadtrace.job", 0)]
-    (root,) = roots
-    assert root.attributes == {"loadtrace.job.id": root.resource["loadtrace.job.id"]}
-    assert root.start_ns == root.end_ns, "loadtrace.job is zero-length"
+    (root,) = [s for s in spans if not s.parent_span_id]
+    job_id, model = root.resource["loadtrace.job.id"], Path(only(spans, "transformers.from_pretrained", 0).attributes[
+        "loadtrace.checkpoint"]).name  # fmt: skip
+    assert (root.name, root.scope[0]) == (semconv.job_operation(model, WORLD_SIZE), semconv.SCOPE_STRUCTURE)
+    assert {k: root.attributes[k] for k in ("loadtrace.job.id", "loadtrace.model", "loadtrace.world_size")} == {
+        "loadtrace.job.id": job_id, "loadtrace.model": model, "loadtrace.world_size": WORLD_SIZE
+    }  # fmt: skip
+    assert root.end_ns - root.start_ns == semconv.STRUCTURE_STEP_NS and root.start_ns < min(
+        s.start_ns for s in spans if s is not root
+    ), "the root: 1 µs before every other span"
     orphans = [
         (s.name, s.resource.get("loadtrace.rank")) for s in spans if s.parent_span_id and s.parent_span_id not in ids
     ]
@@ -89,7 +108,7 @@ def test_resource_says_which_rank(wire: WireRun):
     pattern, _ = documented()
     host = socket.gethostname()
     job_ids, pids = set(), set()
-    for rank, spans in by_rank(wire.spans).items():
+    for rank, spans in by_rank(measured(wire)).items():
         resources = {tuple(sorted(s.resource.items())) for s in spans}
         assert len(resources) == 1, f"{wire.label} rank {rank}: {len(resources)} resources"
         r = spans[0].resource
@@ -97,7 +116,7 @@ def test_resource_says_which_rank(wire: WireRun):
         assert (r["loadtrace.rank"], r["loadtrace.local_rank"]) == (rank, rank), where
         assert (r["loadtrace.world_size"], r["loadtrace.local_world_size"]) == (WORLD_SIZE, WORLD_SIZE), where
         assert r["loadtrace.launcher"] == "torchrun", where
-        assert r["service.name"] == "loadtrace", where
+        assert (r["service.name"], r["service.namespace"]) == (f"loadtrace rank {rank}", "loadtrace"), where
         assert r["service.instance.id"] == f"{r['loadtrace.job.id']}/rank-{rank}", where
         assert r["host.name"] == host, where
         assert isinstance(r["process.pid"], int) and r["process.pid"] != os.getpid(), where
@@ -119,7 +138,7 @@ def test_every_span_and_attribute_is_documented(wire: WireRun):
     _, documented_spans = documented()
     undocumented: dict[str, set[str]] = {}
     for span in wire.spans:
-        pattern = documented_spans.get(span.name)
+        pattern = documented_spans.get(documented_as(span))
         if pattern is None:
             undocumented.setdefault(span.name, set()).add("(span name)")
             continue
@@ -128,12 +147,20 @@ def test_every_span_and_attribute_is_documented(wire: WireRun):
     assert not undocumented, f"{wire.label}: on the wire but not in docs/reference.md's span reference: {undocumented}"
 
 
+def documented_as(span) -> str:
+    """The span's name as docs/reference.md lists it: the job's root (and its loads view's) by ``loadtrace.job``, a
+    finding by ``loadtrace.findings`` (each is named by its kind)."""
+    if span.scope[0] in semconv.NOT_MEASURED_SCOPES and not span.parent_span_id:
+        return semconv.SPAN_JOB
+    return semconv.SPAN_FINDINGS if span.name in semconv.FINDING_KINDS else span.name
+
+
 def test_span_attributes_carry_the_loads_numbers(wire: WireRun, checkpoint: Path):
-    for span in wire.spans:
+    for span in measured(wire):
         where = f"{wire.label} rank {span.resource.get('loadtrace.rank')} {span.name}"
         assert span.scope[0] == "loadtrace" and span.status_code == 0, where
         assert span.kind == 1, f"{where}: kind {span.kind}, expected INTERNAL (1)"
-    for rank, spans in by_rank(wire.spans).items():
+    for rank, spans in by_rank(measured(wire)).items():
         where = f"{wire.label} rank {rank}"
         load = only(spans, "transformers.from_pretrained")
         a = load.attributes
@@ -187,7 +214,7 @@ BYTE_KEYS = (
 
 def test_files_hold_the_same_spans_as_the_wire(wire: WireRun):
     files = sorted(wire.files_dir.glob("*.jsonl"))
-    assert [f.name.split("-")[0] for f in files] == ["rank00000", "rank00001"], files
+    assert [f.name.split("-")[0] for f in files] == ["annotations", "rank00000", "rank00001"], files
     assert not (wire.run.cwd / "loadtrace-traces").exists(), "LOADTRACE_DIR was set: nothing under ./loadtrace-traces"
     leftovers = sorted(p.name for p in wire.files_dir.iterdir() if p.suffix not in (".jsonl", semconv.STATE_SUFFIX))
     assert not leftovers, f"{wire.label}: left beside the trace files after a clean exit: {leftovers}"
@@ -198,7 +225,7 @@ def test_files_hold_the_same_spans_as_the_wire(wire: WireRun):
     from_files = read_spans(wire.files_dir)
     assert from_files.skipped_lines == 0
     on_file = {s.span_id: s for s in from_files.spans}
-    on_wire = {s.span_id: s for s in wire.spans}
+    on_wire = {s.span_id: s for s in measured(wire)}
     assert len(on_file) == len(from_files.spans), "a span id twice in the files"
     only_file = sorted((s.name, s.resource.get("loadtrace.rank")) for k, s in on_file.items() if k not in on_wire)
     only_wire = sorted((s.name, s.resource.get("loadtrace.rank")) for k, s in on_wire.items() if k not in on_file)
@@ -217,7 +244,7 @@ def test_files_hold_the_same_spans_as_the_wire(wire: WireRun):
         assert f.attributes == w.attributes, where
         assert f.resource == w.resource, where
     # The numbers the report is built from, rank by rank (already implied above; spelled out for the failure message).
-    for rank, spans in by_rank(wire.spans).items():
+    for rank, spans in by_rank(measured(wire)).items():
         w = only(spans, "transformers.from_pretrained")
         f = on_file[w.span_id]
         assert {k: w.attributes.get(k) for k in BYTE_KEYS} == {k: f.attributes.get(k) for k in BYTE_KEYS}, rank
@@ -252,7 +279,7 @@ def histogram_points(wire: WireRun) -> dict[str, list]:
 
 
 def test_each_ranks_startup_and_load_arrive_as_histograms_without_identity_and_with_the_jobs_trace(wire: WireRun):
-    spans = wire.spans
+    spans = measured(wire)
     job_id = spans[0].resource["loadtrace.job.id"]
     (trace_id,) = {s.trace_id for s in spans}
     identity = {job_id, trace_id, *(str(s.resource["process.pid"]) for s in spans)}
@@ -260,8 +287,8 @@ def test_each_ranks_startup_and_load_arrive_as_histograms_without_identity_and_w
     found = histogram_points(wire)
     assert set(found) == set(MEASURED), f"{wire.label}: histograms that arrived: {sorted(found)}"
     for metric, span_name in MEASURED.items():
-        measured = {s.span_id: s for s in spans if s.name == span_name}
-        assert len(measured) == WORLD_SIZE, f"{wire.label}: {span_name} spans {len(measured)}"
+        taken = {s.span_id: s for s in spans if s.name == span_name}
+        assert len(taken) == WORLD_SIZE, f"{wire.label}: {span_name} spans {len(taken)}"
         exemplars = {}
         for resource, temporality, point in found[metric]:
             where = f"{wire.label} {metric}"
@@ -274,9 +301,9 @@ def test_each_ranks_startup_and_load_arrive_as_histograms_without_identity_and_w
             for exemplar in point.exemplars:
                 exemplars[exemplar.span_id.hex()] = (exemplar.trace_id.hex(), exemplar.as_double)
         assert sum(point.count for _, _, point in found[metric]) == WORLD_SIZE, f"{wire.label} {metric}"
-        assert set(exemplars) == set(measured), f"{wire.label} {metric}: one exemplar per rank, of the span measured"
+        assert set(exemplars) == set(taken), f"{wire.label} {metric}: one exemplar per rank, of the span measured"
         for span_id, (exemplar_trace, seconds) in exemplars.items():
-            span = measured[span_id]
+            span = taken[span_id]
             assert exemplar_trace == trace_id, f"{wire.label} {metric}: exemplar not in the job's trace"
             assert seconds == (span.end_ns - span.start_ns) / 1e9, f"{wire.label} {metric}: the span's own duration"
     ends = {s.attributes[semconv.STARTUP_END] for s in spans if s.name == semconv.SPAN_STARTUP}

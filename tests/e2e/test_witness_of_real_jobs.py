@@ -46,8 +46,8 @@ def test_torchrun_witnesses_a_rank_killed_in_the_middle_of_its_load(checkpoint, 
     state = statefile.read(state_path)
     assert state is not None and state.totals().read_bytes == count["read_bytes"]
 
-    trace_id, root_id = semconv.job_trace_ids(job_dir.name)
-    assert span["traceId"] == f"{trace_id:032x}" and span["parentSpanId"] == f"{root_id:016x}"
+    trace_id, group = semconv.job_trace_ids(job_dir.name)[0], semconv.rank_group_id(job_dir.name, 1)
+    assert span["traceId"] == f"{trace_id:032x}" and span["parentSpanId"] == f"{group:016x}"  # rank 1's group
     assert span["attributes"][semconv.EXIT_SIGNAL] == "SIGKILL"
     assert span["attributes"][semconv.EXIT_SOURCE] == "launcher"
     assert span["attributes"][semconv.READ_BYTES] == str(count["read_bytes"])

@@ -215,7 +215,7 @@ def test_a_state_row_that_does_not_decode_is_a_skipped_state_file():
     assert clickhouse.state_of_row({}) is None
     assert clickhouse.state_of_row({"loadtrace.state_file.data": "not base64!"}) is None
     assert clickhouse.state_of_row({"loadtrace.state_file.data": clickhouse.state_file_data(b"LTSTATE1")}) is None
-    row = ("ab" * 16, "cd" * 8, "", "loadtrace.state_file", 0, 0, {"loadtrace.state_file.data": "eJw="}, {}, "")
+    row = ("ab" * 16, "cd" * 8, "", "loadtrace.state_file", 0, 0, {"loadtrace.state_file.data": "eJw="}, {}, "", "", {})
     assert clickhouse.spans_of_rows([row]).skipped_state_files == 1
 
 

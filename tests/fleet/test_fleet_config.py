@@ -109,13 +109,13 @@ def test_the_dashboard_file_is_the_generated_one():
 def test_the_dashboards_sql_runs_on_the_engine_and_agrees_with_jobs(tmp_path, capsys):
     chdb_session = pytest.importorskip("chdb.session")
     from support import otel_traces
-    from support.big_job import write_big_job
+    from support.big_job import RECORDED, write_big_job
     from support.jobtree import write_tree
 
     from loadtrace.cli import main
 
     files = write_tree(tmp_path / "tree", 6, 4)  # spans of a loadtrace before startup spans and their split
-    sample = REPO / "docs" / "samples" / "fsdp524"  # today's shape: startup spans carrying their split
+    sample = RECORDED  # startup spans carrying their split (docs/samples/fsdp524 as recorded on 2026-12-01)
     write_tree(files / "split", 6, 4, source=sample, prefix="split")
     (files / "sample").mkdir()
     for path in sample.glob("*.jsonl"):

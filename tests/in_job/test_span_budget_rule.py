@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from support.paths import FIXTURES, REPO
-from support.replay import RANKS_PER_NODE, WORLD_SIZE, exported, rank_spans, with_files
+from support.replay import RANKS_PER_NODE, WORLD_SIZE, exported, rank_spans, with_data, with_files
 
 from loadtrace import semconv as sc
 from loadtrace.instrumentation.context import Rank
@@ -139,7 +139,7 @@ def test_a_span_that_ends_after_the_one_it_folds_into_is_exported_where_it_hangs
     startup.end()
     late.end()
     prepare.end()
-    by_name = {s.name: s for s in memory.get_finished_spans()}
+    by_name = {s.name: with_data(s) for s in memory.get_finished_spans()}
     assert set(by_name) == {sc.SPAN_STARTUP, sc.SPAN_FSDP2_LOAD_FULL_STATE_DICT, sc.SPAN_ACCELERATE_PREPARE}
     assert by_name[sc.SPAN_FSDP2_LOAD_FULL_STATE_DICT].parent.span_id == startup.get_span_context().span_id
     (folded,) = by_name[sc.SPAN_STARTUP].attributes[sc.FOLDED]
@@ -158,7 +158,7 @@ def test_a_file_span_past_its_loads_share_is_not_exported_and_the_rest_are():
     shown.end()
     left.end(end_time=shown.end_time + 5)
     load.end()
-    found = memory.get_finished_spans()
+    found = [with_data(span) for span in memory.get_finished_spans()]
     assert [s.context.span_id for s in found] == [shown.get_span_context().span_id, load.get_span_context().span_id]
     assert found[1].attributes[sc.FILES_SUMMARIZED] == 1
     assert found[1].attributes[sc.LOAD_LAST_FILE_CLOSE] == shown.end_time + 5

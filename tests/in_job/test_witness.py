@@ -160,14 +160,16 @@ def test_a_dead_rank_becomes_one_rank_exit_span_with_its_exact_last_state(tmp_pa
     (written,) = traces.glob("witness-*.jsonl")
     assert written.name.endswith(f"-{os.getpid()}.jsonl")
     ((resource, span),) = read_lines(written)
-    trace_id, root_id = semconv.job_trace_ids("job-7")
+    trace_id = semconv.job_trace_ids("job-7")[0]
+    group = semconv.rank_group_id("job-7", 1)  # under rank 1's group, as its own spans
     assert span["name"] == semconv.SPAN_RANK_EXIT
-    assert span["traceId"] == f"{trace_id:032x}" and span["parentSpanId"] == f"{root_id:016x}"
+    assert span["traceId"] == f"{trace_id:032x}" and span["parentSpanId"] == f"{group:016x}"
     assert span["status"] == {"code": 2, "message": "SIGKILL (OOM)"}
     state = statefile.read(state_path)
     assert int(span["startTimeUnixNano"]) == state.load_start_ns <= int(span["endTimeUnixNano"])
     assert resource == {
-        semconv.SERVICE_NAME: "loadtrace",
+        semconv.SERVICE_NAME: "loadtrace rank 1",
+        semconv.SERVICE_NAMESPACE: "loadtrace",
         semconv.SERVICE_INSTANCE_ID: "job-7/rank-1",
         semconv.HOST_NAME: "node-3",
         semconv.PROCESS_PID: str(DEAD_PID),
@@ -183,6 +185,7 @@ def test_a_dead_rank_becomes_one_rank_exit_span_with_its_exact_last_state(tmp_pa
         semconv.NODE_RANK: "0",
     }
     assert span["attributes"] == {
+        semconv.RANK: "1",
         semconv.EXIT_SIGNAL: "SIGKILL",
         semconv.EXIT_OOM_KILLED: True,
         semconv.EXIT_SOURCE: "launcher",
@@ -264,11 +267,11 @@ def test_rank_exits_go_over_otlp_too(tmp_path, witness_dir, monkeypatch, protoco
         settings = Settings(exit_timeout_s=10, otlp_endpoint=endpoint, otlp_protocol=protocol, trace_dir=str(tmp_path))
         witness.Witness(settings).witness([witness.Death(DEAD_PID, -9, RANK1_ENV)])
         (span,) = wire_spans(receiver.received.arrivals)
-    trace_id, root_id = semconv.job_trace_ids("job-7")
+    trace_id, group = semconv.job_trace_ids("job-7")[0], semconv.rank_group_id("job-7", 1)
     assert (span.name, span.trace_id, span.parent_span_id) == (
         semconv.SPAN_RANK_EXIT,
         f"{trace_id:032x}",
-        f"{root_id:016x}",
+        f"{group:016x}",
     )
     assert span.resource[semconv.SERVICE_INSTANCE_ID] == "job-7/rank-1" and span.status_code == 2
     assert span.attributes[semconv.READ_BYTES] == 600 and span.attributes[semconv.EXIT_SIGNAL] == "SIGKILL"

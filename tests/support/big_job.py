@@ -35,12 +35,14 @@ from typing import Any
 from loadtrace import semconv as sc
 from loadtrace import statefile
 
+from . import structure
 from .jobtree import _carry_split, _move_times  # the same moves as a tree of many jobs
-from .paths import REPO, SPANS
+from .paths import FIXTURES, SPANS
 
 FIXTURE = SPANS / "fsdp524"
-# The same job recorded by a later loadtrace: startup spans, launch ids and attempts, as jobs write them now.
-RECORDED = REPO / "docs" / "samples" / "fsdp524"
+# The same job recorded by a later loadtrace: startup spans, launch ids and attempts (docs/samples/fsdp524 as it was
+# recorded on 2026-12-01, kept in tests/fixtures/recorded: tests name its figures, which a new recording would change).
+RECORDED = FIXTURES / "recorded" / "fsdp524"
 RANKS_PER_NODE = 8
 JITTER_MS = 97
 FIRST_PID = 20000
@@ -89,12 +91,23 @@ def write_big_job(
     source: Path = FIXTURE,
     ranks_per_node: int = RANKS_PER_NODE,
     jitter_ms: int = JITTER_MS,
+    job_id: str | None = None,
 ) -> Path:
-    """Write the job's files under ``folder`` (the module docstring says what each outlier is); the folder."""
+    """Write the job's files under ``folder`` (the module docstring says what each outlier is); the folder.
+    ``job_id``: the copy's own job id, and so its own trace (default: the recording's, so copies share its trace)."""
     recorded = {n: sorted(source.glob(f"rank0000{n}-*.jsonl"))[0] for n in (0, 1)}
-    lines = {
-        n: [json.loads(text) for text in path.read_text().splitlines() if text.strip()] for n, path in recorded.items()
+    raw = {
+        n: [json.loads(line) for line in path.read_text().splitlines() if line.strip()] for n, path in recorded.items()
     }
+    roots = {span["spanId"] for n in raw for line in raw[n] for span in _spans(line) if span["name"] == sc.SPAN_JOB}
+    lines = {n: _template(found) for n, found in raw.items()}
+    resource0 = lines[0][0]["resourceSpans"][0]["resource"]["attributes"]
+    recorded_job = next(a["value"]["stringValue"] for a in resource0 if a["key"] == sc.JOB_ID)
+    # What the recording's ranks hung from: its root (as an older loadtrace derived it too), its 2 groups.
+    hung = structure.structure_ids(recorded_job, 2) | roots
+    job_id = job_id or recorded_job
+    trace_id = f"{sc.job_trace_ids(job_id)[0]:032x}" if job_id != recorded_job else None
+    first = min(int(span["startTimeUnixNano"]) for n in (0, 1) for line in lines[n] for span in _spans(line))
     slows = {slow} if isinstance(slow, int) else set(slow)
     slow_spans = [span for line in lines[0 if slows == {0} else 1] for span in _spans(line)]
     origin = min(int(span["startTimeUnixNano"]) for span in slow_spans)
@@ -134,7 +147,11 @@ def write_big_job(
                     _set(attributes, key, {"intValue": str(number)})
                 _set(attributes, sc.HOST_NAME, {"stringValue": host})
                 _set(attributes, sc.SERVICE_INSTANCE_ID, {"stringValue": f"big/rank-{rank}"})
+                _set(attributes, sc.JOB_ID, {"stringValue": job_id})
+                structure.as_rank(attributes, rank)
             for span in _spans(data):
+                structure.under_group(span, job_id, rank, hung)
+                span["traceId"] = trace_id or span["traceId"]
                 start, end = int(span["startTimeUnixNano"]), int(span["endTimeUnixNano"])
                 _move_times(span, moved)
                 if rank in slows and slow_by <= 0:
@@ -158,12 +175,36 @@ def write_big_job(
         stem = f"rank{rank:05d}-{host}-{pid}"
         if rank == dead:
             data_lines = _until_death(data_lines, folder / (stem + sc.STATE_SUFFIX), ranks, ranks_per_node)
+        for span in (span for data in data_lines for span in _spans(data)):
+            structure.moved(span)  # its values for machines on their event, as a rank writes them
+        if rank == 0:  # rank 0's root and every rank's group, written at its exit
+            spans0 = [span for data in data_lines for span in _spans(data)]
+            data_lines.append(structure.job_lines(job_id, ranks, first, _model(spans0), "loadtrace"))
         text = "".join(json.dumps(data, separators=(",", ":")) + "\n" for data in data_lines)
         if rank == partial:
             last = text.rstrip("\n").rfind("\n") + 1
             text = text[: last + (len(text) - last) // 2]
         (folder / (stem + sc.TRACE_FILE_SUFFIX)).write_text(text)
     return folder
+
+
+def _template(data_lines: list[dict]) -> list[dict]:
+    """A recorded rank's lines as the copies start from: its values for machines among its attributes (the moves
+    below read them there), the job's structure left out (the copies' is made for their world size)."""
+    kept = []
+    for data in data_lines:
+        for resource_spans in data["resourceSpans"]:
+            resource_spans["scopeSpans"] = [ss for ss in resource_spans["scopeSpans"] if not structure.is_structure(ss)]
+            for scope_spans in resource_spans["scopeSpans"]:
+                scope_spans["spans"] = [structure.flatten(s) for s in scope_spans["spans"] if s["name"] != sc.SPAN_JOB]
+        if any(True for _ in _spans(data)):
+            kept.append(data)
+    return kept
+
+
+def _model(spans: list[dict]) -> str | None:
+    load = next((span for span in spans if span["name"] == sc.SPAN_FROM_PRETRAINED), None)
+    return sc.model_name(_attribute(load, sc.CHECKPOINT), _attribute(load, sc.MODEL_CLASS)) if load else None
 
 
 def _cold(span: dict) -> None:

@@ -86,3 +86,12 @@ def file_spans(folder: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
                     for span in scope_spans.get("spans", []):
                         found.append((resource, {**span, "attributes": unwrap(span.get("attributes", []))}))
     return found
+
+
+def job_trace_spans(folder: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """``file_spans`` of the jobs' own traces: not the loads view rank 0's findings came with (docs/jaeger.md)."""
+    from loadtrace import semconv
+
+    pairs = file_spans(folder)
+    views = {f"{semconv.loads_trace_id(str(r[semconv.JOB_ID])):032x}" for r, _ in pairs if semconv.JOB_ID in r}
+    return [(resource, span) for resource, span in pairs if span["traceId"] not in views]

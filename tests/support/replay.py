@@ -18,7 +18,7 @@ import pytest
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
@@ -114,7 +114,29 @@ def exported(
     """What ``rank`` of a job of ``world`` ranks exports of ``spans`` (the SDK's finished spans)."""
     memory = InMemorySpanExporter()
     replay(spans, as_rank(monkeypatch, rank, [SimpleSpanProcessor(memory)], world, **settings))
-    return list(memory.get_finished_spans())
+    return [with_data(span) for span in memory.get_finished_spans()]
+
+
+def with_data(span: ReadableSpan) -> ReadableSpan:
+    """An exported span as the analysis reads it: its ``DATA_EVENT``'s attributes among its own (that event gone)."""
+    data = [event for event in span.events if event.name == sc.DATA_EVENT]
+    if not data:
+        return span
+    attributes = {**(span.attributes or {}), **{k: v for event in data for k, v in (event.attributes or {}).items()}}
+    return ReadableSpan(
+        name=span.name,
+        context=span.context,
+        parent=span.parent,
+        resource=span.resource,
+        attributes=attributes,
+        events=[event for event in span.events if event.name != sc.DATA_EVENT],
+        links=span.links,
+        kind=span.kind,
+        status=span.status,
+        start_time=span.start_time,
+        end_time=span.end_time,
+        instrumentation_scope=span.instrumentation_scope,
+    )
 
 
 def write(monkeypatch: pytest.MonkeyPatch, spans: list[Span], rank: int, path: Path) -> None:

@@ -17,6 +17,7 @@ COMMANDS = REPO / "docs" / "commands.md"
 REPORT_MD = REPO / "docs" / "report.md"
 
 RESOURCE_HEADING = "### Resource (one per process"
+EVERY_SPAN_HEADING = "#### On every span a rank writes"
 SPANS_HEADING = "### Spans"
 TOTALS_HEADING = "#### Load totals"
 MEMORY_HEADING = "#### Memory and I/O"
@@ -61,7 +62,8 @@ def pattern(documented_names) -> re.Pattern:
 
 
 def _tables(text: str) -> dict[str, list[list[str]]]:
-    return {h: table(text, h) for h in (RESOURCE_HEADING, SPANS_HEADING, TOTALS_HEADING, MEMORY_HEADING)}
+    headings = (RESOURCE_HEADING, EVERY_SPAN_HEADING, SPANS_HEADING, TOTALS_HEADING, MEMORY_HEADING)
+    return {h: table(text, h) for h in headings}
 
 
 def documented_names(text: str | None = None) -> tuple[list[str], dict[str, list[str]]]:
@@ -72,10 +74,11 @@ def documented_names(text: str | None = None) -> tuple[list[str], dict[str, list
     memory_rows = tables[MEMORY_HEADING]
     memory = [n for row in memory_rows for n in names(row[0])]
     phase_memory = [n for row in memory_rows if not row[1].startswith("load spans") for n in names(row[0])]
+    every_span = [n for row in tables[EVERY_SPAN_HEADING] for n in names(row[0])]
     spans: dict[str, list[str]] = {}
     for row in tables[SPANS_HEADING]:
         (name,) = backticked(row[0])
-        attributes = names(row[2])
+        attributes = names(row[2]) + every_span
         if "load totals" in row[2]:
             attributes += totals
         if "memory attributes" in row[2]:

@@ -24,6 +24,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1 import trace_pb2
 
+from loadtrace import semconv
 from support import loopback
 from support.multirank import EXAMPLE_WORKER, MODE_ENV
 from support.otlp_reference import _hex_ids
@@ -170,6 +171,16 @@ def attributes(items: Iterable) -> dict[str, Any]:
     return {kv.key: any_value(kv.value) for kv in items}
 
 
+def span_attributes(span: Any) -> dict[str, Any]:
+    """A span's attributes as the analysis reads them: with its ``loadtrace.data`` event's (the values for machines,
+    docs/reference.md)."""
+    found = attributes(span.attributes)
+    for event in span.events:
+        if event.name == semconv.DATA_EVENT:
+            found.update(attributes(event.attributes))
+    return found
+
+
 def wire_spans(arrivals: Iterable[Arrival]) -> list[WireSpan]:
     spans = []
     for arrival in arrivals:
@@ -188,7 +199,7 @@ def wire_spans(arrivals: Iterable[Arrival]) -> list[WireSpan]:
                             start_ns=span.start_time_unix_nano,
                             end_ns=span.end_time_unix_nano,
                             status_code=span.status.code,
-                            attributes=attributes(span.attributes),
+                            attributes=span_attributes(span),
                             resource=resource,
                             scope=scope,
                         )

@@ -54,7 +54,8 @@ STATUS_CODES = {"Unset": 0, "Ok": 1, "Error": 2, "STATUS_CODE_UNSET": 0, "STATUS
 # The columns read back, and the ones a table must have to be the exporter's.
 COLUMNS = (
     "TraceId, SpanId, ParentSpanId, SpanName, toUnixTimestamp64Nano(Timestamp), Duration, SpanAttributes, "
-    "ResourceAttributes, StatusCode"
+    "ResourceAttributes, StatusCode, ScopeName, "
+    f"Events.Attributes[indexOf(Events.Name, {chr(39) + sc.DATA_EVENT + chr(39)})]"  # the values for machines
 )
 REQUIRED = {
     "Timestamp": "DateTime64(9)",
@@ -66,6 +67,9 @@ REQUIRED = {
     "SpanAttributes": "Map(LowCardinality(String), String)",
     "Duration": "UInt64",
     "StatusCode": "LowCardinality(String)",
+    "ScopeName": "String",
+    "Events.Name": "Array(LowCardinality(String))",
+    "Events.Attributes": "Array(Map(LowCardinality(String), String))",
 }
 
 
@@ -350,7 +354,9 @@ def spans_of_rows(rows: list[tuple[Any, ...]]) -> SpanSet:
     resources: dict[str, dict[str, Any]] = {}
     found = SpanSet()
     spans = found.spans
-    for trace_id, span_id, parent, name, start, duration, attributes, resource, status in rows:
+    for trace_id, span_id, parent, name, start, duration, attributes, resource, status, scope, data in rows:
+        if scope in sc.NOT_MEASURED_SCOPES:
+            continue  # the job's structure, its findings and its loads view (files.py leaves them out too)
         if name == sc.SPAN_STATE_FILE:
             state = state_of_row(attributes)
             if state is None:
@@ -370,7 +376,7 @@ def spans_of_rows(rows: list[tuple[Any, ...]]) -> SpanSet:
                 name=name,
                 start_ns=start_ns,
                 end_ns=(start_ns + int(duration)) % (1 << 64),
-                attributes=typed_map(attributes),
+                attributes=typed_map({**attributes, **(data or {})}),
                 resource=resources[key],
                 status_code=STATUS_CODES.get(status, 0),
             )

@@ -187,6 +187,15 @@ def key_values(items: Iterable[dict[str, Any]]) -> dict[str, Any]:
     return result
 
 
+def span_attributes(raw: dict[str, Any]) -> dict[str, Any]:
+    """A span's attributes, with those its ``DATA_EVENT`` carries (the values for machines: semconv)."""
+    attributes = key_values(raw.get("attributes", []))
+    for event in _array(raw.get("events", [])):
+        if type(event) is dict and event.get("name") == sc.DATA_EVENT:
+            attributes.update(key_values(event.get("attributes", [])))
+    return attributes
+
+
 class ResourceCache:
     """The last resource decoded: the lines of one process's file repeat the same resource, decoded once (its spans
     then share one dict, as the spans of one line always did). ``text`` and ``value``: the last line's resource as
@@ -241,6 +250,9 @@ def spans_from_traces_data(data: dict[str, Any], cache: ResourceCache | None = N
         raw_resource = _object(_object(resource_spans).get("resource", {})).get("attributes", [])
         resource = cache.decode(raw_resource) if cache is not None else key_values(raw_resource)
         for scope_spans in _array(resource_spans.get("scopeSpans", [])):
+            scope = _object(scope_spans).get("scope")
+            if type(scope) is dict and scope.get("name") in sc.NOT_MEASURED_SCOPES:
+                continue  # the job's structure, its findings and its loads view: laid out for a person, not measured
             for raw in _array(_object(scope_spans).get("spans", [])):
                 raw = _object(raw)
                 trace_id, span_id = raw.get("traceId", ""), raw.get("spanId", "")
@@ -256,7 +268,7 @@ def spans_from_traces_data(data: dict[str, Any], cache: ResourceCache | None = N
                     name,
                     start_ns=int(start) if type(start) is str and start.isdigit() else _integer(start),
                     end_ns=int(end) if type(end) is str and end.isdigit() else _integer(end),
-                    attributes=key_values(raw.get("attributes", [])),
+                    attributes=span_attributes(raw),
                     resource=resource,
                     status_code=0 if type(status) is dict and not status else _integer(_object(status).get("code", 0)),
                 )

@@ -34,8 +34,11 @@ class NoTraces(SourceError):
     """Jaeger's 404 "No traces found"."""
 
 
-def trace_url(base_url: str, trace_id: str) -> str:
-    return f"{_api(base_url)}/traces/{urllib.parse.quote(trace_id.strip(), safe='')}"
+def trace_url(base_url: str, trace_id: str, raw: bool = False) -> str:
+    """The trace's URL; ``raw``: as stored, without the query service's adjusters, whose warnings Jaeger's in-memory
+    storage keeps on the stored spans (jaeger#787): a trace read while still arriving keeps them once whole."""
+    url = f"{_api(base_url)}/traces/{urllib.parse.quote(trace_id.strip(), safe='')}"
+    return url + "?raw_traces=true" if raw else url
 
 
 def _api(base_url: str) -> str:
@@ -47,6 +50,22 @@ def _api(base_url: str) -> str:
 
 def fetch(url: str, timeout: float = TIMEOUT_SECONDS) -> SpanSet:
     """GET one /api/v3 traces URL and decode the answer; every failure becomes one ``SourceError`` line."""
+    return decode_body(get(url, timeout), url)
+
+
+def fetch_documents(url: str, timeout: float = TIMEOUT_SECONDS) -> tuple[SpanSet, list[dict]]:
+    """``fetch``, and the answer's ``TracesData`` as Jaeger gave it (``loadtrace annotate`` reads its structure)."""
+    body = get(url, timeout)
+    spans = decode_body(body, url)
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return spans, []
+    return spans, [data.get("result", data)] if isinstance(data, dict) else []
+
+
+def get(url: str, timeout: float = TIMEOUT_SECONDS) -> bytes:
+    """The body of a GET of an /api/v3 URL; every failure becomes one ``SourceError`` line."""
     try:
         with urllib.request.urlopen(
             urllib.request.Request(url, headers={"Accept": "application/json"}), timeout=timeout
@@ -59,7 +78,7 @@ def fetch(url: str, timeout: float = TIMEOUT_SECONDS) -> SpanSet:
     except (urllib.error.URLError, OSError, ValueError) as error:
         reason = getattr(error, "reason", error)
         raise SourceError(f"cannot reach Jaeger at {url}: {reason}") from None
-    return decode_body(body, url)
+    return body
 
 
 def decode_body(body: bytes, url: str = "Jaeger") -> SpanSet:

@@ -154,6 +154,10 @@ def resource_attributes(
         value = value if value is not None else from_state[field]
         if value is not None:
             attributes[key] = value
+    if rank is not None:  # the service name the rank's own spans carry (provider.py)
+        service = attributes[semconv.SERVICE_NAME]
+        attributes[semconv.SERVICE_NAME] = semconv.rank_service(service, rank)
+        attributes[semconv.SERVICE_NAMESPACE] = service
     return attributes
 
 
@@ -223,16 +227,22 @@ def rank_exit_span(
     job_id = state.job_id or context.job_id_from_env(death.env)[0]
     if not job_id:
         return None
-    trace_id, root_id = semconv.job_trace_ids(job_id)
+    trace_id, parent_id = semconv.job_trace_ids(job_id)
     flags = TraceFlags(TraceFlags.SAMPLED)
     end = time.time_ns() if end_ns is None else end_ns
     start = state.load_start_ns or state.created_ns or end
+    resource = resource_attributes(state, death, job_id, cluster)
+    attributes = span_attributes(state, death.exitcode, oom, witness_pid)
+    rank = resource.get(semconv.RANK)
+    if isinstance(rank, int):  # under the rank's group, as the rank's own spans
+        parent_id = semconv.rank_group_id(job_id, rank)
+        attributes = {semconv.RANK: rank, **attributes}
     return ReadableSpan(
         semconv.SPAN_RANK_EXIT,
         context=SpanContext(trace_id, random.getrandbits(64) or 1, is_remote=False, trace_flags=flags),
-        parent=SpanContext(trace_id, root_id, is_remote=True, trace_flags=flags),
-        resource=Resource(resource_attributes(state, death, job_id, cluster)),
-        attributes=span_attributes(state, death.exitcode, oom, witness_pid),
+        parent=SpanContext(trace_id, parent_id, is_remote=True, trace_flags=flags),
+        resource=Resource(resource),
+        attributes=attributes,
         kind=SpanKind.INTERNAL,
         start_time=min(start, end),
         end_time=end,
@@ -342,13 +352,16 @@ class Witness:
         return found[1] if found is not None else None
 
     def say_closing_line(self, state_path: str) -> None:
-        """Rank 0's closing line (exporting/summary.py), said here once every worker is done and the deaths among
-        them are written: what the report will say of the run, even where rank 0 was killed or stopped with the job."""
-        from ..exporting import summary
+        """Rank 0's findings in the job's trace (exporting/trace_findings.py) and its closing line (summary.py), here
+        once every worker is done and the deaths among them are written: what the report will say of the run, even
+        where rank 0 was killed or stopped with the job."""
+        from ..exporting import summary, trace_findings
 
         state = statefile.read(state_path)
-        if state is not None:
-            summary.said_by_launcher(self.settings, state)
+        if state is not None and state.rank == 0 and state.trace_file:
+            size = state.local_world_size
+            link = trace_findings.annotate(self.settings, state.job_id, 0, size, state.trace_file)
+            summary.said_by_launcher(self.settings, state, link)
 
     def forget(self, pids: Iterable[int]) -> None:
         """Remove the pointers of workers that are done (exited cleanly or already witnessed)."""

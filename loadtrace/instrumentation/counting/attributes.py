@@ -52,6 +52,7 @@ def load_end(scope: Scope, extra: dict[str, Any]) -> dict[str, Any]:
         attributes.update(casts(scope.ledger))
     if not scope.nested:
         attributes.update(workload())
+    attributes.update(semconv.about_load({**(getattr(scope.span, "attributes", None) or {}), **attributes}))
     return attributes
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor
 from opentelemetry.trace import SpanContext, StatusCode
 
 from ... import semconv
@@ -95,6 +95,7 @@ class Budget(SpanProcessor):
             if ended is None:
                 return
             span = ended
+        span = _data_in_event(span)
         for processor in self.processors:
             processor.on_end(span)
 
@@ -139,15 +140,34 @@ def _folded(span: ReadableSpan) -> str:
     return semconv.fold_span(span.name, span.context.span_id, parent, times, error, span.attributes or {})
 
 
-def _copy(span: ReadableSpan, parent: SpanContext | None, extra: dict[str, Any]) -> ReadableSpan:
-    """The span as exported: hung from ``parent``, with ``extra`` attributes."""
+def _data_in_event(span: ReadableSpan) -> ReadableSpan:
+    """The span with its values for machines (``semconv.DATA_KEYS``) on one ``DATA_EVENT`` at its end instead of among
+    its attributes, which Jaeger's UI lists for a person (the analysis reads them back as the span's own)."""
+    attributes = span.attributes or {}
+    if not any(key in semconv.DATA_KEYS for key in attributes):
+        return span
+    data = {key: value for key, value in attributes.items() if key in semconv.DATA_KEYS}
+    kept = {key: value for key, value in attributes.items() if key not in semconv.DATA_KEYS}
+    event = Event(semconv.DATA_EVENT, attributes=data, timestamp=span.end_time)
+    return _copy(span, span.parent, {}, kept, (*span.events, event))
+
+
+def _copy(
+    span: ReadableSpan,
+    parent: SpanContext | None,
+    extra: dict[str, Any],
+    attributes: Any = None,
+    events: Any = None,
+) -> ReadableSpan:
+    """The span as exported: hung from ``parent``, with ``extra`` attributes (over ``attributes``: the span's own by
+    default), and ``events`` (the span's own by default)."""
     return ReadableSpan(
         name=span.name,
         context=span.context,
         parent=parent,
         resource=span.resource,
-        attributes={**(span.attributes or {}), **extra},
-        events=span.events,
+        attributes={**(span.attributes or {} if attributes is None else attributes), **extra},
+        events=span.events if events is None else events,
         links=span.links,
         kind=span.kind,
         status=span.status,

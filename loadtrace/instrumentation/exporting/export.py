@@ -423,6 +423,7 @@ def span_processors(settings: Settings, trace_file: str | None) -> tuple[list[Sp
                     delivery,
                     schedule_delay_millis=settings.bsp_schedule_delay_ms,
                     max_export_batch_size=settings.bsp_max_export_batch_size,
+                    max_queue_size=settings.bsp_max_queue_size,
                 )
             )
         except Exception as error:

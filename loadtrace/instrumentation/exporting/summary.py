@@ -49,27 +49,35 @@ def say(
     trace_file: str | None,
     failure: str | None = None,
     started_ns: int | None = None,
+    link: str = "",
 ) -> None:
     """Rank 0's line on stderr at its exit, when its spans went somewhere and no witnessing launcher will say it;
     never raises. A process without a rank (a plain ``python`` run) says nothing, as before. ``failure``: why spans
     meant for the OTLP endpoint did not all arrive. ``started_ns``: when this process started (its node's other ranks
-    of this run have state files updated since)."""
+    of this run have state files updated since). ``link``: the job in Jaeger's UI (trace_findings.py), at the line's
+    end."""
     try:
         if settings.quiet or rank != 0:
             return
         if trace_file is None and not settings.otlp_endpoint:
             return
-        if trace_file is not None and os.environ.get(semconv.ENV_WITNESS_DIR):
+        if launcher_says(trace_file):
             return  # the launcher says it once its workers are done (said_by_launcher)
         text = line(
             job_id, trace_file, settings.otlp_endpoint, max(1, local_world_size), failure=failure, since_ns=started_ns
         )
-        _write(text)
+        _write(text + (f" · {link}" if link else ""))
     except Exception:  # a closed stderr, an odd file system: the job's exit goes on
         pass
 
 
-def said_by_launcher(settings: Settings, state: statefile.State) -> None:
+def launcher_says(trace_file: str | None) -> bool:
+    """Whether a witnessing launcher (beside/witness.py) annotates the trace and says the line once its workers are
+    done: where it runs the workers and rank 0 writes trace files (with spans only over OTLP rank 0 says its own)."""
+    return trace_file is not None and bool(os.environ.get(semconv.ENV_WITNESS_DIR))
+
+
+def said_by_launcher(settings: Settings, state: statefile.State, link: str = "") -> None:
     """The line for the rank 0 whose ``state`` this is, said by the launcher that ran it once every worker it ran is
     done (beside/witness.py): only where rank 0 wrote trace files (with spans only over OTLP rank 0 says its own line,
     which counts nothing). Never raises."""
@@ -78,7 +86,8 @@ def said_by_launcher(settings: Settings, state: statefile.State) -> None:
             return
         trace_id = state.trace_id.strip().lower()
         job_id = state.job_id if format(semconv.job_trace_ids(state.job_id)[0], "032x") == trace_id else trace_id
-        _write(line(job_id, state.trace_file, None, max(1, state.local_world_size), trace_id=trace_id))
+        text = line(job_id, state.trace_file, None, max(1, state.local_world_size), trace_id=trace_id)
+        _write(text + (f" · {link}" if link else ""))
     except Exception:
         pass
 

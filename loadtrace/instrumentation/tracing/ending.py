@@ -63,6 +63,7 @@ class Ends:
                 self.source.provider.set_error(span, signal_name)
         span.end(end_time=end_time)
         if scope.kind is ScopeKind.LOAD and not scope.nested:
+            self.source.provider.note_load(getattr(span, "attributes", None))
             failed = type(error).__name__ if error is not None else signal_name
             measured = {semconv.STRATEGY: strategy_of(span), semconv.ERROR_TYPE: failed}
             self.source.provider.measure(semconv.METRIC_LOAD_DURATION, span, measured)

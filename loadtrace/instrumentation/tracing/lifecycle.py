@@ -16,7 +16,7 @@ from ..counting.memory import process_memory
 from ..counting.readings import Readings
 from ..counting.scope import OpenScopes, Scope, detached_slot
 from ..counting.statemirror import StateMirror
-from ..exporting import summary
+from ..exporting import summary, trace_findings
 from ..settings import Settings
 from .ending import Ends
 from .startup import Startup
@@ -69,8 +69,12 @@ class Lifecycle:
             rank = None if state["rank"] < 0 else state["rank"]
             job_id = self.job.id or self.job.fallback_id()
             failure = provider.send_failure()
+            if summary.launcher_says(trace_file):
+                return  # the launcher annotates the trace and says the line once its workers are done (witness.py)
             started = context.process_start_ns() or 0
-            summary.say(self.settings, job_id, rank, state["local_world_size"], trace_file, failure, started)
+            size = state["local_world_size"]
+            link = trace_findings.annotate(self.settings, job_id, rank, size, trace_file, failure, started)
+            summary.say(self.settings, job_id, rank, size, trace_file, failure, started, link)
 
     def after_fork(self) -> None:
         """In a forked child: its parent's open files, loads and state are not its own. A slot of a file still open
@@ -100,6 +104,7 @@ class Lifecycle:
             self.end_open_scopes(name)
             provider = self.source.made
             if provider is not None:
+                provider.write_structure()
                 provider.force_flush(max(0.0, deadline - time.monotonic()))
 
         if not termination.bounded(work, timeout_s, "loadtrace-signal-flush"):

@@ -20,9 +20,8 @@ from typing import Any, Protocol
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags
 
 from ... import semconv, statefile
 from ...version import __version__
@@ -88,6 +87,11 @@ class Provider:
         self.trace_file: str | None = None
         self.delivery: export.Delivery | None = None  # the OTLP exporter's record: did every batch arrive
         self.phases: PhaseRecorder | None = None  # what the startup span's phase split is made of (our own SDK only)
+        self.service = semconv.DEFAULT_SERVICE_NAME  # the service, before a rank's own name is made of it
+        self.rank: int | None = None  # this process's rank, when the launcher or torch.distributed says it
+        self.model: str | None = None  # the model its first load loaded (``semconv.model_name``): the trace's name
+        self._processors: list[Any] = []  # where the job's structure goes (``write_structure``), behind the budget
+        self._structure_written = False
 
     @property
     def tracer(self) -> trace.Tracer:
@@ -117,6 +121,7 @@ class Provider:
                 say_traces_not_written(self.settings, os.path.dirname(path), problem)
                 path = None
             processors, self.delivery = export.span_processors(self.settings, path)
+            self._processors = processors
             self.state = self._open_state(path)
             self._resource_made = resource
             self._watch()
@@ -131,9 +136,6 @@ class Provider:
             self._sdk = sdk
             self.exporting, self.trace_file = True, path
             atexit.register(self._at_exit)
-            job_id = self.job.id
-            if attributes.get(semconv.RANK) == 0 and job_id is not None and self.job.source != context.SOURCE_PROCESS:
-                self._emit_job_root(job_id, resource, processors)
             return sdk.get_tracer(semconv.SCOPE_NAME, __version__)
         except Exception as error:
             warn_once("tracer", f"tracing is off in this process: {type(error).__name__}: {error}")
@@ -153,7 +155,9 @@ class Provider:
         return self._resource_made
 
     def service_name(self) -> str:
-        return str(self.resource().attributes.get(semconv.SERVICE_NAME, semconv.DEFAULT_SERVICE_NAME))
+        """The service, as the metrics name it: never a rank's own (each would be a series of its own)."""
+        self.resource()
+        return self.service
 
     def measure(self, name: str, span: trace.Span, attributes: dict[str, Any]) -> None:
         """A startup metric (startup_metrics.py): the span's duration, queued for sending; nothing without an OTLP
@@ -238,30 +242,61 @@ class Provider:
         resource = Resource.create(attributes)
         if str(resource.attributes.get(semconv.SERVICE_NAME, "")).startswith("unknown_service"):
             resource = resource.merge(Resource({semconv.SERVICE_NAME: default_service}))
-        return resource
+        self.service = str(resource.attributes[semconv.SERVICE_NAME])
+        rank = resource.attributes.get(semconv.RANK)
+        self.rank = rank if isinstance(rank, int) and not isinstance(rank, bool) else None
+        if self.rank is None:
+            return resource
+        # Jaeger's UI labels and colours a row by its service alone: each rank its own, within the job's namespace.
+        own = {semconv.SERVICE_NAME: semconv.rank_service(self.service, self.rank)}
+        if semconv.SERVICE_NAMESPACE not in resource.attributes:
+            own[semconv.SERVICE_NAMESPACE] = self.service
+        return resource.merge(Resource(own))
 
-    def _emit_job_root(self, job_id: str, resource: Resource, processors: list[SpanProcessor]) -> None:
-        """Rank 0 writes the span that every rank's spans name as their parent, so the trace has one root."""
-        trace_id, span_id = semconv.job_trace_ids(job_id)
-        now = time.time_ns()
-        root = ReadableSpan(
-            semconv.SPAN_JOB,
-            context=SpanContext(trace_id, span_id, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED)),
-            resource=resource,
-            attributes={semconv.JOB_ID: job_id},
-            kind=SpanKind.INTERNAL,
-            start_time=now,
-            end_time=now,
-            instrumentation_scope=InstrumentationScope(semconv.SCOPE_NAME, __version__),
-        )
-        for processor in processors:
-            processor.on_end(root)
+    def note_load(self, attributes: Any) -> None:
+        """A load ended: the first one's model names the job's trace, which rank 0 now lays out
+        (``write_structure``)."""
+        if self.model is None and attributes:
+            self.model = semconv.model_name(attributes.get(semconv.CHECKPOINT), attributes.get(semconv.MODEL_CLASS))
+        try:
+            self.write_structure()
+        except Exception as error:  # the job's load has returned: nothing of ours may reach it
+            warn_once("structure", f"the job's trace lacks its root: {type(error).__name__}: {error}")
+
+    def write_structure(self) -> None:
+        """Rank 0, once: the job's root and every rank's group (structure.py), at the end of its first load (the
+        model then known, and a rank 0 stopped later by its launcher, with no handler of ours left, has written them),
+        else at its exit or a termination signal. The trace file gets them as one line; the OTLP exporter through its
+        batch processor's queue (``settings.BSP_MAX_QUEUE_SIZE`` holds a job of 4,096 ranks), never by a call that
+        waits on the collector."""
+        job_id, resource = self.job.id, self._resource_made
+        if self._structure_written or self.rank != 0 or not self._processors or resource is None:
+            return
+        if job_id is None or self.job.source == context.SOURCE_PROCESS:
+            return
+        self._structure_written = True
+        from . import structure
+
+        attributes = dict(resource.attributes)
+        given = attributes.get(semconv.WORLD_SIZE)
+        world_size = context.current_rank().world_size or (given if isinstance(given, int) else 1)
+        start = structure.job_start_ns(world_size)
+        spans = structure.job_spans(job_id, attributes, self.service, world_size, self.model, start)
+        for processor in self._processors:
+            if isinstance(processor, export.WriteAsItEnds):
+                processor.exporter.export(spans)
+            else:
+                for span in spans:
+                    processor.on_end(span)
 
     def start_span(
         self, name: str, parent: trace.Span | None, attributes: dict[str, Any] | None, start_time: int | None
     ) -> trace.Span:
-        """A span under ``parent``, else under the job's root span."""
+        """A span under ``parent``, else under the rank's group in the job's trace; with the rank among its
+        attributes, which Jaeger's Trace Statistics groups by (not by a resource's)."""
         context = trace.set_span_in_context(parent) if parent is not None else self.job_context()
+        if self.rank is not None:
+            attributes = {semconv.RANK: self.rank, **(attributes or {})}
         return self.tracer.start_span(name, context=context, attributes=attributes, start_time=start_time)
 
     @staticmethod
@@ -269,8 +304,12 @@ class Provider:
         span.set_status(Status(StatusCode.ERROR, description))
 
     def job_context(self) -> otel_context.Context:
-        """The OTel context whose parent is the job's root span: every rank derives the same one."""
-        trace_id, span_id = semconv.job_trace_ids(self.job.id or self.job.fallback_id())
+        """The OTel context whose parent is the rank's group in the job's trace (the job's root span for a process
+        without a rank): every rank derives its own, rank 0 writes them all (``write_structure``)."""
+        job_id = self.job.id or self.job.fallback_id()
+        trace_id, span_id = semconv.job_trace_ids(job_id)
+        if self.rank is not None:
+            span_id = semconv.rank_group_id(job_id, self.rank)
         parent = SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
         return trace.set_span_in_context(NonRecordingSpan(parent))
 
@@ -284,6 +323,7 @@ class Provider:
         timeout_s = self.settings.exit_timeout_s
 
         def flush() -> None:
+            self.write_structure()
             if progress is not None:
                 progress.shutdown(timeout_s * 0.3)
             if metrics is not None:
