@@ -478,7 +478,8 @@ def test_a_startup_no_rank_of_which_is_judged_says_so_above_its_table(tmp_path, 
 
 
 def test_load_s_says_the_model_class_s_import_before_it_is_under_imports():
-    """Issue 48, point 5, on a recorded real run (docs/samples/fsdp524): ``AutoModelForCausalLM.from_pretrained``
+    """Issue 48, point 5, on a recorded real run (docs/samples/fsdp524 as recorded on 2026-12-01, kept in
+    tests/fixtures/recorded): ``AutoModelForCausalLM.from_pretrained``
     imports the model's class (4.5 s here) before the class's own ``from_pretrained``, where ``load s`` (0.439 s)
     starts; a person who timed the call read nothing of it where ``load s`` stands."""
     from support.paths import REPO
@@ -486,7 +487,7 @@ def test_load_s_says_the_model_class_s_import_before_it_is_under_imports():
     from loadtrace.analysis.sources import read_files
     from loadtrace.cli.render import report_table
 
-    result = report(read_files(str(REPO / "docs" / "samples" / "fsdp524")))
+    result = report(read_files(str(REPO / "tests" / "fixtures" / "recorded" / "fsdp524")))
     seconds = {rank.rank: (rank.load_seconds, rank.class_import_seconds) for rank in result.ranks}
     assert seconds == {0: (0.438709, 4.537272), 1: (0.231587, 4.582213)}, seconds
     table = report_table(result)
