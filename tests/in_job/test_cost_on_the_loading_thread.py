@@ -10,20 +10,20 @@ from transformers import AutoModelForCausalLM
 
 from loadtrace import semconv
 from loadtrace.instrumentation import context
-from loadtrace.instrumentation.counting import readings
-from loadtrace.instrumentation.tracing import lifecycle, spans, startup
+from loadtrace.instrumentation.counting import memory, readings
+from loadtrace.instrumentation.tracing import lifecycle, loose, phasing, startup
 
 
 def test_memory_is_read_on_the_loading_thread_only_at_the_loads_start_and_end(tiny_checkpoint, monkeypatch):
     checkpoint, _ = tiny_checkpoint
     readers = []
-    original = spans.process_memory
+    original = memory.process_memory
 
     def counted():
         readers.append(threading.current_thread().name)
         return original()
 
-    for module in (spans, readings, startup, lifecycle):  # where spans.py's readings are since it was split
+    for module in (phasing, loose, readings, startup, lifecycle):  # where spans.py's readings are since it was split
         monkeypatch.setattr(module, "process_memory", counted)
     with traced() as t:
         AutoModelForCausalLM.from_pretrained(checkpoint)

@@ -8,10 +8,12 @@ is open in the whole process, every thread's: what a termination signal or the p
 
 from __future__ import annotations
 
+import sys
 import threading
+from collections.abc import Iterable
 from contextvars import ContextVar, Token
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ... import semconv, statefile
 from .fetching import Fetching
@@ -120,6 +122,30 @@ def detached_slot(tensors: int = 0, nbytes: int = 0) -> statefile.ReadSlot:
     counts = memoryview(bytearray(statefile.SLOT_BYTES)).cast("q")
     counts[0], counts[1] = tensors, nbytes
     return statefile.ReadSlot(counts)
+
+
+# Free-threaded Python (the GIL off): a ``+=`` on a slot's counts is no longer indivisible, so they add under a lock.
+_count_lock = None if getattr(sys, "_is_gil_enabled", lambda: True)() else threading.Lock()
+
+
+def count_reads(slot: statefile.ReadSlot | None, tensors: Iterable[Any]) -> None:
+    """Tensors a file call returned all at once (``torch.load``, ``safetensors.torch.load``), into its slot: they were
+    all read by the time the call returned, so they are counted together, with one ``+=`` each."""
+    if slot is None:
+        return
+    count = nbytes = 0
+    for tensor in tensors:
+        count += 1
+        nbytes += int(tensor.nbytes)
+    if _count_lock is None:
+        counts = slot.counts
+        counts[0] += count
+        counts[1] += nbytes
+    else:
+        with _count_lock:
+            counts = slot.counts
+            counts[0] += count
+            counts[1] += nbytes
 
 
 class OpenScopes:

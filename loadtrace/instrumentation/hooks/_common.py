@@ -70,7 +70,7 @@ def file_attributes_and_head(tracing: spans.Tracing, path: Any, head: int) -> tu
 class FileCall:
     """A call that opens or reads a file: its span starts before the call; ``on_result`` accounts the result and
     returns what the caller gets (a counting proxy, or the result itself after closing the span). Outside any load,
-    the load of reads outside a load is told before the call (``expect_read``: its figures include this read);
+    the load of reads outside a load is told before the call (``Loose.expect_read``: its figures include this read);
     ``opened``: the read began earlier, (when, the memory then): the ``open()`` of the file whose bytes it loads."""
 
     def __init__(
@@ -89,14 +89,13 @@ class FileCall:
         if opened is not None:
             (self.started, self.before), self.expected = opened, False
         else:
-            self.expected = tracing.expect_read()
+            self.expected = tracing.loose.expect_read()
             self.started = time.time_ns()
 
     def done(self, result: Any, error: BaseException | None) -> Any:
-        if self.expected:
-            scope = self.tracing.open_expected_file(self.name, self.attributes, self.started)
-        else:
-            scope = self.tracing.open_file(self.name, self.attributes, self.started, before=self.before)
+        scope = self.tracing.open_file(
+            self.name, self.attributes, self.started, before=self.before, expected=self.expected
+        )
         if error is not None:
             self.tracing.close_file(scope, error)
             return result

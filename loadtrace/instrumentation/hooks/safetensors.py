@@ -459,7 +459,7 @@ class Opening:
     __slots__ = ("attributes", "started", "before")
 
     def __init__(self, tracing: spans.Tracing, path: str):
-        self.before = tracing.memory_outside_loads()
+        self.before = tracing.loose.memory_outside()
         self.started = time.time_ns()
         self.attributes = file_attributes(tracing, path)
 

@@ -1,28 +1,64 @@
 """The loads open in the process, every thread's: the first to open reads the memory limit (its attributes go on every
-load until the last closes), starts the state's load and watches termination signals; the last to close may end the
-rank's startup (a load with no preparation to follow)."""
+load until the last closes), starts the state's load and its storage count, and watches termination signals; the last
+to close may end the rank's startup (a load with no preparation to follow). The listener (the hook registry) is told
+of each, as its while-loading hooks are in place only meanwhile."""
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from ... import semconv
 from ..counting import attributes
-from ..counting.memory import limits
+from ..counting.memory import Memory, limits
+from ..counting.readings import Readings
 from ..counting.scope import OpenScopes, Scope
 from ..counting.statemirror import StateMirror
 from .startup import Startup
 
 
+class LoadListener(Protocol):
+    """Told when loads open and close (the hook registry: its while-loading hooks are in place only meanwhile)."""
+
+    def load_opened(self) -> None: ...
+
+    def load_closed(self) -> None: ...
+
+
 class Loads:
-    def __init__(self, open: OpenScopes, state_file: StateMirror, startup: Startup):
+    def __init__(
+        self,
+        open: OpenScopes,
+        state_file: StateMirror,
+        startup: Startup,
+        readings: Readings,
+        listener: LoadListener | None,
+    ):
         self.open = open
         self.state_file = state_file
         self.startup = startup
+        self.readings = readings
+        self.listener = listener
         self.limit: dict[str, Any] = {}  # the memory limit attributes of the current outermost load
 
-    def opened(self, scope: Scope, start: dict[str, Any]) -> None:
+    def opened(self, scope: Scope, start: dict[str, Any], reading: Memory | None = None) -> None:
+        """``reading``: the memory where the load began, when not now (a loose load's: before its first read)."""
+        self.state_file.keep(scope)
+        reading = self.readings.from_now(scope, reading)
+        if self.open.loads_open == 0:
+            scope.fetching = self.readings.outermost_load(reading)
+        else:
+            scope.fetching = self.readings.fetching
+        self._count(scope, start)
+        self.readings.raise_rss_peak(reading)
+        if self.listener is not None:
+            self.listener.load_opened()
+
+    def closing(self) -> None:
+        if self.listener is not None:
+            self.listener.load_closed()
+
+    def _count(self, scope: Scope, start: dict[str, Any]) -> None:
         if start.get(semconv.STRATEGY) in semconv.PREPARED_STRATEGIES:
             self.startup.awaits_preparation = True
         self.startup.strategy = self.startup.strategy or start.get(semconv.STRATEGY)

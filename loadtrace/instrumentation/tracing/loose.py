@@ -15,23 +15,30 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from ..counting.memory import Memory, process_memory
-from ..counting.scope import Scope
+from ..counting.scope import Scope, current_load
 
 
 class Tracing(Protocol):
     """What the loose load needs of the tracing front (spans.Tracing)."""
 
+    @property
+    def provider(self) -> Any: ...
+
     def start_loose_load(self, start_time: int | None, reading: Memory | None) -> Scope: ...
 
-    def end_loose_load(self, scope: Scope, end_time: int | None) -> None: ...
+    def end_detached_load(
+        self, scope: Scope, extra: dict[str, Any], error: BaseException | None = None, end_time: int | None = None
+    ) -> None: ...
 
 
 class Loose:
-    """The process's load for reads outside any load: at most one open at a time. ``expect`` / ``attach`` / ``closed``
-    are called by the file scopes (spans.py), ``settle`` when the job opens a load of its own, ``finish`` at exit."""
+    """The process's load for reads outside any load: at most one open at a time. The hooks tell it of a read before
+    the call that makes it (``expect_read``, ``memory_outside``); ``attach`` / ``opened`` / ``closed`` are called by
+    the file scopes (spans.py), ``settle`` when the job opens a load of its own, ``finish`` at exit."""
 
     def __init__(self, tracing: Tracing, idle_s: float):
         self.tracing = tracing
@@ -43,6 +50,26 @@ class Loose:
         self.first: tuple[int, Memory] | None = None  # where the first of them began, and the memory then
         self.last_close: int | None = None
         self.watcher: threading.Thread | None = None
+        # Loads that outlive the call that opened them (a streaming loader's, spans.start_detached_load), each with
+        # what its hook adds at its end: ended at exit if the job never ends them.
+        self.detached: dict[Scope, Callable[[], dict[str, Any]]] = {}
+
+    def expect_read(self) -> bool:
+        """Before a call that may read a file: outside any load, the loose load's start and memory are taken now (the
+        read is in its figures). True when the call's file must then be opened with ``open_file(expected=True)``."""
+        if current_load() is not None:
+            return False
+        _ = self.tracing.provider  # the process's first span builds the SDK: before the read, not in its load's time
+        self.expect()
+        return True
+
+    def memory_outside(self) -> Memory | None:
+        """The memory now, where a read may open the loose load (None inside a load, or while the loose load is open:
+        not needed); the SDK is built first, as in ``expect_read``."""
+        if current_load() is not None or self.load is not None:
+            return None
+        _ = self.tracing.provider
+        return process_memory()
 
     def expect(self) -> None:
         """A read outside any load begins (before the call that reads): when no such load is open, its start and the
@@ -51,14 +78,6 @@ class Loose:
             self.expected += 1
             if self.load is None and self.first is None:
                 self.first = (time.time_ns(), process_memory())
-
-    def unexpect(self) -> None:
-        """An expected read made no file (its call failed, or its bytes were never loaded)."""
-        with self.lock:
-            self.expected = max(0, self.expected - 1)
-            if self.load is None and self.expected == 0:
-                self.first = None
-            self.lock.notify()
 
     def attach(self, file_start: int | None, expected: bool, before: Memory | None = None) -> Scope:
         """The load a file opened outside any load belongs to, opened now if none is (from the earliest read that
@@ -96,14 +115,20 @@ class Loose:
             self._end(idle_only=True)
 
     def finish(self) -> None:
-        """The process exits: the loose load ends (where its last file closed, when none is open)."""
-        if self.load is not None:
-            self._end(idle_only=False)
+        """The process exits: the loose load ends (where its last file closed, when none is open), and so do the
+        detached loads the job left open. Never raises: the exit goes on whatever happened to them."""
+        try:
+            if self.load is not None:
+                self._end(idle_only=False)
+            for load, extra in list(self.detached.items()):
+                self.tracing.end_detached_load(load, extra())
+        except Exception:
+            pass
 
     def after_fork(self) -> None:
         self.lock = threading.Condition(threading.Lock())
         self.load, self.files, self.expected, self.first = None, set(), 0, None
-        self.last_close, self.watcher = None, None
+        self.last_close, self.watcher, self.detached = None, None, {}
 
     def _idle(self) -> bool:
         return not self.files and self.expected == 0
@@ -116,7 +141,7 @@ class Loose:
             end = self.last_close if self._idle() else None
             self.load, self.files, self.last_close = None, set(), None
             self.lock.notify()
-        self.tracing.end_loose_load(load, end)
+        self.tracing.end_detached_load(load, {}, None, end)
 
     def _watch(self) -> None:
         """One daemon thread per process ends the loose load once it has been idle for ``idle_s``."""

@@ -6,44 +6,45 @@ opened them, so reads made in transformers' worker threads are charged to the ri
 crossing threads; a load that raises says so (``error.type``) and the exception goes on unchanged.
 
 What follows the scopes is each in a collaborator the front owns: the state file (statemirror.py: exact even at a
-SIGKILL), memory readings and the state's RSS peak (readings.py), the rank's startup span (startup.py), its stages
-outside loading (stages.py), and the process's exit, forks and termination signals (lifecycle.py). The hooks reach
-all of it through the front.
+SIGKILL), memory readings and the state's RSS peak (readings.py), the rank's startup span (startup.py), the loads open
+(loads.py), their phases (phasing.py), the stages outside loading (stages.py), the loads no call holds open (loose.py:
+reads outside any load, streaming loaders), and the process's exit, forks and termination signals (lifecycle.py). The
+hooks reach all of it through the front.
 """
 
 from __future__ import annotations
 
 import os
-import sys
-import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ... import semconv, statefile
 from ...statefile import ReadSlot as ReadSlot  # the hooks' read slots, through the front
 from .. import context, importing
 from ..beside import termination
 from ..counting import workload
-from ..counting.memory import Memory, process_memory
+from ..counting.memory import Memory
 from ..counting.memory import cached_bytes_of as cached_bytes_of  # the hooks' page-cache reads, through the front
 from ..counting.monitor import Monitor
 from ..counting.readings import Readings
 from ..counting.scope import ActiveToken as ActiveToken
-from ..counting.scope import OpenScopes, Scope, ScopeKind, owner
+from ..counting.scope import OpenScopes, Scope, ScopeKind, count_reads
 from ..counting.scope import active as active
 from ..counting.scope import active_scopes as _active
 from ..counting.scope import adopt as adopt
 from ..counting.scope import current_load as current_load
 from ..counting.scope import detached_slot as detached_slot
 from ..counting.scope import release as release
-from ..counting.statemirror import StateMirror, set_phase
+from ..counting.statemirror import StateMirror
 from ..counting.workload import trained as trained
 from ..settings import Settings, shown_path
 from .ending import Ends
 from .lifecycle import Lifecycle
+from .loads import LoadListener as LoadListener
 from .loads import Loads
 from .loose import Loose
+from .phasing import Phases
 from .stages import Stages
 from .startup import Startup
 
@@ -51,14 +52,6 @@ if TYPE_CHECKING:
     from opentelemetry import trace
 
     from .provider import Provider
-
-
-class LoadListener(Protocol):
-    """Told when loads open and close (the hook registry: its while-loading hooks are in place only meanwhile)."""
-
-    def load_opened(self) -> None: ...
-
-    def load_closed(self) -> None: ...
 
 
 class Tracing:
@@ -80,17 +73,15 @@ class Tracing:
         self.readings = Readings(self.open, self._state, self._monitor, self.state_file.failed)
         self.handlers = termination.Handlers(lambda signo: self.lifecycle.terminated(signo))
         self.startup = Startup(self, self.handlers, self.open, self.state_file)
-        self.loads = Loads(self.open, self.state_file, self.startup)
+        self.loads = Loads(self.open, self.state_file, self.startup, self.readings, listener)
         self.ends = Ends(settings, self, self.state_file)
         self.stages = Stages(self.open, self.state_file, self.readings, self.startup, self.ends)
+        self.phases = Phases(self.open, self.state_file, self.readings, self.ends, self._monitor, self._start)
         self.lifecycle = Lifecycle(
             settings, self.job, self.open, self.startup, self.state_file, self.readings, self.ends, self
         )
-        self._count_lock = None if getattr(sys, "_is_gil_enabled", lambda: True)() else threading.Lock()
         workload.forget()
         self.loose = Loose(self, settings.load_idle_s)
-        # Detached loads still open, each with what its hook adds at its end: ended at exit if the job never ends them.
-        self.detached: dict[Scope, Callable[[], dict[str, Any]]] = {}
 
     @property
     def provider(self) -> Provider:
@@ -124,17 +115,11 @@ class Tracing:
         return provider.monitor if provider is not None else None
 
     def shutdown(self) -> None:
-        try:
-            self.loose.finish()
-            for load, extra in list(self.detached.items()):
-                self.end_detached_load(load, extra())
-        except Exception:
-            pass  # the exit goes on whatever happened to those loads
+        self.loose.finish()
         self.lifecycle.shutdown()
 
     def after_fork(self) -> None:
         self.loose.after_fork()
-        self.detached = {}
         self.lifecycle.after_fork()
 
     def job_changed(self) -> None:
@@ -153,7 +138,7 @@ class Tracing:
         stack = _active.get()
         scope = Scope(ScopeKind.LOAD, name, self._start(name, start, stack[-1] if stack else None))
         scope.nested = any(open.kind is ScopeKind.LOAD for open in stack)
-        self._opened_load(scope, start)
+        self.loads.opened(scope, start)
         return scope, _active.set(stack + (scope,))
 
     def start_detached_load(
@@ -164,27 +149,15 @@ class Tracing:
         ``extra()``: what its hook counted)."""
         self.loose.settle()
         scope = Scope(ScopeKind.LOAD, name, self._start(name, start, None))
-        self._opened_load(scope, start)
-        self.detached[scope] = extra
+        self.loads.opened(scope, start)
+        self.loose.detached[scope] = extra
         return scope
 
     def start_loose_load(self, start_time: int | None, reading: Memory | None) -> Scope:
         start = {semconv.LOAD_NAME: semconv.LOAD_NAME_READS}
         scope = Scope(ScopeKind.LOAD, semconv.SPAN_LOAD, self._start(semconv.SPAN_LOAD, start, None, start_time))
-        self._opened_load(scope, start, reading)
+        self.loads.opened(scope, start, reading)
         return scope
-
-    def _opened_load(self, scope: Scope, start: dict[str, Any], reading: Memory | None = None) -> None:
-        self.state_file.keep(scope)
-        reading = self.readings.from_now(scope, reading)
-        if self.open.loads_open == 0:
-            scope.fetching = self.readings.outermost_load(reading)
-        else:
-            scope.fetching = self.readings.fetching
-        self.loads.opened(scope, start)
-        self.readings.raise_rss_peak(reading)
-        if self.listener is not None:
-            self.listener.load_opened()
 
     def end_load(self, scope: Scope, token: ActiveToken, extra: dict[str, Any], error: BaseException | None) -> None:
         """``extra``: what the hook learnt from the result (the model's held bytes)."""
@@ -195,11 +168,10 @@ class Tracing:
         self, scope: Scope, extra: dict[str, Any], error: BaseException | None = None, end_time: int | None = None
     ) -> None:
         """``end_time``: where its span ends when not now (a loose load: where its last file closed)."""
-        self.detached.pop(scope, None)
+        self.loose.detached.pop(scope, None)
         if scope.ended:
             return
-        if self.listener is not None:
-            self.listener.load_closed()
+        self.loads.closing()
         reading = self.readings.until_now(scope)
         monitor = self._monitor()
         if monitor is not None:
@@ -210,9 +182,6 @@ class Tracing:
             self.close_file(file)
         self.ends.finish(scope, end_time=end_time, error=error, extra=extra)
         self.loads.closed(scope, error, end_time)
-
-    def end_loose_load(self, scope: Scope, end_time: int | None) -> None:
-        self.end_detached_load(scope, {}, None, end_time)
 
     def enter_stage(self, name: str, start: dict[str, Any]) -> tuple[Scope, ActiveToken]:
         """A startup phase outside loading (accelerate's preparation, ``deepspeed.initialize``): a span per call;
@@ -236,37 +205,10 @@ class Tracing:
 
     def enter_phase(self, name: str) -> tuple[Scope, ActiveToken]:
         """A phase entered several times in one load (transformers' per-file ``load_state_dict``) is ONE span."""
-        stack = _active.get()
-        load = owner()
-        phase = load.phases.get(name) if load is not None else None
-        if phase is None:
-            phase = Scope(ScopeKind.PHASE, name, self._start(name, None, stack[-1] if stack else None), load)
-            self.state_file.keep(phase)
-            if load is not None:
-                load.phases[name] = phase
-            else:
-                self.open.loose_phases.add(phase)
-            self.readings.phase_boundary(phase, left=False)
-        elif (monitor := self._monitor()) is not None:
-            monitor.opened(phase)
-        phase.calls += 1
-        token = _active.set(stack + (phase,))
-        self.state_file.update(set_phase, phase)
-        return phase, token
+        return self.phases.entered(name)
 
     def exit_phase(self, phase: Scope, token: ActiveToken, error: BaseException | None) -> None:
-        _active.reset(token)
-        phase.last_end = time.time_ns()
-        self.readings.phase_boundary(phase, left=True)
-        if error is not None and phase.recording and not phase.ended:
-            self.ends.record_error(phase.span, error)
-        if phase.load is None:
-            self.open.loose_phases.discard(phase)
-            monitor = self._monitor()
-            if monitor is not None:
-                monitor.settle((phase,), process_memory())  # a phase outside loads ends now: its span needs them
-            self.ends.finish(phase, phase.last_end)
-        self.state_file.update(set_phase, phase)
+        self.phases.left(phase, token, error)
 
     def open_file(
         self,
@@ -275,45 +217,11 @@ class Tracing:
         start_time: int | None = None,
         load: Scope | None = None,
         before: Memory | None = None,
+        expected: bool = False,
     ) -> Scope:
         """A file opened or read: charged to ``load`` if given, else to this thread's load, else to the process's load
-        of reads outside any load (loose.py: ``before``, the memory where this read began, if it opens that load)."""
-        return self._open_file(name, start, start_time, load, False, before)
-
-    def memory_outside_loads(self) -> Memory | None:
-        """The memory now, where a read may open the load of reads outside any load (None inside a load, or while that
-        load is open: not needed). The process's first span builds the SDK here, before the read."""
-        if current_load() is not None or self.loose.load is not None:
-            return None
-        if self._provider is None:
-            _ = self.provider
-        return process_memory()
-
-    def expect_read(self) -> bool:
-        """Before a call that may read a file: outside any load, the loose load's start and memory are taken now (the
-        read is in its figures). True when the call's file must then be opened with ``open_expected_file``."""
-        if current_load() is not None:
-            return False
-        if self._provider is None:
-            _ = self.provider  # the process's first span builds the SDK: before the read, not inside its load's time
-        self.loose.expect()
-        return True
-
-    def open_expected_file(self, name: str, start: dict[str, Any], start_time: int | None = None) -> Scope:
-        return self._open_file(name, start, start_time, None, True)
-
-    def unexpect_read(self) -> None:
-        self.loose.unexpect()
-
-    def _open_file(
-        self,
-        name: str,
-        start: dict[str, Any],
-        start_time: int | None,
-        load: Scope | None,
-        expected: bool,
-        before: Memory | None = None,
-    ) -> Scope:
+        of reads outside any load (loose.py: ``before``, the memory where this read began, if it opens that load;
+        ``expected``: the read was told to it before the call, ``Loose.expect_read``)."""
         stack = _active.get()
         loose = False
         if load is None:
@@ -335,24 +243,7 @@ class Tracing:
         return scope
 
     def count_reads(self, scope: Scope, tensors: Iterable[Any]) -> None:
-        """Tensors a file call returned all at once (``torch.load``, ``safetensors.torch.load``), into its slot: they
-        were all read by the time the call returned, so they are counted together, with one ``+=`` each."""
-        slot = scope.slot
-        if slot is None:
-            return
-        count = nbytes = 0
-        for tensor in tensors:
-            count += 1
-            nbytes += int(tensor.nbytes)
-        if self._count_lock is None:
-            counts = slot.counts
-            counts[0] += count
-            counts[1] += nbytes
-        else:
-            with self._count_lock:
-                counts = slot.counts
-                counts[0] += count
-                counts[1] += nbytes
+        count_reads(scope.slot, tensors)
 
     def close_file(self, scope: Scope, error: BaseException | None = None) -> None:
         self.open.files.discard(scope)
