@@ -269,19 +269,26 @@ def _add_timeline_command(commands: Any) -> None:
 
 
 def _add_view_command(commands: Any) -> None:
-    view = _command(commands, "view", run_view)
-    view.add_argument("dir", metavar="DIR", help="a folder of trace files: loadtrace-traces/, or one job's folder")
-    how = view.add_mutually_exclusive_group()
+    parser = _command(commands, "view", run_view)
+    parser.add_argument("dir", metavar="DIR", help="a folder of trace files: loadtrace-traces/, or one job's folder")
+    how = parser.add_mutually_exclusive_group()
     how.add_argument("--docker", action="store_true", help="the Docker Compose command, whether or not Docker is here")
     how.add_argument(
         "--binaries", action="store_true", help="the built Jaeger and collector binaries, whether or not Docker is here"
     )
-    view.add_argument(
+    parser.add_argument(
         "--port-offset",
         type=int,
         default=0,
         metavar="N",
         help="binaries: every port N higher (4318 becomes 4318+N), beside another user's backends on this host",
+    )
+    parser.add_argument(
+        "--jaeger-ui",
+        metavar="DIR",
+        default=os.environ.get(view.JAEGER_UI) or None,
+        help="binaries: a built jaeger-ui (the folder of its index.html) for Jaeger to serve; Jaeger built from its Go "
+        "module has none (default: $LOADTRACE_JAEGER_UI)",
     )
 
 
@@ -787,7 +794,10 @@ def run_view(args: argparse.Namespace) -> int:
     else:
         found = view.binaries()
         ports = view.Ports().moved(args.port_offset)
-        lines = view.binaries_script(folder, found, compose.parent / "exporters", view.run_dir(), ports)
+        ui = Path(args.jaeger_ui).absolute() if args.jaeger_ui else None
+        if ui is not None and not (ui / "index.html").is_file():
+            raise SourceError(f"--jaeger-ui {args.jaeger_ui}: no index.html there (a built jaeger-ui's folder)")
+        lines = view.binaries_script(folder, found, compose.parent / "exporters", view.run_dir(), ports, ui)
     print("\n".join(lines))
     return EXIT_OK
 

@@ -27,6 +27,9 @@ from pathlib import Path
 
 JAEGER, COLLECTOR = "jaeger", "otelcol-loadtrace"  # the binaries scripts/build_backends.sh writes
 BACKENDS_BIN = "LOADTRACE_BACKENDS_BIN"  # where it writes them (default: the clone's .backends/bin)
+# A built jaeger-ui (its index.html's folder): Jaeger built from its Go module carries no UI, only the query API;
+# Jaeger's release binaries and images carry it. ``--jaeger-ui DIR``, else this variable.
+JAEGER_UI = "LOADTRACE_JAEGER_UI"
 READY = "Everything is ready"  # what both programs log once every component has started (the collector's service)
 
 
@@ -102,19 +105,28 @@ def _started(program: str, config: str, overrides: list[str], log: str) -> list[
     ]
 
 
-def binaries_script(folder: str, found: tuple[Path, Path] | None, configs: Path, run: Path, ports: Ports) -> list[str]:
-    """The shell script that starts Jaeger and the collector as binaries on this host (the module docstring)."""
+def binaries_script(
+    folder: str,
+    found: tuple[Path, Path] | None,
+    configs: Path,
+    run: Path,
+    ports: Ports,
+    ui: Path | None = None,
+) -> list[str]:
+    """The shell script that starts Jaeger and the collector as binaries on this host (the module docstring); ``ui``:
+    a built jaeger-ui for Jaeger to serve (None: its query API alone, and the script says where a UI comes from)."""
     loopback = "127.0.0.1"
-    jaeger = _overrides(
-        {
-            "receivers.otlp.protocols.grpc.endpoint": f"{loopback}:{ports.jaeger_otlp_grpc}",
-            "receivers.otlp.protocols.http.endpoint": f"{loopback}:{ports.jaeger_otlp_http}",
-            "extensions.healthcheckv2.http.endpoint": f"{loopback}:{ports.jaeger_health}",
-            "extensions.jaeger_query.http.endpoint": f"{loopback}:{ports.ui}",
-            "extensions.jaeger_query.grpc.endpoint": f"{loopback}:{ports.query_grpc}",
-            "service.telemetry.metrics.level": "none",
-        }
-    )
+    jaeger_set = {
+        "receivers.otlp.protocols.grpc.endpoint": f"{loopback}:{ports.jaeger_otlp_grpc}",
+        "receivers.otlp.protocols.http.endpoint": f"{loopback}:{ports.jaeger_otlp_http}",
+        "extensions.healthcheckv2.http.endpoint": f"{loopback}:{ports.jaeger_health}",
+        "extensions.jaeger_query.http.endpoint": f"{loopback}:{ports.ui}",
+        "extensions.jaeger_query.grpc.endpoint": f"{loopback}:{ports.query_grpc}",
+        "service.telemetry.metrics.level": "none",
+    }
+    if ui is not None:
+        jaeger_set["extensions.jaeger_query.ui.assets_path"] = str(ui)
+    jaeger = _overrides(jaeger_set)
     collector = _overrides(
         {
             "receivers.otlp.protocols.grpc.endpoint": f"{loopback}:{ports.otlp_grpc}",
@@ -143,11 +155,22 @@ def binaries_script(folder: str, found: tuple[Path, Path] | None, configs: Path,
         "    sleep 0.5",
         "  done",
         "done",
-        f'echo "Jaeger: http://localhost:{ports.ui} (service loadtrace; a Lookback that covers when the job ran)"',
+        *_opened(ports, ui),
         f'echo "Jobs send here: OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:{ports.otlp_http}"',
         f'echo "loadtrace report --jaeger http://localhost:{ports.ui} --latest --since 30d"',
         'echo "Stop both (drops every trace: storage is in memory):"',
         'echo "  kill $(cat "$RUN/jaeger.pid") $(cat "$RUN/collector.pid")"',
+    ]
+
+
+def _opened(ports: Ports, ui: Path | None) -> list[str]:
+    """Where a person opens Jaeger: its UI where one is served, else its query API and where a UI comes from."""
+    at = f"http://localhost:{ports.ui}"
+    if ui is not None:
+        return [f'echo "Jaeger: {at} (service loadtrace; a Lookback that covers when the job ran)"']
+    return [
+        f'echo "Jaeger: {at}/api/v3, its query API (built from its Go module, Jaeger serves no UI: give"',
+        'echo "  loadtrace view --jaeger-ui DIR, a built jaeger-ui, or run Jaeger\'s release binary, which has it)"',
     ]
 
 

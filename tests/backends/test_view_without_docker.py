@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from support import backends
 from support.installed import require_installed
+from support.jaeger_ui import UI_BUILD
 from support.paths import REPO
 from support.venvs import discover
 
@@ -163,3 +164,32 @@ def test_a_port_another_program_holds_stops_the_script_with_that_program_s_own_w
             stop(tmp_path / f"loadtrace-view-{os.geteuid()}")
     assert started.returncode == 1 and started.stdout.startswith("jaeger stopped:"), started.stdout
     assert str(ports.ui) in started.stdout and "Jaeger: http" not in started.stdout
+
+
+def test_with_a_built_ui_the_printed_jaeger_serves_it(tmp_path):
+    """Jaeger built from its Go module carries no UI: without ``--jaeger-ui`` the script says so and where one comes
+    from; with it (a built jaeger-ui, ../shared/jaeger-ui here), the Jaeger it starts serves that UI's page."""
+    backends.require()
+    if not (UI_BUILD / "index.html").is_file():
+        pytest.skip(f"no built Jaeger UI at {UI_BUILD} (../shared/jaeger-ui/build beside the repository)")
+    venv = discover()[0]
+    require_installed(venv)
+    offset = free_offset()
+    ports = view.Ports().moved(offset)
+    env = without_docker(tmp_path, **{view.BACKENDS_BIN: str(backends.BIN)})
+    (tmp_path / "traces").mkdir()
+    command = [str(venv.bin / "loadtrace"), "view", str(tmp_path / "traces"), "--port-offset", str(offset)]
+    plain = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=True).stdout
+    assert "Jaeger serves no UI" in plain and "--jaeger-ui DIR" in plain and "ui.assets_path" not in plain
+    printed = subprocess.run(
+        [*command, "--jaeger-ui", str(UI_BUILD)], env=env, capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    assert f"--set=extensions.jaeger_query.ui.assets_path={UI_BUILD}" in printed
+    try:
+        started = piped(printed, env)
+        assert started.returncode == 0, started.stdout + started.stderr
+        assert f"Jaeger: http://localhost:{ports.ui} (service loadtrace" in started.stdout
+        status, page = backends.get(f"http://127.0.0.1:{ports.ui}/search")
+        assert status == 200 and b"<!doctype html>" in page.lower()[:200], page[:200]
+    finally:
+        stop(tmp_path / f"loadtrace-view-{os.geteuid()}")
