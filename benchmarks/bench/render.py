@@ -270,10 +270,45 @@ def render_progress(progress: dict[str, Any]) -> list[str]:
     )
 
 
+INSTRUCTION_ARMS = {
+    "bare": "`get_slice(name)[...]`, the library's own",
+    "floor": "the same through a slice that only passes the read on (the floor of Python-level interception)",
+    "traced": "the same through loadtrace's slice proxies",
+    "path_bare": '`_materialize_copy(get_slice(name), "cpu", torch.float32)`, transformers\' own over bare slices',
+    "path_floor": "the same over the floor's slices",
+    "path_traced": "the same through loadtrace's hook, over its slices: a tensor of a default-detail load",
+    "rename_bare": "`WeightRenaming.convert` of a kept key, transformers' own",
+    "rename_traced": "the same through loadtrace's hook",
+}
+INSTRUCTION_BASES = {"floor": "bare", "traced": "bare", "path_floor": "path_bare", "path_traced": "path_bare"}
+INSTRUCTION_BASES["rename_traced"] = "rename_bare"
+
+
+def render_instructions(found: dict[str, float] | None) -> list[str]:
+    if found is None:
+        return ["\n### Instructions per tensor (callgrind)\n", "valgrind is not installed here: not measured."]
+    rows = [
+        [
+            text,
+            f"{found[arm]:,.0f}",
+            f"{found[arm] - found[INSTRUCTION_BASES[arm]]:+,.0f}" if arm in INSTRUCTION_BASES else "",
+        ]
+        for arm, text in INSTRUCTION_ARMS.items()
+    ]
+    return section(
+        "Instructions per tensor on the loading thread (valgrind's callgrind; the machine's load does not move them)",
+        "The loops of the per-tensor path's timing (2,000 reads each of a 256-byte tensor), each between the counts "
+        "zeroed and dumped, in one process, instrumentation on from just before them.",
+        ["per tensor", "instructions", "over its bare arm"],
+        rows,
+    )
+
+
 RENDERERS = {
     "never": render_never,
     "own": render_own,
     "fit": render_fit,
+    "instructions": render_instructions,
     "state": render_state,
     "progress": render_progress,
 }
