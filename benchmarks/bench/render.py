@@ -204,7 +204,8 @@ def fit_notes(fit: dict[str, Any]) -> str:
         f"{fit['first_span_ms']:.1f} ms (min of 5 processes that imported torch and transformers). "
         f"`get_slice(name)[...]` per tensor: {sl['bare']:.2f} µs bare, {sl['traced']:.2f} µs through loadtrace's "
         f"proxies (the best of 600 blocks of each arm), **{sl['extra']:+.2f} µs** (the median of the rounds' "
-        "differences, thread CPU time)."
+        "differences, thread CPU time); transformers' per-tensor path through them "
+        f"(`_materialize_copy(get_slice(name), ...)`): **{sl['path_extra']:+.2f} µs**."
     )
 
 
