@@ -179,7 +179,7 @@ def slice_instructions(size: int = 2000) -> dict[str, float] | None:
         where = Path(folder)
         ready, go, out = where / "ready", where / "go", where / "callgrind.out"
         env = clean_env(LOADTRACE_DIR=str(where / "traces"), LOADTRACE_BENCH_READY=str(ready))
-        env["LOADTRACE_BENCH_GO"] = str(go)
+        env |= {"LOADTRACE_BENCH_GO": str(go), "PYTHONHASHSEED": "0"}  # the same dicts' layouts from run to run
         command = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--separate-threads=yes"]
         command += [f"--callgrind-out-file={out}", "--zero-before=getppid", "--dump-before=getpgrp"]
         proc = subprocess.Popen([*command, PY, "-P", "-c", SLICE_COST, str(size)], env=env, stderr=subprocess.DEVNULL)
