@@ -111,7 +111,8 @@ def main(argv: list[str]) -> int:
             started, before = time.strftime("%H:%M"), loadavg()
             found = run_arm(arms[arm], args, args.work / f"ab-{r}-{arm}.json")
             row = {"arm": arm, "round": r, "started": started, "ended": time.strftime("%H:%M")}
-            rows.append(row | {"load": f"{before} → {loadavg()}", "figures": figures(found)})
+            row |= {"load": f"{before} → {loadavg()}", "figures": figures(found)}
+            rows.append(row)
             print(f"[ab {row['ended']}] round {r} {arm} done (load {row['load']})", file=sys.stderr, flush=True)
     print(f"## loadtrace before (base {args.base}) and after (this tree), {args.parts}, arms interleaved\n")
     print(summary(rows))
