@@ -62,9 +62,10 @@ def run_arm(python: Path, args: argparse.Namespace, out: Path) -> dict[str, Any]
     return json.loads(out.read_text())
 
 
-def figures(found: dict[str, Any]) -> dict[str, float]:
-    """The figures compared: per tensor, the path and the renaming hook (µs, instructions), own's fit, fit's pairs."""
-    out: dict[str, float] = {}
+def figures(found: dict[str, Any]) -> dict[str, Any]:
+    """The figures compared: per tensor, the path and the renaming hook (µs, instructions), own's fit, fit's pairs
+    (a median pair with its interval: a tuple)."""
+    out: dict[str, Any] = {}
     own = found.get("own")
     if own:
         sl = own["slice_us"]
@@ -73,13 +74,22 @@ def figures(found: dict[str, Any]) -> dict[str, float]:
         out |= {"ms: fixed per load (own, minima)": own["fit_min"]["fixed_ms"]}
     for size in (found.get("fit") or {}).get("sizes", []):
         name = f"{size['tensors']:,} tensors"
-        out[f"ms: {name}, on - off (median pair)"] = size["wall_on_median_ms"]
-        out[f"ms: {name}, null - off (median pair)"] = size["wall_null_median_ms"]
-        out[f"%: {name}, on - off over off"] = size["wall_on_median_ms"] / (size["wall_off_median_s"] * 1e3) * 100
+        for unit, title in (("wall", "wall"), ("thread", "loading thread CPU")):
+            off = size[f"{unit}_off_median_s"] * 1e3
+            for key, what in (("on", "on - off"), ("null", "null - off")):
+                median, ci = size[f"{unit}_{key}_median_ms"], size.get(f"{unit}_{key}_ci_ms")
+                out[f"ms: {name}, {title}, {what} (median pair [95 % interval])"] = (median, *(ci or ()))
+                out[f"%: {name}, {title}, {what} over off"] = median / off * 100
     for key, value in (found.get("instructions") or {}).items():
         if key.endswith("extra"):
             out[f"instructions: {key}"] = value
     return out
+
+
+def shown(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return f"{value[0]:+.1f} [{value[1]:+.0f}, {value[2]:+.0f}]" if len(value) == 3 else f"{value[0]:+.1f}"
+    return f"{value:.2f}"
 
 
 def summary(rows: list[dict[str, Any]]) -> str:
@@ -87,9 +97,10 @@ def summary(rows: list[dict[str, Any]]) -> str:
     lines = ["| figure | arm | median | each round |", "|---|---|---|---|"]
     for name in names:
         for arm in ("base", "head"):
-            values = [row["figures"][name] for row in rows if row["arm"] == arm and name in row["figures"]]
-            if values:
-                each = ", ".join(f"{v:.2f}" for v in values)
+            found = [row["figures"][name] for row in rows if row["arm"] == arm and name in row["figures"]]
+            if found:
+                values = [v[0] if isinstance(v, (list, tuple)) else v for v in found]
+                each = ", ".join(shown(v) for v in found)
                 lines.append(f"| {name} | {arm} | {statistics.median(values):.2f} | {each} |")
     runs = "; ".join(f"{row['arm']} {row['started']}-{row['ended']} (load {row['load']})" for row in rows)
     return "\n".join(lines) + f"\n\nRuns, in order (time, load average at start → end): {runs}."
