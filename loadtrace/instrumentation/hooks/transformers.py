@@ -480,22 +480,21 @@ def inline_materialize_copy(original: Any) -> Any:
     """``_materialize_copy(tensor, device, dtype)`` in a plain function of its own, of the same signature: it runs once
     per tensor, where wrapt's wrapper and the generic handler cost ~2 µs. A safetensors slice read on the CPU in its
     own dtype (every tensor of a CPU load in the checkpoint's dtype) passes after a few checks and one ``get_dtype``
-    of the library's slice; a cast or a device copy is timed (``record_cast``). None (the generic wrapper) for another
-    signature."""
+    of the library's slice; a cast or a device copy (every tensor of a load onto an accelerator) is timed and appended
+    to its load's ledger in a few steps. None (the generic wrapper) for another signature."""
     import torch
 
     if not has_parameters(original, "tensor", device=None, dtype=None):
         return None
     dtypes = {name: getattr(torch, torch_name.split(".")[1], None) for name, torch_name in SAFETENSORS_DTYPES.items()}
-    on_cpu = DeviceKinds()
+    devices = DeviceKinds()
+    clock = time.time_ns
 
     def _materialize_copy(tensor, device=None, dtype=None):
         try:
             if type(tensor) is CountingSlice:  # on the CPU until read; its dtype from the library's slice directly
-                if device is None or device == "cpu" or on_cpu(device):
-                    cast = dtype is not None and dtypes.get(tensor._slice.get_dtype(), dtype) is not dtype
-                else:
-                    cast = True
+                cpu = device is None or device == "cpu" or devices[device]
+                cast = not cpu or (dtype is not None and dtypes.get(tensor._slice.get_dtype(), dtype) is not dtype)
             else:
                 cast = casts(tensor, device, dtype)  # another slice, or a tensor (a ``.bin`` checkpoint's)
         except Exception as error:
@@ -503,10 +502,15 @@ def inline_materialize_copy(original: Any) -> Any:
             cast = False
         if not cast:
             return original(tensor, device, dtype)
-        started = time.time_ns()
+        started = clock()
         result = original(tensor, device, dtype)
         try:
-            record_cast(tensor, started, result)
+            scope = tensor._scope if type(tensor) is CountingSlice else None
+            load = scope.load if scope is not None else None  # a file's: what its casts are charged to
+            if load is not None:
+                load.ledger.casts.append((started, clock(), getattr(result, "_local_tensor", result).nbytes))
+            else:
+                record_cast(tensor, started, result)
         except Exception as error:
             fault(MATERIALIZE, error)
         return result
@@ -514,31 +518,21 @@ def inline_materialize_copy(original: Any) -> Any:
     return _materialize_copy
 
 
-class DeviceKinds:
-    """Whether a device argument (``"cuda:0"``, ``0``, a ``torch.device``) names the CPU, learnt once per value."""
+class DeviceKinds(dict):
+    """A device argument (``"cuda:0"``, ``0``, a ``torch.device``) → whether it names the CPU: learnt once per value
+    (``__missing__``), then one dict lookup. An unhashable one raises ``TypeError`` (a fault: torch refuses it too)."""
 
-    def __init__(self) -> None:
-        self.known: dict[Any, bool] = {}
-
-    def __call__(self, device: Any) -> bool:
-        try:
-            found = self.known.get(device)
-        except TypeError:  # unhashable: asked every time
-            return self.names_cpu(device)
-        if found is None:
-            found = self.names_cpu(device)
-            if len(self.known) < 64:
-                self.known[device] = found
-        return found
-
-    @staticmethod
-    def names_cpu(device: Any) -> bool:
+    def __missing__(self, device: Any) -> bool:
         kind = device if isinstance(device, str) else getattr(device, "type", "cuda")  # an int is a CUDA index
-        return str(kind).split(":")[0] == "cpu"
+        found = str(kind).split(":")[0] == "cpu"
+        if len(self) < 64:
+            self[device] = found
+        return found
 
 
 def record_cast(tensor: Any, started: int, result: Any) -> None:
-    """A cast or device copy ``_materialize_copy`` made, charged to the load of the file the slice came from."""
+    """A cast or device copy ``_materialize_copy`` made of something other than a file's counting slice, charged to
+    the load of the file it came from (a per-tensor detail slice's), else to this thread's."""
     ended = time.time_ns()
     tracing = spans.tracing()
     if tracing is None:
