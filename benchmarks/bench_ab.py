@@ -69,7 +69,8 @@ def figures(found: dict[str, Any]) -> dict[str, Any]:
     own = found.get("own")
     if own:
         sl = own["slice_us"]
-        out |= {f"µs: {key}": sl[key] for key in ("path_extra", "extra", "floor_extra", "rename_extra") if key in sl}
+        keys = ("path_extra", "extra", "floor_extra", "copy_extra", "rename_extra")
+        out |= {f"µs: {key}": sl[key] for key in keys if key in sl}
         out |= {"µs: per tensor in all (own: metered slope + path extra)": own["fit_min"]["per_tensor_us"]}
         out |= {"ms: fixed per load (own, minima)": own["fit_min"]["fixed_ms"]}
     for size in (found.get("fit") or {}).get("sizes", []):

@@ -278,10 +278,13 @@ INSTRUCTION_ARMS = {
     "path_bare": '`_materialize_copy(get_slice(name), "cpu", torch.float32)`, transformers\' own over bare slices',
     "path_floor": "the same over the floor's slices",
     "path_traced": "the same through loadtrace's hook, over its slices: a tensor of a default-detail load",
+    "copy_bare": "the same copying to `meta` (as a load onto a device copies), transformers' own",
+    "copy_traced": "the same through loadtrace's hook, which times each copy",
     "rename_bare": "`WeightRenaming.convert` of a kept key, transformers' own",
     "rename_traced": "the same through loadtrace's hook",
 }
 INSTRUCTION_BASES = {"floor": "bare", "traced": "bare", "path_floor": "path_bare", "path_traced": "path_bare"}
+INSTRUCTION_BASES["copy_traced"] = "copy_bare"
 INSTRUCTION_BASES["rename_traced"] = "rename_bare"
 
 

@@ -77,10 +77,10 @@ def read(handle, block):
         handle.get_slice(name)[...]
 
 
-def path_of(function):
+def path_of(function, device="cpu"):
     def path(handle, block):  # a CPU load in the checkpoint's dtype: what transformers passes
         for name in block:
-            function(handle.get_slice(name), "cpu", torch.float32)
+            function(handle.get_slice(name), device, torch.float32)
     return path
 
 
@@ -117,6 +117,8 @@ with loadtrace.traced_load("slices"):
     arms = {"bare": (read, bare), "floor": (read, floor), "traced": (read, traced)}
     arms |= {"path_bare": (path_of(materialize), bare), "path_floor": (path_of(materialize), floor)}
     arms["path_traced"] = (path_of(hooked), traced)
+    # A load onto a device copies every tensor, which the hook times: ``meta`` stands in for the device here.
+    arms |= {"copy_bare": (path_of(materialize, "meta"), bare), "copy_traced": (path_of(hooked, "meta"), traced)}
     arms |= {"rename_bare": (convert, BareRenaming), "rename_traced": (convert, Renaming)}
     if len(sys.argv) > 1:
         counted(list(arms), int(sys.argv[1]))
@@ -137,14 +139,17 @@ def extra(label, base="bare"):
 print(json.dumps({**{label: min(found) for label, found in times.items()}, "extra": extra("traced"),
                   "floor_extra": extra("floor"), "path_extra": extra("path_traced", "path_bare"),
                   "path_floor_extra": extra("path_floor", "path_bare"),
+                  "copy_extra": extra("copy_traced", "copy_bare"),
                   "rename_extra": extra("rename_traced", "rename_bare")}))
 """
-ARMS = ["bare", "floor", "traced", "path_bare", "path_floor", "path_traced", "rename_bare", "rename_traced"]
+ARMS = ["bare", "floor", "traced", "path_bare", "path_floor", "path_traced", "copy_bare", "copy_traced"]
+ARMS += ["rename_bare", "rename_traced"]
 EXTRAS = {  # figure: (arm, its bare arm)
     "extra": ("traced", "bare"),
     "floor_extra": ("floor", "bare"),
     "path_extra": ("path_traced", "path_bare"),
     "path_floor_extra": ("path_floor", "path_bare"),
+    "copy_extra": ("copy_traced", "copy_bare"),
     "rename_extra": ("rename_traced", "rename_bare"),
 }
 
@@ -159,8 +164,10 @@ def slice_cost_us() -> dict[str, float]:
     object per tensor); the arms' own figures are each one's best block, which at this scale (1 µs in 20) the
     machine's noise moves either way. ``path_extra`` is what a tensor of a default-detail transformers load costs in
     the job's own calls: the slice proxies, and the hook on the call that reads it (its wrapper included);
-    ``floor_extra`` is what any counting in Python would pay before it counted anything. ``rename_extra``: the hook
-    on ``WeightRenaming.convert`` per call, a kept key (every key no converter takes: all of a dense model's).
+    ``floor_extra`` is what any counting in Python would pay before it counted anything. ``copy_extra``: the same
+    path copying each tensor to ``meta`` (a stand-in for a load onto a device, where the hook times every copy).
+    ``rename_extra``: the hook on ``WeightRenaming.convert`` per call, a kept key (every key no converter takes: all
+    of a dense model's).
     ``-P``: the installed loadtrace is measured, never a source tree in the working directory."""
     env = clean_env(LOADTRACE_DIR="/tmp/loadtrace-bench-slices")
     found = subprocess.run([PY, "-P", "-c", SLICE_COST], env=env, capture_output=True, text=True)
