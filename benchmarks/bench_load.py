@@ -11,6 +11,8 @@ never  processes that never load (``python -c pass``, ``import torch``) with ``L
 own    loadtrace's own time on the loading thread per load, metered inside warm loads of two sizes, fitted into a
        fixed cost per load and a cost per tensor (with the slice proxies' per-tensor cost, timed apart);
 fit    whole warm loads of the two sizes with the hooks off / on / off in one process: a bound;
+instructions  the per-tensor path's instructions per tensor under valgrind's callgrind (bare, floor, loadtrace's):
+       what the machine's load cannot move;
 state  what the dying-rank state and the termination handlers cost per load;
 progress  what a load pays for the progress metrics over OTLP (issue 25), exporting at 100x the default rate.
 
@@ -36,12 +38,13 @@ from bench.never import bench_never
 from bench.own import bench_own, cmd_own
 from bench.progress import bench_progress, cmd_progress
 from bench.render import render
+from bench.slices import slice_instructions
 from bench.state import bench_state, cmd_state
 from bench.workloads import MANY, MOE, checkpoint, cmd_checkpoint
 
 WORKERS = {"_own": cmd_own, "_fit": cmd_fit, "_state": cmd_state, "_progress": cmd_progress}
 WORKERS["_checkpoint"] = cmd_checkpoint
-PARTS = "never,own,fit,state,progress"
+PARTS = "never,own,fit,instructions,state,progress"
 # part -> its rounds in a full run and with --quick
 ROUNDS = {"never": (20, 6), "own": (8, 3), "fit": (18, 6), "progress": (12, 6)}
 
@@ -101,6 +104,9 @@ def run_parts(res: dict[str, Any], args: argparse.Namespace) -> None:
         how = ", each after an untimed one of its arm" if args.fit_settle else ""
         log(f"(fit) warm loads of two sizes, hooks off / on / off (null) in all 6 orders{how}: {rounds['fit']} rounds")
         res["fit"] = bench_fit(sizes, rounds["fit"], args.work, args.fit_settle)
+    if "instructions" in args.parts:
+        log("(instructions) the per-tensor path under callgrind (a few minutes: valgrind runs the imports too)")
+        res["instructions"] = slice_instructions()
     if "state" in args.parts:
         log("(state) state file and termination handlers per load")
         res["state"] = bench_state(moe_dir, args.work)

@@ -240,3 +240,118 @@ def test_a_local_checkpoint_is_named_by_its_resolved_path_a_hub_id_as_given(chec
         named.append(t.one("transformers.from_pretrained").attributes["loadtrace.checkpoint"])
     assert named == [str(path.resolve())] * 2
     assert checkpoint_path("mistralai/Mistral-7B-v0.1") == "mistralai/Mistral-7B-v0.1"
+
+
+@pytest.fixture
+def shard(tmp_path):
+    """A safetensors file of two float32 tensors of 48 and 40 bytes."""
+    from safetensors.torch import save_file
+
+    path = tmp_path / "shard.safetensors"
+    save_file({"a": torch.arange(12, dtype=torch.float32), "b": torch.ones(10)}, str(path))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("device", "dtype", "cast"),
+    [
+        (None, None, 0),
+        ("cpu", torch.float32, 0),  # a CPU load in the checkpoint's dtype: every tensor of one
+        (torch.device("cpu"), torch.float32, 0),
+        ("cpu:0", None, 0),
+        ("cpu", torch.float16, 24),  # cast: the bytes it made
+        ("meta", None, 48),  # a device copy (``cuda:0`` on an accelerator), timed the same way
+        (torch.device("meta"), torch.float32, 48),
+    ],
+)
+def test_materialize_copy_times_only_a_cast_or_a_device_copy(shard, device, dtype, cast):
+    """``_materialize_copy`` is hooked by a plain function of loadtrace's (once per tensor): what it returns is what
+    transformers' own returns; a read that keeps its dtype on the CPU passes untimed, a cast or a device copy is
+    counted with the bytes it made; the read counts exactly either way."""
+    import safetensors
+    from transformers import core_model_loading
+
+    import loadtrace
+    from loadtrace import semconv
+
+    original = core_model_loading._materialize_copy
+    expected = original(safetensors.safe_open(shard, framework="pt").get_slice("a"), device, dtype)
+    with traced() as t:
+        assert core_model_loading._materialize_copy is not original
+        with loadtrace.traced_load("materialize"):
+            handle = safetensors.safe_open(shard, framework="pt")
+            found = core_model_loading._materialize_copy(handle.get_slice("a"), device, dtype)
+    assert (found.dtype, found.device, found.shape) == (expected.dtype, expected.device, expected.shape)
+    if found.device.type != "meta":
+        assert torch.equal(found, expected)
+    load = t.one("loadtrace.load").attributes
+    assert load.get(semconv.CAST_COUNT, 0) == (1 if cast else 0) and load.get(semconv.CAST_BYTES, 0) == cast
+    assert (load[semconv.READ_TENSORS], load[semconv.READ_BYTES]) == (1, 48)
+
+
+def test_materialize_copy_of_a_tensor_and_its_faults(shard):
+    """A tensor (a ``.bin`` checkpoint's, not a slice) is cast-checked the general way and charged to the open load;
+    a slice whose checks fail is a fault, counted once on the load, and the call goes ahead with transformers' own
+    result."""
+    from transformers import core_model_loading
+
+    import loadtrace
+    from loadtrace import semconv
+    from loadtrace.instrumentation.hooks.safetensors import CountingSlice
+    from loadtrace.instrumentation.tracing import spans
+
+    class Broken:  # a library slice whose dtype cannot be asked
+        def get_dtype(self):
+            raise RuntimeError("no dtype")
+
+        def __getitem__(self, index):
+            return torch.ones(4)
+
+    with traced() as t:
+        with loadtrace.traced_load("tensor"):
+            cast = core_model_loading._materialize_copy(torch.ones(4), "cpu", torch.float16)
+            piece = CountingSlice()
+            piece._slice, piece._slot, piece._scope = Broken(), spans.detached_slot(), None
+            kept = core_model_loading._materialize_copy(piece, "cpu", torch.float32)
+    assert cast.dtype == torch.float16 and torch.equal(kept, torch.ones(4))
+    load = t.one("loadtrace.load").attributes
+    assert (load[semconv.CAST_COUNT], load[semconv.CAST_BYTES]) == (1, 8)
+    assert load[semconv.HOOK_ERRORS] == 1
+
+
+def test_renaming_counts_a_changed_key_through_its_plain_function():
+    """``WeightRenaming.convert`` (every key no converter takes) is hooked by a plain function of the same
+    signature: a kept key passes as transformers' own call, a changed one is one ``Rename`` conversion."""
+    from transformers.core_model_loading import WeightRenaming
+
+    import loadtrace
+    from loadtrace import semconv
+    from loadtrace.instrumentation.hooks import registry
+
+    kept = WeightRenaming("model.norm.weight", "model.norm.weight")
+    changed = WeightRenaming("transformer.norm.weight", "model.norm.weight")
+    for renaming in (kept, changed):
+        source = renaming.source_patterns[0]
+        renaming.add_tensor("model.norm.weight", source, source, torch.ones(3))
+    with traced() as t:
+        assert registry.ours(vars(WeightRenaming)["convert"])
+        with loadtrace.traced_load("renames"):
+            assert list(kept.convert("model.norm.weight")) == ["model.norm.weight"]
+            assert list(changed.convert("model.norm.weight", model=None)) == ["model.norm.weight"]
+    load = t.one("loadtrace.load").attributes
+    assert load[semconv.CONVERT_COUNT] == 1 and load[semconv.convert_op_key(semconv.RENAME_OP, "count")] == 1
+
+
+def test_a_release_whose_targets_take_other_arguments_keeps_the_generic_wrapper():
+    """The plain functions are written for 5.12's and 5.24's signatures; any other gets wrapt's wrapper and the
+    generic handler, as every other hook."""
+    from loadtrace.instrumentation.hooks.transformers import inline_materialize_copy, inline_renaming
+
+    def materialize(tensor, device=None, dtype=None, non_blocking=False):
+        return tensor
+
+    def convert(self, layer_name, model=None, config=None, **kwargs):
+        return {}
+
+    assert inline_materialize_copy(materialize) is None and inline_renaming(convert) is None
+    assert callable(inline_materialize_copy(lambda tensor, device=None, dtype=None: tensor))

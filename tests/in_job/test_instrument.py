@@ -1,5 +1,9 @@
 """instrument() / uninstrument() are exact inverses, idempotent, and reach names bound with `from x import y`."""
 
+import inspect
+import os
+import sys
+
 import accelerate.utils as accelerate_utils
 import pytest
 import safetensors
@@ -10,7 +14,7 @@ import wrapt
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
 import loadtrace
-from loadtrace.instrumentation.hooks import all_hooks
+from loadtrace.instrumentation.hooks import all_hooks, registry
 from loadtrace.instrumentor import LoadtraceInstrumentor
 
 
@@ -36,24 +40,72 @@ def targets():
 
 
 WHILE_LOADING = {hook.name for hook in all_hooks() if hook.while_loading}
+# Once per tensor: a plain function of loadtrace's stands in for each (``Hook.inline``), not wrapt's wrapper.
+INLINE = {"transformers.core_model_loading._materialize_copy", "transformers.core_model_loading.WeightRenaming.convert"}
 
 
 def test_instrument_then_uninstrument_restores_every_object():
     before = targets()
     loadtrace.instrument()
-    loadtrace.instrument()  # idempotent
+    loadtrace.instrument()  # idempotent: nothing wrapped twice
     during = targets()
+    assert {name for name in before if registry.ours(during[name])} == set(before) - WHILE_LOADING
     wrapped = {name for name in before if isinstance(during[name], wrapt.FunctionWrapper)}
-    assert wrapped == set(before) - WHILE_LOADING
+    assert wrapped == set(before) - WHILE_LOADING - INLINE
+    assert {hook.name for hook in all_hooks() if hook.inline} == INLINE
+    for name in INLINE:  # the original's name, signature and docstring; itself one step away
+        assert during[name].__wrapped__ is before[name] and during[name].__name__ == before[name].__name__
+        assert inspect.signature(during[name]) == inspect.signature(before[name])
     assert WHILE_LOADING == {"torch.zeros_like", "torch.empty_like"}
     with loadtrace.traced_load("x"):
         inside = targets()
-        assert all(isinstance(inside[name], wrapt.FunctionWrapper) for name in before)
+        assert all(name in INLINE or isinstance(inside[name], wrapt.FunctionWrapper) for name in before)
     assert all(targets()[name] is before[name] for name in WHILE_LOADING)  # out again after the load
     loadtrace.uninstrument()
     loadtrace.uninstrument()  # idempotent
     after = targets()
     assert all(after[name] is before[name] for name in before)
+
+
+def test_after_uninstrument_a_load_runs_no_code_of_loadtrace_or_wrapt(tiny_checkpoint):
+    """Nothing is left on the per-tensor path (or anywhere in a load): every Python function and C function a whole
+    ``from_pretrained`` calls after ``uninstrument()``, traced by ``sys.setprofile``, is the job's libraries' own; a
+    slice is the library's own type again. While instrumented, the same profile does see loadtrace's code."""
+    from transformers import AutoModelForCausalLM
+
+    checkpoint, _ = tiny_checkpoint
+    ours = tuple(os.path.dirname(module.__file__) + os.sep for module in (loadtrace, wrapt))
+
+    def callers_of_ours() -> set[str]:
+        seen: set[str] = set()
+
+        def profile(frame, event, arg):
+            if event == "call" and frame.f_code.co_filename.startswith(ours):
+                seen.add(f"{frame.f_code.co_filename}:{frame.f_code.co_name}")
+            elif event == "c_call" and str(getattr(arg, "__module__", None)).startswith(("loadtrace", "wrapt")):
+                seen.add(repr(arg))
+
+        sys.setprofile(profile)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(checkpoint)
+        finally:
+            sys.setprofile(None)
+        assert model.num_parameters() > 0
+        return seen
+
+    def file_and_slice() -> tuple[type, type]:
+        handle = safetensors.safe_open(str(next(checkpoint.glob("*.safetensors"))), framework="pt")
+        return type(handle), type(handle.get_slice(handle.keys()[0]))
+
+    library = file_and_slice()
+    loadtrace.instrument()
+    try:
+        assert callers_of_ours()  # the profile sees loadtrace where it runs
+        assert file_and_slice() != library
+    finally:
+        loadtrace.uninstrument()
+    assert callers_of_ours() == set()
+    assert file_and_slice() == library
 
 
 def test_late_activation_rebinds_names_imported_with_from():

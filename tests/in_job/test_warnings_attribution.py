@@ -104,6 +104,33 @@ def test_a_hooked_call_warns_from_the_callers_line(target, kind):
     assert calls(target) == untraced
 
 
+@pytest.mark.parametrize("fits", [True, False])
+def test_an_inline_hook_warns_from_the_callers_line_and_is_taken_out_exactly(target, fits):
+    """A per-tensor target's plain function (``Hook.inline``, marked as a call-through like the wrappers) moves no
+    warning either; where it does not fit the target (None), the generic wrapper goes in instead."""
+    untraced = calls(target)
+    original = target.deprecated
+
+    @registry.call_through
+    def inline(function):
+        def deprecated(x=1):
+            return function(x)
+
+        return deprecated if fits else None
+
+    hooks = Registry([Hook(MODULE, "deprecated", lambda instance, args, kwargs: Done(), inline=inline)])
+    hooks.install()
+    hooks.install()  # idempotent: not wrapped twice
+    try:
+        assert registry.ours(target.deprecated) and target.deprecated.__wrapped__ is original
+        assert isinstance(target.deprecated, registry.HookWrapper) is not fits
+        assert calls(target) == untraced
+    finally:
+        hooks.uninstall()
+    assert target.deprecated is original
+    assert calls(target) == untraced
+
+
 def test_a_module_filter_still_matches_a_hooked_call(target):
     hooks = Registry([Hook(MODULE, "deprecated", lambda instance, args, kwargs: Done())])
     hooks.install()

@@ -8,6 +8,12 @@ Hooks install when their module is imported (post-import hooks), or at once if i
 modules bound with ``from x import y`` before that are rebound too, and restored by ``uninstall``.
 A handler that raises is reported once and the original call goes ahead with its original arguments and result.
 
+A target called once per tensor (``Hook.inline``) gets a plain function of its own in its place instead of wrapt's
+wrapper: through wrapt a call costs ~10,000 more instructions here (on a method wrapt binds a new wrapper object per
+call, and the handler is one more frame), through the plain function ~1,500, and it answers the per-tensor question in
+its first lines (benchmarks/README.md, issue 50). It calls the original itself and contains its own faults; a release
+whose target it was not written for keeps the generic wrapper.
+
 A wrapper is a Python frame between the caller and the function it called. ``warnings.warn(..., stacklevel=2)``
 inside that function would name the wrapper's file and module instead of the caller's, and filters by module would
 stop matching: every call-through frame of ours is marked (``call_through``) so that ``warnings`` steps over it.
@@ -15,8 +21,10 @@ stop matching: every call-through frame of ours is marked (``call_through``) so 
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import CodeType, FunctionType
@@ -44,6 +52,10 @@ class Hook:
     # In place only while a load is open: for functions a training loop calls constantly (torch.zeros_like), where
     # even a pass-through wrapper outside loading would cost the job.
     while_loading: bool = False
+    # Per-tensor targets: ``inline(original)`` makes the plain function that stands in for the original (it calls it
+    # and contains its own faults), or None where the original is not the one it was written for: then ``handler``'s
+    # generic wrapper, as for any hook.
+    inline: Callable[[Any], Callable | None] | None = None
 
     @property
     def name(self) -> str:
@@ -124,21 +136,55 @@ def _wrapper(hook: Hook) -> Callable:
             call = None
         if call is None:
             return wrapped(*args, **kwargs)
-        try:
-            result = wrapped(*args, **kwargs)
-        except BaseException as error:
-            try:
-                call.done(None, error)
-            except Exception as problem:
-                fault(hook.name, problem)
-            raise
-        try:
-            return call.done(result, None)
-        except Exception as problem:
-            fault(hook.name, problem)
-            return result
+        return call_done(hook.name, call, wrapped, args, kwargs)
 
     return wrapper
+
+
+@call_through
+def call_done(where: str, call: Call, wrapped: Callable, args: tuple, kwargs: dict) -> Any:
+    """The original call, then ``call.done`` with its result or error; a fault in ``done`` gives the job the result."""
+    try:
+        result = wrapped(*args, **kwargs)
+    except BaseException as error:
+        try:
+            call.done(None, error)
+        except Exception as problem:
+            fault(where, problem)
+        raise
+    try:
+        return call.done(result, None)
+    except Exception as problem:
+        fault(where, problem)
+        return result
+
+
+# The plain functions standing in for per-tensor targets: installing again finds them and leaves them be.
+_inlined: weakref.WeakSet[Callable] = weakref.WeakSet()
+
+
+def _inline(hook: Hook, original: Any) -> Callable | None:
+    """``hook.inline(original)``, made to look like the original where Python looks (name, qualified name, module,
+    docstring, ``__wrapped__``: ``inspect.signature`` and ``help`` show the original's); None: the generic wrapper."""
+    if hook.inline is None:
+        return None
+    try:
+        function = hook.inline(original)
+    except Exception as error:
+        fault(hook.name, error)
+        return None
+    if function is not None:
+        functools.update_wrapper(function, original)
+        _inlined.add(function)
+    return function
+
+
+def ours(value: Any) -> bool:
+    """Whether ``value`` is a hook of ours in place of a target: wrapt's wrapper or an inline function."""
+    try:
+        return isinstance(value, HookWrapper) or value in _inlined
+    except TypeError:  # unhashable: not ours
+        return False
 
 
 @dataclass
@@ -204,9 +250,9 @@ class Registry:
         if hook.while_loading:
             self.while_loading[hook.name] = _WhileLoading(hook, parent, attribute)
             return
-        if isinstance(original, HookWrapper):
+        if ours(original):
             return
-        wrapper = HookWrapper(original, _wrapper(hook))
+        wrapper = _inline(hook, original) or HookWrapper(original, _wrapper(hook))
         setattr(parent, attribute, wrapper)
         rebound = []
         if isinstance(parent, type(sys)):

@@ -17,7 +17,8 @@ from typing import Any
 from ... import semconv
 from ..tracing import spans
 from ._common import checkpoint_path, tensor_bytes
-from .registry import Hook
+from .registry import Hook, call_done, call_through, fault
+from .safetensors import CountingSlice
 
 TRUE = ("1", "true", "yes", "on")
 
@@ -362,6 +363,54 @@ def weight_renaming(transform, args, kwargs):
     return _conversion((Rename,) if renames(transform) else (), transform)
 
 
+@call_through
+def inline_renaming(original: Any) -> Any:
+    """``WeightRenaming.convert`` in a plain function of its own, of the same signature (5.12, 5.24): a dense model's
+    every tensor passes here, where wrapt's wrapper on a method costs ~1.5 µs a call (a wrapper object bound per
+    call). A key kept as it is passes at once; anything else goes the generic way (``weight_renaming``, then its
+    ``Conversion``). None (the generic wrapper) for another signature."""
+    defaults = {"model": None, "config": None, "hf_quantizer": None, "loading_info": None}
+    if not has_parameters(original, "self", "layer_name", **defaults):
+        return None
+
+    def convert(self, layer_name, model=None, config=None, hf_quantizer=None, loading_info=None):
+        try:
+            kept = (
+                self.quantization_operation is None and self._original_source_patterns == self._original_target_patterns
+            )
+        except AttributeError:
+            kept = False  # a release without those slots: ``renames`` looks further
+        if kept:
+            return original(self, layer_name, model, config, hf_quantizer, loading_info)
+        args = (layer_name, model, config, hf_quantizer, loading_info)
+        try:
+            call = weight_renaming(self, args, {})
+        except Exception as error:
+            fault(RENAMING, error)
+            call = None
+        if call is None:
+            return original(self, *args)
+        return call_done(RENAMING, call, original, (self, *args), {})
+
+    return convert
+
+
+def has_parameters(function: Any, *names: str, **defaults: Any) -> bool:
+    """Whether ``function`` takes exactly these parameters: ``names`` without a default, then ``defaults``."""
+    import inspect
+
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    expected = [(name, inspect.Parameter.empty) for name in names] + list(defaults.items())
+    kinds = {inspect.Parameter.POSITIONAL_OR_KEYWORD}
+    return [(p.name, p.default) for p in parameters] == expected and {p.kind for p in parameters} <= kinds
+
+
+RENAMING = "transformers.core_model_loading.WeightRenaming.convert"
+
+
 class Rename:
     """Stands for a plain rename in a chain of operation types (``_conversion``)."""
 
@@ -437,6 +486,79 @@ def materialize_copy(instance, args, kwargs):
     return Cast(tracing, scope) if casts(tensor, device, dtype) else None
 
 
+MATERIALIZE = "transformers.core_model_loading._materialize_copy"
+
+
+@call_through
+def inline_materialize_copy(original: Any) -> Any:
+    """``_materialize_copy(tensor, device, dtype)`` in a plain function of its own, of the same signature: it runs once
+    per tensor, where wrapt's wrapper and the generic handler cost ~2 µs. A safetensors slice read on the CPU in its
+    own dtype (every tensor of a CPU load in the checkpoint's dtype) passes after a few checks and one ``get_dtype``
+    of the library's slice; a cast or a device copy (every tensor of a load onto an accelerator) is timed and appended
+    to its load's ledger in a few steps. None (the generic wrapper) for another signature."""
+    import torch
+
+    if not has_parameters(original, "tensor", device=None, dtype=None):
+        return None
+    dtypes = {name: getattr(torch, torch_name.split(".")[1], None) for name, torch_name in SAFETENSORS_DTYPES.items()}
+    devices = DeviceKinds()
+    clock = time.time_ns
+
+    def _materialize_copy(tensor, device=None, dtype=None):
+        try:
+            if type(tensor) is CountingSlice:  # on the CPU until read; its dtype from the library's slice directly
+                cpu = device is None or device == "cpu" or devices[device]
+                cast = not cpu or (dtype is not None and dtypes.get(tensor._slice.get_dtype(), dtype) is not dtype)
+            else:
+                cast = casts(tensor, device, dtype)  # another slice, or a tensor (a ``.bin`` checkpoint's)
+        except Exception as error:
+            fault(MATERIALIZE, error)
+            cast = False
+        if not cast:
+            return original(tensor, device, dtype)
+        started = clock()
+        result = original(tensor, device, dtype)
+        try:
+            scope = tensor._scope if type(tensor) is CountingSlice else None
+            load = scope.load if scope is not None else None  # a file's: what its casts are charged to
+            if load is not None:
+                load.ledger.casts.append((started, clock(), getattr(result, "_local_tensor", result).nbytes))
+            else:
+                record_cast(tensor, started, result)
+        except Exception as error:
+            fault(MATERIALIZE, error)
+        return result
+
+    return _materialize_copy
+
+
+class DeviceKinds(dict):
+    """A device argument (``"cuda:0"``, ``0``, a ``torch.device``) → whether it names the CPU: learnt once per value
+    (``__missing__``), then one dict lookup. An unhashable one raises ``TypeError`` (a fault: torch refuses it too)."""
+
+    def __missing__(self, device: Any) -> bool:
+        kind = device if isinstance(device, str) else getattr(device, "type", "cuda")  # an int is a CUDA index
+        found = str(kind).split(":")[0] == "cpu"
+        if len(self) < 64:
+            self[device] = found
+        return found
+
+
+def record_cast(tensor: Any, started: int, result: Any) -> None:
+    """A cast or device copy ``_materialize_copy`` made of something other than a file's counting slice, charged to
+    the load of the file it came from (a per-tensor detail slice's), else to this thread's."""
+    ended = time.time_ns()
+    tracing = spans.tracing()
+    if tracing is None:
+        return
+    scope = getattr(tensor, "_scope", None)
+    if scope is None:
+        traced = getattr(tensor, "_self_file", None)  # LOADTRACE_DETAIL=tensor's slice
+        scope = traced._self_scope if traced is not None else spans.current_load()
+    if scope is not None:
+        tracing.record_cast(scope, started, ended, tensor_bytes(result))
+
+
 def casts(tensor: Any, device: Any, dtype: Any) -> bool:
     """Whether ``tensor.to(device=device, dtype=dtype)`` makes a new tensor: another dtype, or a device other than the
     CPU (a safetensors slice of a mapped file is on the CPU). An unknown dtype name: not known to cast."""
@@ -462,7 +584,7 @@ HOOKS = [
     ),
     Hook("transformers.core_model_loading", "convert_and_load_state_dict_in_model", _phase(semconv.SPAN_CONVERT)),
     Hook("transformers.core_model_loading", "WeightConverter.convert", weight_conversion),
-    Hook("transformers.core_model_loading", "WeightRenaming.convert", weight_renaming),
-    Hook("transformers.core_model_loading", "_materialize_copy", materialize_copy),
+    Hook("transformers.core_model_loading", "WeightRenaming.convert", weight_renaming, inline=inline_renaming),
+    Hook("transformers.core_model_loading", "_materialize_copy", materialize_copy, inline=inline_materialize_copy),
     Hook("transformers.integrations.deepspeed", "_load_state_dict_into_zero3_model", _phase(semconv.SPAN_ZERO3_LOAD)),
 ]
