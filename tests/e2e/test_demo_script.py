@@ -74,7 +74,8 @@ def test_a_failing_demo_prints_the_error_and_the_end_of_its_log_then_the_good_on
     assert as_json.returncode == 0, as_json.stderr
     assert json.loads(as_json.stdout)["ranks"], as_json.stdout[:300]
     view = typed(after[1], elsewhere)
-    assert view.returncode == 0 and "docker compose" in view.stdout, view.stderr
+    # How to start the backends on this host: Docker's compose file, or the built binaries where Docker is absent.
+    assert view.returncode == 0 and ("docker compose" in view.stdout or "# Without Docker" in view.stdout), view.stderr
     # Rank 0's own line names `loadtrace`, as it will in the user's own (activated) environment: with the activation
     # the demo prints, its command works from where the job ran.
     job_line = next(line for line in lines if line.startswith("loadtrace: job "))

@@ -79,6 +79,9 @@ def test_static_rendezvous_ranks_share_a_trace_and_jobs_do_not(tmp_path):
         assert sorted(startups) == [0, 1] and all(  # under each rank's group, in the job's trace (docs/jaeger.md)
             s.parent_span_id == f"{semconv.rank_group_id(job_id, rank):016x}" for rank, s in startups.items()
         )
-        assert all(s.parent_span_id == startups[s.resource["loadtrace.rank"]].span_id for s in opens)
+        # Each rank's bare safe_open is a load of its own (loose.py), under its startup.
+        loads = {s.resource["loadtrace.rank"]: s for s in spans if s.name == "loadtrace.load"}
+        assert all(s.parent_span_id == startups[rank].span_id for rank, s in loads.items())
+        assert all(s.parent_span_id == loads[s.resource["loadtrace.rank"]].span_id for s in opens)
         traces.append(trace_id)
     assert traces[0] != traces[1]

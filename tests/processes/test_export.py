@@ -34,9 +34,10 @@ def test_default_directory_and_otlp_json_shape(tmp_path):
     assert stat.S_IMODE(file.stat().st_mode) == 0o600
     assert stat.S_IMODE(file.parent.stat().st_mode) == 0o700
     lines = [json.loads(line) for line in file.read_text().splitlines()]
-    # One line per span as it ends: the file's, then (at exit) the process's startup, which it hung from.
+    # One line per span as it ends: the file's, the load its read made (outside any load of the job's: loose.py) as
+    # it ends at exit, then the process's startup, which the load hung from.
     names = [data["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["name"] for data in lines]
-    assert names == ["safetensors.open", "loadtrace.startup"]
+    assert names == ["safetensors.open", "loadtrace.load", "loadtrace.startup"]
     data = lines[0]
     resource_spans = data["resourceSpans"][0]
     span = resource_spans["scopeSpans"][0]["spans"][0]

@@ -10,6 +10,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from loadtrace import semconv
+
 from .multirank import TRACE_ROOT
 from .torchrun import TorchrunResult, clean_env
 from .venvs import Venv, installed_problems, stale_files
@@ -64,7 +66,9 @@ def torchrun_exitcodes(run: TorchrunResult) -> dict[int, int]:
 
 
 def file_spans(folder: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """(resource attributes, span) of every span in the OTLP JSON Lines files under ``folder``, values unwrapped."""
+    """(resource attributes, span) of every span in the OTLP JSON Lines files under ``folder``, values unwrapped; not
+    the job's loads view (copies of the ranks' load spans in a trace of its own, which ``loadtrace annotate`` writes
+    once the job is over)."""
 
     def value(v: dict[str, Any]) -> Any:
         (kind, inner), *_ = v.items()
@@ -83,6 +87,8 @@ def file_spans(folder: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
             for resource_spans in data.get("resourceSpans", []):
                 resource = unwrap(resource_spans.get("resource", {}).get("attributes", []))
                 for scope_spans in resource_spans.get("scopeSpans", []):
+                    if scope_spans.get("scope", {}).get("name") == semconv.SCOPE_LOADS_VIEW:
+                        continue
                     for span in scope_spans.get("spans", []):
                         found.append((resource, {**span, "attributes": unwrap(span.get("attributes", []))}))
     return found

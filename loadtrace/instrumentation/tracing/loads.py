@@ -81,6 +81,8 @@ class Loads:
         """``end_time``: where the load's span ended, when not now (then the startup it ends ends there too)."""
         open, startup = self.open, self.startup
         with open.lock:
+            if scope not in open.loads:
+                return  # closed already (a streaming loader's load, ended at exit and then by the job)
             open.loads.discard(scope)
             open.loads_open = max(0, open.loads_open - 1)
             last = open.loads_open == 0

@@ -169,18 +169,17 @@ class Tracing:
     ) -> None:
         """``end_time``: where its span ends when not now (a loose load: where its last file closed)."""
         self.loose.detached.pop(scope, None)
-        if scope.ended:
-            return
-        self.loads.closing()
-        reading = self.readings.until_now(scope)
-        monitor = self._monitor()
-        if monitor is not None:
-            monitor.settle(scope.phases.values(), reading)  # boundaries the monitor has not read yet: now
-        for phase in scope.phases.values():
-            self.ends.finish(phase, phase.last_end)
-        for file in scope.files:
-            self.close_file(file)
-        self.ends.finish(scope, end_time=end_time, error=error, extra=extra)
+        if not scope.ended:  # else a termination signal ended its spans: only its closing is left
+            self.loads.closing()
+            reading = self.readings.until_now(scope)
+            monitor = self._monitor()
+            if monitor is not None:
+                monitor.settle(scope.phases.values(), reading)  # boundaries the monitor has not read yet: now
+            for phase in scope.phases.values():
+                self.ends.finish(phase, phase.last_end)
+            for file in scope.files:
+                self.close_file(file)
+            self.ends.finish(scope, end_time=end_time, error=error, extra=extra)
         self.loads.closed(scope, error, end_time)
 
     def enter_stage(self, name: str, start: dict[str, Any]) -> tuple[Scope, ActiveToken]:
