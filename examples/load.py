@@ -13,9 +13,9 @@ Modes, set up exactly as a user's job sets them up:
 - ``zero3``: a DeepSpeed ZeRO stage-3 config held in an ``HfDeepSpeedConfig`` that stays alive during
   ``from_pretrained`` (the non-Trainer integration), so transformers builds the model under ``deepspeed.zero.Init``.
 
-Each rank prints one line ``rank R/W mode M digest SHA256`` (and writes ``DIR/digest-rank<R>.json`` with ``--out``): a
-hash of every parameter and buffer the rank ends up with (gathered across ranks for ZeRO-3), so two runs can be
-compared bit for bit.
+Each rank then makes its optimizer, as a training job does after loading, and prints one line ``rank R/W mode M
+digest SHA256`` (and writes ``DIR/digest-rank<R>.json`` with ``--out``): a hash of every parameter and buffer the rank
+ends up with (gathered across ranks for ZeRO-3), so two runs can be compared bit for bit.
 """
 
 from __future__ import annotations
@@ -138,6 +138,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import torch
     import torch.distributed as dist
 
     args = parse_args(argv)
@@ -146,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     model = from_pretrained(args.ckpt)
     digest = weights_digest(model, args.mode)
     del keep_alive
+    # A data-parallel job trains what it loaded: its optimizer comes next (made, never stepped: the load is the point).
+    torch.optim.AdamW(model.parameters())
     print(f"rank {rank}/{world} mode {args.mode} digest {digest['sha256']}", flush=True)
     if args.out:
         write_json(
