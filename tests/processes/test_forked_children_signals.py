@@ -1,6 +1,7 @@
 """Promise (issue 40): a process forked while a traced load is open (a ``Pool`` or DataLoader worker) starts with the
 termination signals as the job had them before loadtrace (default, ignored, or the job's own handler) and installs
-loadtrace's again only when it loads itself; so ``Pool.terminate()`` and a DataLoader's teardown during an open load
+loadtrace's again only when it loads itself (not for its reads outside any load, whose load stays open while the worker
+waits for work); so ``Pool.terminate()`` and a DataLoader's teardown during an open load
 finish, every time (once, a Pool worker holding loadtrace's handler lost the SIGTERM and its parent waited forever).
 
 Real processes: a handler only matters to a real signal, a disposition only to a real fork."""
@@ -74,6 +75,8 @@ with loadtrace.traced_load("parent"):
             read()
             child["child loading"] = dispositions()
         child["child after"] = dispositions()
+        read()  # a read outside any load (a Pool task's): its load stays open while the worker waits for work
+        child["child reading alone"] = dispositions()
         os.write(writer, json.dumps(child).encode())
         os._exit(0)
     os.close(writer)
@@ -133,6 +136,7 @@ def test_a_child_forked_during_a_load_starts_with_the_jobs_dispositions(tmp_path
     assert seen["child"] == every(job_had), "the child's start: the job's own, not loadtrace's"
     assert seen["child loading"] == every(while_loading), "loadtrace's again only while the child loads itself"
     assert seen["child after"] == every(job_had)
+    assert seen["child reading alone"] == every(job_had), "an idle worker's load keeps no handler of ours in place"
     assert seen["parent after"] == every(job_had)
     assert seen["child status"] == 0
 

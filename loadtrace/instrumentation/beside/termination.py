@@ -14,7 +14,8 @@ A process forked while ours are installed (a ``Pool`` or DataLoader worker) star
 (``after_fork``): a Python-level handler can lose a signal that arrives just before a blocking call, where the default
 action would have killed the worker, so ``Pool.terminate()`` could wait forever on it (issue 40). The signals are held
 back across the fork, so one sent to the child before it gave ours back meets the job's own disposition. The child
-installs ours again only when it loads itself.
+installs ours again only when it loads itself: not for its reads outside any load (tracing/loose.py), whose load stays
+open while the worker waits for work.
 """
 
 from __future__ import annotations

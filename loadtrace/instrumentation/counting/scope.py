@@ -158,6 +158,7 @@ class OpenScopes:
     def reset(self) -> None:
         self.files: set[Scope] = set()  # ended at exit if the job never closed them
         self.loads: set[Scope] = set()  # every thread's
+        self.watching: set[Scope] = set()  # the loads that keep the termination handlers in place (loads.py)
         self.loose_phases: set[Scope] = set()  # open phases outside any load
         self.stages: set[Scope] = set()
         self.loads_open = 0

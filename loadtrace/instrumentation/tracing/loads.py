@@ -63,17 +63,25 @@ class Loads:
             self.startup.awaits_preparation = True
         self.startup.strategy = self.startup.strategy or start.get(semconv.STRATEGY)
         open = self.open
+        # The load for reads outside any load does not hold our termination handlers in place: it stays open while
+        # idle (loose.py), as a pool or DataLoader worker waits for work in a lock, where a Python handler may never
+        # run and the worker would then outlive the SIGTERM that ends its pool; by the default action it dies as
+        # untraced, and its state file keeps its counts.
+        watches = start.get(semconv.LOAD_NAME) != semconv.LOAD_NAME_READS
         with open.lock:
             open.loads_open += 1
             open.loads.add(scope)
             first = open.loads_open == 1
+            if watches:
+                open.watching.add(scope)
         if first:
             found = limits()
             self.limit = attributes.memory_limit(found)
             self.state_file.load_started(scope, start, found)
-            self.startup.handlers.watch()
         else:
             self.state_file.load_nested(scope, start)
+        if watches:
+            self.startup.handlers.watch()
         if self.limit and scope.recording:
             scope.span.set_attributes(self.limit)
 
@@ -84,6 +92,7 @@ class Loads:
             if scope not in open.loads:
                 return  # closed already (a streaming loader's load, ended at exit and then by the job)
             open.loads.discard(scope)
+            open.watching.discard(scope)
             open.loads_open = max(0, open.loads_open - 1)
             last = open.loads_open == 0
             others = [load.name for load in open.loads]

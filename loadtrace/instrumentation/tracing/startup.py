@@ -110,7 +110,7 @@ class Startup:
         self.settle_handlers()
 
     def settle_handlers(self) -> None:
-        if not (self.open.loads_open or self.open.stages or self.is_open()):
+        if not (self.open.watching or self.open.stages or self.is_open()):
             self.handlers.release()
 
     def job_changed(self, job_id: str | None) -> None:
