@@ -8,7 +8,8 @@ whose bytes are then loaded), and gathers every read made outside a load in the 
 thread pool's ``load_file`` calls are one load). It ends once none of its files has been open for
 ``LOADTRACE_LOAD_IDLE`` seconds (5 by default), when the job opens a load of its own, or when the process exits;
 its span ends where its last file closed, so the idle wait is never counted as loading. A process that reads a few
-tensors now and then gets one such load per burst of reads.
+tensors now and then gets one such load per burst of reads. It leaves the termination signals as the job has them
+(loads.py): a worker idle in a lock must die by SIGTERM as it would untraced.
 """
 
 from __future__ import annotations
