@@ -169,6 +169,7 @@ def record(runs: list[str]) -> None:
         with tempfile.TemporaryDirectory() as work:
             env = {k: v for k, v in os.environ.items() if not k.startswith(("LOADTRACE", "OTEL_", "ACCELERATE_"))}
             env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+            env.setdefault("TORCH_EXTENSIONS_DIR", str(REPO / venv / "torch_extensions"))  # DeepSpeed's op (setup.sh)
             subprocess.run(
                 [bin_dir / "python", REPO / "examples" / "make_checkpoint.py", "checkpoint"],
                 cwd=work,

@@ -8,7 +8,6 @@ directory, so loadtrace's default ``./loadtrace-traces/<job id>/`` lands there a
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -71,9 +70,8 @@ def free_port() -> int:
 
 
 def extensions_dir(venv: Venv) -> Path:
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    key = hashlib.sha256(str(venv.root.resolve()).encode()).hexdigest()[:12]
-    return cache / "loadtrace-tests" / "torch_extensions" / f"{venv.name.lstrip('.')}-{key}"
+    """The venv's own cache of torch's JIT-built extensions, where scripts/setup.sh built DeepSpeed's op."""
+    return venv.root / "torch_extensions"
 
 
 def clean_env(venv: Venv, extra: dict[str, str]) -> dict[str, str]:
@@ -82,8 +80,8 @@ def clean_env(venv: Venv, extra: dict[str, str]) -> dict[str, str]:
     env["PATH"] = f"{venv.bin}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONUNBUFFERED"] = "1"
     # DeepSpeed JIT-builds its CPU shared-memory communication op at init_distributed. In torch's one default cache
-    # directory two venvs (different include paths in build.ninja) rebuild it on every alternation (~45 s each here):
-    # one cache per venv keeps it built once.
+    # directory two venvs (different include paths in build.ninja) rebuild it on every alternation (~25-45 s each
+    # here): one cache per venv, built once by scripts/setup.sh.
     env.setdefault("TORCH_EXTENSIONS_DIR", str(extensions_dir(venv)))
     # Rank 0's closing line (which job, the command that reports it) is not a complaint: tests that count loadtrace's
     # lines on stderr leave it out; tests of that line (test_job_summary_line.py) pass LOADTRACE_QUIET=0.
