@@ -108,6 +108,22 @@ def test_after_uninstrument_a_load_runs_no_code_of_loadtrace_or_wrapt(tiny_check
     assert file_and_slice() == library
 
 
+def test_uninstrument_restores_a_module_first_imported_while_instrumented(monkeypatch):
+    """A module imported while ours are in place binds ours by ``from x import y`` (transformers imports lazily, in a
+    load): uninstrument gives it the originals back, the per-tensor plain functions included."""
+    originals = (safetensors.safe_open, core_model_loading._materialize_copy)
+    late = type(sys)("loadtrace_test_late_importer")
+    monkeypatch.setitem(sys.modules, late.__name__, late)
+    loadtrace.instrument()
+    try:
+        late.safe_open = safetensors.safe_open  # what `from safetensors import safe_open` binds now
+        late._materialize_copy = core_model_loading._materialize_copy
+        assert (late.safe_open, late._materialize_copy) != originals
+    finally:
+        loadtrace.uninstrument()
+    assert (late.safe_open, late._materialize_copy) == originals
+
+
 def test_late_activation_rebinds_names_imported_with_from():
     assert modeling_utils.safe_open is safetensors.safe_open
     loadtrace.instrument()

@@ -191,7 +191,7 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--loaders", default=",".join(LOADERS))
     parser.add_argument("--runai-distributed", action="store_true")
-    parser.add_argument("--gap", type=float, default=0.6, help="seconds between loaders (past LOADTRACE_LOAD_IDLE)")
+    parser.add_argument("--gap", type=float, default=2.0, help="seconds between loaders (far past LOADTRACE_LOAD_IDLE)")
     args = parser.parse_args()
     if "RANK" in os.environ:
         dist.init_process_group("gloo")

@@ -5,7 +5,8 @@ is called before the original with ``(instance, args, kwargs)`` and returns ``No
 (the fast path), or a ``Call`` whose ``done(result, error)`` runs after it and may return a proxy for the result.
 
 Hooks install when their module is imported (post-import hooks), or at once if it already is; names that other
-modules bound with ``from x import y`` before that are rebound too, and restored by ``uninstall``.
+modules bound with ``from x import y`` before that are rebound too; ``uninstall`` restores every module's binding of
+ours, a module first imported while ours was in place included.
 A handler that raises is reported once and the original call goes ahead with its original arguments and result.
 
 A target called once per tensor (``Hook.inline``) gets a plain function of its own in its place instead of wrapt's
@@ -194,7 +195,6 @@ class _Installed:
     attribute: str
     original: Any
     wrapper: Any
-    rebound: list[Any]  # modules whose own binding of the original we replaced
 
 
 @dataclass
@@ -254,14 +254,9 @@ class Registry:
             return
         wrapper = _inline(hook, original) or HookWrapper(original, _wrapper(hook))
         setattr(parent, attribute, wrapper)
-        rebound = []
         if isinstance(parent, type(sys)):
-            for module in list(sys.modules.values()):
-                namespace = getattr(module, "__dict__", None)
-                if module is not parent and namespace is not None and namespace.get(attribute) is original:
-                    setattr(module, attribute, wrapper)
-                    rebound.append(module)
-        self.installed[hook.name] = _Installed(hook, parent, attribute, original, wrapper, rebound)
+            _rebind(parent, attribute, original, wrapper)
+        self.installed[hook.name] = _Installed(hook, parent, attribute, original, wrapper)
 
     def load_opened(self) -> None:
         """The first open load puts the while-loading hooks in place, around whatever is there at that moment (so a
@@ -296,10 +291,17 @@ class Registry:
         for entry in self.installed.values():
             if _bound(entry.parent, entry.attribute) is entry.wrapper:
                 setattr(entry.parent, entry.attribute, entry.original)
-            for module in entry.rebound:
-                if module.__dict__.get(entry.attribute) is entry.wrapper:
-                    setattr(module, entry.attribute, entry.original)
+            if isinstance(entry.parent, type(sys)):  # also modules first imported while ours was in place
+                _rebind(entry.parent, entry.attribute, entry.wrapper, entry.original)
         self.installed.clear()
+
+
+def _rebind(parent: Any, attribute: str, old: Any, new: Any) -> None:
+    """Every other module's own binding of ``old`` under ``attribute`` (``from parent import attribute``) → ``new``."""
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if module is not parent and namespace is not None and namespace.get(attribute) is old:
+            setattr(module, attribute, new)
 
 
 def _bound(parent: Any, attribute: str) -> Any:

@@ -89,6 +89,8 @@ class Loose:
             load = self.load
             if load is None:
                 start, reading = self.first or (file_start, before)
+                if file_start is not None and (start is None or file_start < start):
+                    start = file_start  # a file opened before the read that expected it (load(f.read()): its open)
                 self.first = None
                 load = self.load = self.tracing.start_loose_load(start, reading)
                 self._watch()
