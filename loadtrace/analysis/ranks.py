@@ -231,8 +231,9 @@ def outermost(spans: list[Span], names: frozenset[str], by_id: dict[str, Span]) 
 
 
 def inside_any(span: Span, loads: list[Span]) -> bool:
-    """Whether a file span started while a load was open on this rank: the load's totals already count it."""
-    return any(load.start_ns <= span.start_ns <= load.end_ns for load in loads)
+    """Whether a load's totals already count a file span: it hangs from the load, or started while one was open on
+    this rank (under its phases, or a loader's own thread's)."""
+    return any(span.parent_span_id == load.span_id or load.start_ns <= span.start_ns <= load.end_ns for load in loads)
 
 
 def merge_sites(loads: Iterable[Span]) -> list[Site]:

@@ -15,6 +15,20 @@ def spans_of(*lines: str):
     return [s for text in lines for s in decode_line(text.encode()) or []]
 
 
+def test_a_file_span_that_hangs_from_a_load_is_counted_by_it_even_when_it_began_first():
+    """Four threads each ``open()`` a file and then ``load(f.read())`` it: the load of reads outside any load opens
+    with whichever thread's read comes first, after other threads opened theirs. Their file spans hang from it; its
+    totals count them, and the rank's reads are the load's, not the load's plus those files again."""
+    load_id = span_id()
+    load = span("loadtrace.load", TRACE, T0 + 500, T0 + 10_000, sid=load_id, **{
+        "loadtrace.load.name": "reads outside any load", "loadtrace.read.bytes": 300, "loadtrace.read.tensors": 3,
+    })  # fmt: skip
+    early = span("safetensors.load", TRACE, T0, T0 + 2_000, parent=load_id, **{"loadtrace.read.bytes": 100})
+    inside = span("safetensors.load", TRACE, T0 + 600, T0 + 3_000, parent=load_id, **{"loadtrace.read.bytes": 200})
+    (job,) = jobs_from_spans(spans_of(line(resource(0, world_size=1, local_world_size=1), [load, early, inside])))
+    assert job.ranks[0].read_bytes == 300
+
+
 def test_a_rank_record_takes_the_load_span_totals_not_its_file_spans_again():
     (job,) = jobs_from_spans(spans_of(*field_fact_job("5.12.0", "fsdp_cpu_ram_efficient")))
     rank0, rank1 = job.ranks

@@ -168,3 +168,10 @@ class Loose:
                     lock.wait(remaining)
                     continue
             self._end(idle_only=True)
+
+
+def not_before(load: Scope, start_time: int | None) -> int | None:
+    """A file's start in the loose load: not before the load's own (a file opened before another thread's read opened
+    the load, as ``open()`` precedes ``load(f.read())``): no child starts before its parent."""
+    opened = getattr(load.span, "start_time", None)
+    return opened if start_time is not None and opened is not None and start_time < opened else start_time

@@ -43,7 +43,7 @@ from .ending import Ends
 from .lifecycle import Lifecycle
 from .loads import LoadListener as LoadListener
 from .loads import Loads
-from .loose import Loose
+from .loose import Loose, not_before
 from .phasing import Phases
 from .stages import Stages
 from .startup import Startup
@@ -227,6 +227,7 @@ class Tracing:
             load = current_load()
             if load is None:
                 load, loose = self.loose.attach(start_time, expected, before), True
+                start_time = not_before(load, start_time)
         parent = stack[-1] if stack and not loose else load
         scope = Scope(ScopeKind.FILE, name, self._start(name, start, parent, start_time), load)
         path, size = start.get(semconv.FILE_PATH), start.get(semconv.FILE_SIZE)
