@@ -99,8 +99,10 @@ def test_after_uninstrument_a_load_runs_no_code_of_loadtrace_or_wrapt(tiny_check
 
     library = file_and_slice()
     # An untraced load first: transformers' lazy imports happen now, not inside the traced load (a module first
-    # imported there may keep a reference to a hook anywhere, not only as a module name uninstrument restores).
-    assert callers_of_ours() == set()
+    # imported there may keep a reference to a hook anywhere, not only as a module name uninstrument restores), nor
+    # in the last load below, where wrapt's import finder, in sys.meta_path for good once any post-import hook was
+    # registered in this process, would run.
+    callers_of_ours()
     loadtrace.instrument()
     try:
         assert callers_of_ours()  # the profile sees loadtrace where it runs
