@@ -146,17 +146,8 @@ def _spans(jaeger: str, trace_id: str) -> list[dict]:
 def test_a_port_another_program_holds_stops_the_script_with_that_program_s_own_words(tmp_path):
     """The issue's collector failed on 8888 and its readiness check answered from another user's Jaeger: here the UI's
     port is taken before the script runs; it ends at once, non-zero, with Jaeger's own lines, never "ready"."""
-    backends.require()
-    venv = discover()[0]
-    require_installed(venv)
-    offset = free_offset()
-    ports = view.Ports().moved(offset)
-    env = without_docker(tmp_path, **{view.BACKENDS_BIN: str(backends.BIN)})
-    (tmp_path / "traces").mkdir()
-    printed = subprocess.run(
-        [str(venv.bin / "loadtrace"), "view", str(tmp_path / "traces"), "--port-offset", str(offset)],
-        env=env, capture_output=True, text=True, timeout=60, check=True,
-    ).stdout  # fmt: skip
+    ports, env, command = view_setup(tmp_path)
+    printed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=True).stdout
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", ports.ui))
         holder.listen()
@@ -171,16 +162,9 @@ def test_a_port_another_program_holds_stops_the_script_with_that_program_s_own_w
 def test_with_a_built_ui_the_printed_jaeger_serves_it(tmp_path):
     """Jaeger built from its Go module carries no UI: without ``--jaeger-ui`` the script says so and where one comes
     from; with it (a built jaeger-ui, ../shared/jaeger-ui here), the Jaeger it starts serves that UI's page."""
-    backends.require()
     if not (UI_BUILD / "index.html").is_file():
         pytest.skip(f"no built Jaeger UI at {UI_BUILD} (../shared/jaeger-ui/build beside the repository)")
-    venv = discover()[0]
-    require_installed(venv)
-    offset = free_offset()
-    ports = view.Ports().moved(offset)
-    env = without_docker(tmp_path, **{view.BACKENDS_BIN: str(backends.BIN)})
-    (tmp_path / "traces").mkdir()
-    command = [str(venv.bin / "loadtrace"), "view", str(tmp_path / "traces"), "--port-offset", str(offset)]
+    ports, env, command = view_setup(tmp_path)
     plain = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=True).stdout
     assert "Jaeger serves no UI" in plain and "--jaeger-ui DIR" in plain and "ui.assets_path" not in plain
     printed = subprocess.run(
@@ -195,3 +179,15 @@ def test_with_a_built_ui_the_printed_jaeger_serves_it(tmp_path):
         assert status == 200 and b"<!doctype html>" in page.lower()[:200], page[:200]
     finally:
         stop(tmp_path / f"loadtrace-view-{os.geteuid()}")
+
+
+def view_setup(tmp_path):
+    """The installed venv, the moved ports, the environment without Docker and the command that prints the script."""
+    backends.require()
+    venv = discover()[0]
+    require_installed(venv)
+    offset = free_offset()
+    env = without_docker(tmp_path, **{view.BACKENDS_BIN: str(backends.BIN)})
+    (tmp_path / "traces").mkdir()
+    command = [str(venv.bin / "loadtrace"), "view", str(tmp_path / "traces"), "--port-offset", str(offset)]
+    return view.Ports().moved(offset), env, command
