@@ -132,6 +132,23 @@ def test_uninstrument_restores_a_module_first_imported_while_instrumented(monkey
     assert (late.safe_open, late._materialize_copy) == originals
 
 
+def test_uninstrument_restores_a_method_that_a_patch_saved_through_its_class_and_put_back():
+    """``saved = Model.method; Model.method = patched; ...; Model.method = saved`` while instrumented puts back wrapt's
+    binding of ours, not ours (a class hands out a bound wrapper): uninstrument still gives the class its original."""
+    model = modeling_utils.PreTrainedModel
+    name = "_move_missing_keys_from_meta_to_device"
+    original = vars(model)[name]
+    loadtrace.instrument()
+    try:
+        saved = getattr(model, name)
+        assert saved is not vars(model)[name]  # the binding, a new object
+        setattr(model, name, lambda *args, **kwargs: None)
+        setattr(model, name, saved)
+    finally:
+        loadtrace.uninstrument()
+    assert vars(model)[name] is original
+
+
 def test_late_activation_rebinds_names_imported_with_from():
     assert modeling_utils.safe_open is safetensors.safe_open
     loadtrace.instrument()

@@ -289,7 +289,7 @@ class Registry:
             self.while_loading.clear()
             self._loads_open = 0
         for entry in self.installed.values():
-            if _bound(entry.parent, entry.attribute) is entry.wrapper:
+            if _is_ours(_bound(entry.parent, entry.attribute), entry.wrapper):
                 setattr(entry.parent, entry.attribute, entry.original)
             if isinstance(entry.parent, type(sys)):  # also modules first imported while ours was in place
                 _rebind(entry.parent, entry.attribute, entry.wrapper, entry.original)
@@ -302,6 +302,14 @@ def _rebind(parent: Any, attribute: str, old: Any, new: Any) -> None:
         namespace = getattr(module, "__dict__", None)
         if module is not parent and namespace is not None and namespace.get(attribute) is old:
             setattr(module, attribute, new)
+
+
+def _is_ours(value: Any, wrapper: Any) -> bool:
+    """``wrapper``, or a binding of it put back in its place: ``saved = Model.method; Model.method = patched; ...;
+    Model.method = saved`` saves what the class hands out, wrapt's bound wrapper around ours, not ours."""
+    return value is wrapper or (
+        isinstance(value, wrapt.BoundFunctionWrapper) and getattr(value, "_self_parent", None) is wrapper
+    )
 
 
 def _bound(parent: Any, attribute: str) -> Any:
