@@ -1,5 +1,5 @@
 """Promise (issue 10): ruff (lint and format) and mypy are clean, run here so that README's test command (the whole
-suite, which CI runs) fails on them. They read the whole tree (mypy about 50 s on 2 cores), so this folder is in the
+suite, which CI runs) fails on them. They read the whole tree (mypy about 10 s on 2 cores), so this folder is in the
 slow tier (marked ``integration`` and ``lint`` by conftest.py): ``-m lint`` runs these two alone."""
 
 from __future__ import annotations

@@ -172,7 +172,7 @@ class Broadcast:
 
             source = self.src
             if source is None and self.group_src is not None:
-                source = dist.get_global_rank(self.group or dist.group.WORLD, self.group_src)  # type: ignore[arg-type]
+                source = dist.get_global_rank(self.group or dist.group.WORLD, self.group_src)  # type: ignore[arg-type, unused-ignore]
             nbytes = tensor_bytes(self.tensor)
             if source == dist.get_rank():
                 self.counted.sent += nbytes
