@@ -9,13 +9,13 @@ import json
 
 import pytest
 from support import field_facts
-from support.multirank import MODES, STRATEGY, WORLD_SIZE, Job
+from support.multirank import STRATEGY, WORLD_SIZE, Job, cases
 from support.venvs import discover
 
 from loadtrace.cli import main
 
 VENVS = discover()
-CASES = [(venv, mode) for venv in VENVS for mode in MODES]
+CASES = cases(VENVS)
 WARN = field_facts.WARN
 
 

@@ -21,7 +21,7 @@ def test_loadtrace_is_a_real_install(venv):
 
 @pytest.mark.parametrize("venv", VENVS, **BY_ID)
 def test_workers_activate_from_the_installed_package(jobs, venv):
-    job = jobs.get(venv, "plain", traced=True)
+    job = jobs.get(venv, "fsdp", traced=True)  # a job every venv runs (support.multirank.cases)
     for rank in range(WORLD_SIZE):
         activation = job.counts[rank]["activation"]
         assert activation["loadtrace_imported"], f"rank {rank}: LOADTRACE=1 did not activate loadtrace"
@@ -31,7 +31,7 @@ def test_workers_activate_from_the_installed_package(jobs, venv):
 
 @pytest.mark.parametrize("venv", VENVS, **BY_ID)
 def test_unset_means_not_imported_and_not_patched(jobs, venv):
-    job = jobs.get(venv, "plain", traced=False)
+    job = jobs.get(venv, "fsdp", traced=False)
     for rank in range(WORLD_SIZE):
         activation = job.counts[rank]["activation"]
         assert activation == {

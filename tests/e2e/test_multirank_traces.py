@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from support import field_facts
 from support.installed import job_trace_spans
-from support.multirank import MODES, STRATEGY, WORLD_SIZE, Job, read_spans
+from support.multirank import STRATEGY, WORLD_SIZE, Job, cases, read_spans
 from support.venvs import discover
 
 VENVS = discover()
-CASES = [(venv, mode) for venv in VENVS for mode in MODES]
+CASES = cases(VENVS)
 
 
 @pytest.fixture(params=CASES, ids=[f"{venv.id}-{mode}" for venv, mode in CASES])

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 from support import field_facts
-from support.multirank import MODES, WORLD_SIZE, Job
+from support.multirank import WORLD_SIZE, Job, cases
 from support.venvs import discover
 
 VENVS = discover()
-CASES = [(venv, mode) for venv in VENVS for mode in MODES]
+CASES = cases(VENVS)
 
 
 @pytest.fixture(params=CASES, ids=[f"{v.id}-{m}" for v, m in CASES])

@@ -35,6 +35,13 @@ STRATEGY = {"plain": "plain", "fsdp": "fsdp_cpu_ram_efficient", "zero3": "zero3"
 TRACE_ROOT = "loadtrace-traces"
 
 
+def cases(venvs: list[Venv]) -> list[tuple[Venv, str]]:
+    """The (venv, mode) jobs the multi-rank tests assert on: every mode in the first venv (the current release); in
+    the others, the modes whose loads differ by release (the seed reports' FSDP and ZeRO-3 paths). A plain load is
+    the same reads in every release: run once, it proves what a second run would."""
+    return [(venv, mode) for venv in venvs for mode in MODES if venv is venvs[0] or mode != "plain"]
+
+
 def read_spans(path: Path) -> Any:
     """``loadtrace.analysis.sources.read_files(path)`` (a ``SpanSet``): from the importable package, else straight from
     the source file."""
