@@ -8,7 +8,7 @@ process of their own: ``LOADTRACE=1`` at interpreter start, signals, forks, the 
 ``e2e/`` (real ``torchrun`` jobs and a real browser), ``lint/`` (ruff and mypy over the whole tree, also ``lint``) and
 ``backends/`` (the real Jaeger and collector that ``scripts/build_backends.sh`` builds, also ``backends``).
 
-pytest runs on three pytest-xdist workers (``addopts`` in pyproject.toml; ``-n 0`` runs serially), a test file's
+pytest runs on four pytest-xdist workers (``addopts`` in pyproject.toml; ``-n 0`` runs serially), a test file's
 tests on one worker (``--dist loadscope``), so a module-scoped job runs once. The session-wide jobs here
 (``checkpoint``, ``jobs``) and in ``support/`` (the killed rank, the watched slow load, the OTLP wire runs) are asked
 for by several files on any worker: ``support/shared.py`` makes each once and hands the others what it made. Every
