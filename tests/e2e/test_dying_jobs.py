@@ -6,8 +6,7 @@ report`` command line:
 
 1. teardown: rank 1 SIGKILLs itself right after its N-th read while rank 0, slowed, is still loading; torchrun
    SIGTERMs rank 0. The report has rank 1's exact bytes and tensors, how each rank ended, and torchrun sees exactly
-   what it sees untraced (exit codes -9 and -15, the same job exit code). Both venvs, held to one untraced run (what
-   torchrun sees is torch's, the same in both).
+   what it sees untraced (exit codes -9 and -15, the same job exit code).
 2. the same over OTLP only (no files): rank 0's spans ended by SIGTERM and rank 1's ``loadtrace.rank_exit`` with its
    exact bytes arrive at a receiver.
 3. a real OOM kill in a memory cgroup: rank 1 is told apart as OOM-killed, with its memory limit (the cgroup's); in
@@ -16,9 +15,9 @@ report`` command line:
 4. a rank that raises (a shard missing): the job fails as untraced (one untraced run, as in 1), and the report has a
    ``failed_load`` finding.
 5. ``torchrun --max-restarts 1``: attempt 0 dies, attempt 1 loads; the report keeps the attempts apart.
-6. two launches with one ``LOADTRACE_JOB_ID`` into one folder: two entries, never summed.
-7. a real job folder with a truncated and a corrupt state file: the report runs, counts them, and ranks that finished
-   still look finished.
+6. a real job folder with a truncated and a corrupt state file: the report runs, counts them, and ranks that finished
+   still look finished (the finished launch of ``support/relaunch.py``'s session job; launches with one
+   ``LOADTRACE_JOB_ID`` into one folder: e2e/test_reused_job_id.py).
 """
 
 from __future__ import annotations
@@ -39,8 +38,9 @@ import pytest
 from support import field_facts, parents
 from support.cgroups import remove_cgroup
 from support.installed import file_spans, job_dir, report, report_json, require_installed, torchrun_exitcodes
-from support.multirank import COUNT_WORKER, MODE_ENV, TRACE_ROOT
+from support.multirank import MODE_ENV, TRACE_ROOT
 from support.pagecache import evict
+from support.relaunch import relaunched
 from support.torchrun import DEFAULT_TIMEOUT_S, TorchrunResult, clean_env, torchrun
 from support.venvs import REPO, Venv, discover
 
@@ -57,14 +57,10 @@ RUN_TIMEOUT_S = min(DEFAULT_TIMEOUT_S, 240)
 FORCED = "forcefully exiting via"
 
 
-def each_venv():
-    return [pytest.param(venv, id=venv.name) for venv in VENVS]
-
-
 def first_venv():
-    """For a death told from the launcher and the exit (an OOM kill, a raise): the same code whatever the transformers
-    release, so the current one alone. A rank killed mid-load (the teardown) runs in each: its exact bytes come from
-    the per-tensor hooks, which differ by release."""
+    """A death is told from the state file, the launcher and the exit: the same code whatever the transformers release,
+    so the current one alone. That the per-tensor hooks which fill the state file count exactly on each release is
+    held on the session's jobs (e2e/test_multirank_traces.py)."""
     return [pytest.param(venv, id=venv.name) for venv in VENVS[:1]]
 
 
@@ -194,12 +190,11 @@ def teardown_job(venv: Venv, checkpoint: Path, cwd: Path, traced: bool) -> Torch
 
 @pytest.fixture(scope="module")
 def untraced_teardown(checkpoint: Path, tmp_path_factory) -> TorchrunResult:
-    """The teardown without loadtrace, once: what torchrun sees of it is torch's (the same torch in every test venv)
-    and the scenario's, whatever the transformers; each venv's traced job is held to it."""
+    """The teardown without loadtrace: the traced job is held to what torchrun sees of it."""
     return teardown_job(VENVS[0], checkpoint, tmp_path_factory.mktemp("teardown-untraced"), traced=False)
 
 
-@pytest.fixture(scope="module", params=each_venv())
+@pytest.fixture(scope="module", params=first_venv())
 def teardown(request, checkpoint: Path, untraced_teardown: TorchrunResult, tmp_path_factory) -> Teardown:
     venv = request.param
     require_installed(venv)
@@ -698,46 +693,23 @@ def test_restart_a_rank_waiting_in_a_collective_still_stops_at_sigterm(restarted
     assert "closing signal SIGTERM" in log and FORCED not in log, restarted.run.tail()
 
 
-# 6. Two launches with one LOADTRACE_JOB_ID into one folder -----------------------------------------------------------
+# 6. Bad input at the CLI on a real job folder ------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def two_runs(checkpoint: Path, tmp_path_factory) -> Reported:
+def finished_job(checkpoint: Path, tmp_path_factory) -> Path:
+    """The folder of a real job whose two ranks loaded and finished: the session's relaunched job id's last launch
+    (``support/relaunch.py``: ``elsewhere``, its ``LOADTRACE_DIR`` its own)."""
     venv = VENVS[0]
     require_installed(venv)
-    cwd = tmp_path_factory.mktemp("two-runs")
-    runs = []
-    for index in range(2):
-        args = [str(checkpoint), "--mode", "plain", "--out", str(cwd / f"out{index}")]
-        env = {"LOADTRACE": "1", "LOADTRACE_JOB_ID": "nightly-load-test"}
-        run = launch(venv, COUNT_WORKER, args, cwd=cwd, env=env)
-        assert run.returncode == 0, run.tail()
-        shutil.copy(run.log, cwd / f"torchrun{index}.log")
-        runs.append(run)
-    folder = cwd / TRACE_ROOT / "nightly-load-test"
-    assert [p for p in (cwd / TRACE_ROOT).iterdir()] == [folder]
-    return reported(venv, runs, folder)
+    launches = relaunched(venv, checkpoint, tmp_path_factory)
+    assert launches.launches["elsewhere"].returncode == 0, launches.launches["elsewhere"].log[-3000:]
+    return launches.elsewhere
 
 
-def test_two_runs_with_one_job_id_are_two_entries(two_runs: Reported):
-    traces = two_runs.report["traces"]
-    assert len(traces) == 2, traces
-    assert len({t["trace_id"] for t in traces}) == 1, "one job id, one trace id"
-    assert len({(t["attempt"], t["launch_id"], t["run"]) for t in traces}) == 2, traces
-    rows = two_runs.report["ranks"]
-    assert len(rows) == 4 and sorted(r["rank"] for r in rows) == [0, 0, 1, 1]
-    for row in rows:
-        assert (row["read_bytes"], row["tensors_read"], row["loads"]) == (field_facts.BYTES, field_facts.TENSORS, 1)
-        assert row["incomplete"] is False and row["failed"] is None
-    assert two_runs.table.count(f"trace {traces[0]['trace_id']}") == 2, two_runs.table
-
-
-# 7. Bad input at the CLI on a real job folder ------------------------------------------------------------------------
-
-
-def test_damaged_state_files_of_a_real_job_are_skipped_and_counted(two_runs: Reported, tmp_path):
+def test_damaged_state_files_of_a_real_job_are_skipped_and_counted(finished_job: Path, tmp_path):
     folder = tmp_path / "job"
-    shutil.copytree(two_runs.folder, folder)
+    shutil.copytree(finished_job, folder)
     states = sorted(folder.glob(f"*{sc.STATE_SUFFIX}"))
     assert len(states) >= 2, f"the finished ranks left no state files to damage: {sorted(folder.iterdir())}"
     truncated, corrupt = states[0], states[1]
@@ -753,7 +725,7 @@ def test_damaged_state_files_of_a_real_job_are_skipped_and_counted(two_runs: Rep
     assert "2 corrupt, truncated or foreign state files skipped" in table, table
     rep = report_json(venv, folder)
     assert rep["skipped_state_files"] == 2
-    assert len(rep["ranks"]) == 4
+    assert len(rep["ranks"]) == 2
     for row in rep["ranks"]:
         assert row["incomplete"] is False and row["failed"] is None, row
         assert row["exit"] == {"signal": None, "code": None, "oom_killed": None, "source": None}, row

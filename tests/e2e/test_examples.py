@@ -103,6 +103,10 @@ def test_the_report_shows_what_this_release_does(example: ExampleRun):
         # 5.12: the second model comes from zeros_like; later: from the read path, kept as parameters.
         created = field_facts.MODEL_BYTES if example.venv.release == "5.12" else field_facts.BUFFER_BYTES
         assert rank1["materialized_bytes"].get("cpu") == created
+        # No test code in the process: each call site is transformers' own line (the first frame outside torch).
+        sites = rank1["materialized_sites"]
+        assert sites and all(s["site"].startswith("modeling_utils.py:") and s["site"].endswith(" cpu") for s in sites)
+        assert sum(s["bytes"] for s in sites) == created
         assert rank1["held_bytes"].get("cpu") == field_facts.MODEL_BYTES
         assert rank1["read_bytes"] == field_facts.BYTES
     else:

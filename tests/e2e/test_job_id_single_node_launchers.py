@@ -58,6 +58,8 @@ def assert_one_trace(traces: Path, output: str, source: str) -> None:
 
 
 def test_accelerate_launch_loading_before_init_process_group_is_one_trace(checkpoint, tmp_path):
+    """Also: ``loadtrace.launcher`` names ``accelerate launch`` as ``accelerate`` (issue 40;
+    e2e/test_launcher_named_real.py the others)."""
     venv = venv_or_skip()
     script = tmp_path / "early_load.py"
     script.write_text(EARLY_LOAD)
@@ -67,6 +69,8 @@ def test_accelerate_launch_loading_before_init_process_group_is_one_trace(checkp
     )
     assert code == 0, output[-4000:]
     assert_one_trace(traces, output, SOURCE_LAUNCH)
+    launchers = {s.resource["loadtrace.rank"]: s.resource["loadtrace.launcher"] for s in read_files(traces).spans}
+    assert launchers == {0: "accelerate", 1: "accelerate"}
 
 
 @pytest.mark.parametrize("traced_launcher", [True, False], ids=["traced-launcher", "workers-only"])

@@ -1,7 +1,8 @@
 """Promise (issue 40): ``loadtrace.launcher`` names what really launched the ranks: a plain ``torchrun`` with
 ``ACCELERATE_USE_FSDP=true`` in the environment (the job's setting, which accelerate's ``Accelerator`` reads) is
-``torchrun``, ``accelerate launch`` is ``accelerate``, deepspeed's launcher is ``deepspeed``. The rules, unit by unit:
-tests/in_job/test_launcher_named.py."""
+``torchrun`` (the session's FSDP job: torchrun with accelerate's settings, ``support/multirank.py``), ``accelerate
+launch`` is ``accelerate`` (its real launch: e2e/test_job_id_single_node_launchers.py), deepspeed's launcher is
+``deepspeed``. The rules, unit by unit: tests/in_job/test_launcher_named.py."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support.torchrun import accelerate_launch, clean_env, free_port, torchrun
+from support.multirank import MODE_ENV
+from support.torchrun import clean_env, free_port
 from support.venvs import Venv, discover
 
 from loadtrace import semconv
@@ -22,8 +24,8 @@ import sys, safetensors
 with safetensors.safe_open(sys.argv[1], framework="pt") as f:
     f.get_tensor("w")
 """
-# A setting of the job's, not a launcher's trace: every launcher below runs with it.
-SETTINGS = {"ACCELERATE_USE_FSDP": "true", "FSDP_CPU_RAM_EFFICIENT_LOADING": "true"}
+# A setting of the job's, not a launcher's trace: deepspeed's launcher runs with it too.
+SETTINGS = MODE_ENV["fsdp"]
 
 
 @pytest.fixture(scope="module")
@@ -55,17 +57,9 @@ def job(tmp_path: Path, ckpt: Path) -> tuple[Path, list[str], dict[str, str]]:
     return traces, [str(script), str(ckpt)], {"LOADTRACE": "1", "LOADTRACE_DIR": str(traces), **SETTINGS}
 
 
-def test_plain_torchrun_with_accelerates_setting_is_torchrun(venv, ckpt, tmp_path):
-    traces, (script, *args), env = job(tmp_path, ckpt)
-    run = torchrun(venv, Path(script), args, cwd=tmp_path / "run", env=env).check()
-    assert launchers_named(traces, run.tail()) == {0: "torchrun", 1: "torchrun"}
-
-
-def test_accelerate_launch_is_accelerate(venv, ckpt, tmp_path):
-    traces, (script, *args), env = job(tmp_path, ckpt)
-    code, output = accelerate_launch(venv, Path(script), args, tmp_path / "run", env)
-    assert code == 0, output[-3000:]
-    assert launchers_named(traces, output) == {0: "accelerate", 1: "accelerate"}
+def test_plain_torchrun_with_accelerates_setting_is_torchrun(jobs, venv):
+    job = jobs.get(venv, "fsdp", traced=True)  # torchrun, with MODE_ENV["fsdp"]: accelerate's settings
+    assert launchers_named(job.trace_root, job.run.tail()) == {0: "torchrun", 1: "torchrun"}
 
 
 def test_deepspeeds_launcher_is_deepspeed(venv, ckpt, tmp_path):

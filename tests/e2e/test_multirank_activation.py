@@ -42,11 +42,12 @@ def test_unset_means_not_imported_and_not_patched(jobs, venv):
         }, f"rank {rank}"
 
 
-@pytest.mark.parametrize("venv", VENVS, **BY_ID)
+@pytest.mark.parametrize("venv", VENVS[:1], ids=[v.id for v in VENVS[:1]])
 def test_the_example_job_is_traced_unchanged(jobs, venv):
     """``examples/load.py`` as a user runs it: no test code in the process, still one trace with both ranks. The
     session's FSDP run of it (e2e/test_forecast_real_run.py and test_docs_samples_fresh_run.py read it too), against
-    the same load counted by the test worker without loadtrace (e2e/test_weights_identical.py's)."""
+    the same load counted by the test worker without loadtrace (e2e/test_weights_identical.py's). The current release;
+    on 5.12, e2e/test_examples.py's run of the FSDP2 example holds its zeros_like sites to the same rule."""
     example = jobs.get(venv, "fsdp", traced=True, script=EXAMPLE_WORKER)
     reference = jobs.get(venv, "fsdp", traced=False)
     spans = example.spans().spans

@@ -4,12 +4,14 @@ Real ``torchrun`` launches with one ``LOADTRACE_JOB_ID`` (``support/relaunch.py`
 rendezvous under an untraced launcher (no launch id: only the processes' times tell the launches apart), then rank 0
 crashes while rank 1 loads, then both load; those three into one folder, and a fourth that loads into another
 folder. Each launch is its own run, its startup within its own launch's seconds, and ``loadtrace jobs`` over both
-folders carries no startup longer than a launch took.
+folders carries no startup longer than a launch took. Two launches that both loaded are two entries in one trace,
+never summed.
 """
 
 from __future__ import annotations
 
 import pytest
+from support import field_facts
 from support.installed import report, require_installed
 from support.relaunch import JOB_ID, Relaunched, relaunched
 from support.venvs import discover
@@ -44,6 +46,11 @@ def test_each_launch_into_one_folder_is_its_own_run(launches: Relaunched):
     for rank in result.ranks:
         by_run.setdefault(rank.run, {})[rank.rank] = rank.loads
     assert by_run == {0: {0: 0, 1: 0}, 1: {0: 0, 1: 1}, 2: {0: 1, 1: 1}}, by_run
+    assert len({trace.trace_id for trace in result.traces}) == 1, "one job id, one trace id"
+    # Never summed: each load's rank has its own launch's bytes, not the folder's.
+    loaded = [rank for rank in result.ranks if rank.loads]
+    assert len(loaded) == 3
+    assert all((rank.read_bytes, rank.tensors_read) == (field_facts.BYTES, field_facts.TENSORS) for rank in loaded)
     table = report_table(result)
     assert "run 3 of 3 (the same ranks again, new pids)" in table, table
 
