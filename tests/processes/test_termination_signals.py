@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -213,3 +214,45 @@ def test_handlers_are_in_place_only_while_loading():
             assert signal.getsignal(signal.SIGTERM) is not before, "until the outermost load closes"
         assert signal.getsignal(signal.SIGTERM) is before
     assert signal.getsignal(signal.SIGINT) is before_int
+
+
+# Rank 0 of a 2-rank job whose rank 1 never shows: at its exit it waits for it (summary.PEER_WAIT_S) before it says the
+# job's closing line, and is SIGTERMed then, as torchrun SIGTERMs the other ranks the moment one fails.
+AT_EXIT = r"""
+import sys, safetensors
+with safetensors.safe_open(sys.argv[1], framework="pt") as f:
+    f.get_tensor("w")
+print("exiting", flush=True)
+"""
+
+
+@pytest.mark.parametrize("before", ["default", "handler"])
+def test_a_sigterm_while_rank_0_says_the_closing_line_waits_for_it_then_meets_the_jobs_disposition(
+    tmp_path, ckpt, before
+):
+    """The line is said whole, then the signal meets what the job had: the default action (death by SIGTERM, as
+    untraced) or the job's own handler (called once; here it exits 3)."""
+    script = tmp_path / "job.py"
+    handler = (
+        "import signal, os\nsignal.signal(signal.SIGTERM, lambda *a: (print('job handler', flush=True), os._exit(3)))\n"
+    )
+    script.write_text((handler if before == "handler" else "") + AT_EXIT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LOADTRACE", "OTEL_"))}
+    env.update(LOADTRACE="1", LOADTRACE_DIR=str(tmp_path / "traces"), LOADTRACE_QUIET="0", LOADTRACE_JOB_ID="held")
+    env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(ckpt)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_as_from_a_terminal,
+    )
+    assert proc.stdout.readline() == "exiting\n"
+    time.sleep(0.5)  # inside its exit work: the wait for rank 1 lasts seconds
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    said = [line for line in err.splitlines() if line.startswith("loadtrace: job held")]
+    assert len(said) == 1 and "1 of 2 ranks here, 0 findings → loadtrace report " in said[0], err
+    assert proc.returncode == (-signal.SIGTERM if before == "default" else 3), (proc.returncode, out, err)
+    assert out.count("job handler") == (before == "handler")

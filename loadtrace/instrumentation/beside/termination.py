@@ -16,6 +16,9 @@ action would have killed the worker, so ``Pool.terminate()`` could wait forever 
 back across the fork, so one sent to the child before it gave ours back meets the job's own disposition. The child
 installs ours again only when it loads itself: not for its reads outside any load (tracing/loose.py), whose load stays
 open while the worker waits for work.
+
+At exit, while loadtrace flushes and rank 0 says the job's closing line, the signals are ``Held`` until that bounded
+work is done, then met as untraced.
 """
 
 from __future__ import annotations
@@ -122,6 +125,42 @@ class Handlers:
         except Exception:
             pass
         return None
+
+
+class Held:
+    """While open: the termination signals wait until loadtrace's exit work is done (bounded by its own timeouts),
+    then meet the job's own disposition, as they would have without us: its handler runs, or the default action kills
+    the process by the signal. A launcher tearing a job down (torchrun SIGTERMs the other ranks the moment one
+    fails) would otherwise cut rank 0's flush and closing line short. From the main thread only; never raises."""
+
+    def __init__(self) -> None:
+        self._previous: dict[int, Any] = {}
+        self._arrived: list[int] = []
+
+    def _hold(self, signo: int, frame: FrameType | None) -> None:
+        self._arrived.append(signo)
+
+    def __enter__(self) -> Held:
+        try:
+            if threading.current_thread() is threading.main_thread():
+                for signo in numbers():
+                    current = signal.getsignal(signo)
+                    if current is not None and current != signal.SIG_IGN:
+                        signal.signal(signo, self._hold)
+                        self._previous[signo] = current
+        except Exception:
+            pass  # not held: the exit goes ahead as before
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            for signo, previous in self._previous.items():
+                if signal.getsignal(signo) == self._hold:
+                    signal.signal(signo, previous)
+            for signo in dict.fromkeys(self._arrived):
+                signal.raise_signal(signo)  # now met by what the job had: its handler, or death by the signal
+        except Exception:
+            pass
 
 
 # The handlers with ours installed in this process now; a fork holds the signals back while there are any.

@@ -190,8 +190,19 @@ def report_counts(folder: str, job_id: str, deadline: float) -> str:
         return ""
     env = {**os.environ, "LOADTRACE": "0"}  # the child loads nothing; keep even the .pth line idle
     command = [sys.executable, "-m", "loadtrace", "report", "--format", "line", f"--job={job_id}", "--latest", folder]
+    # A session of its own: a launcher stopping the job signals each rank's process group (torchrun's killpg), and
+    # these counts are what rank 0 still finishes then, its own signal held meanwhile (termination.Held); bounded all
+    # the same, by ``deadline``.
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=left, env=env, stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=left,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     except (OSError, subprocess.SubprocessError, ValueError):
         return ""
     said = done.stdout.strip()

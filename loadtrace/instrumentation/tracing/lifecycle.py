@@ -1,7 +1,7 @@
 """The process's life around its scopes: its exit (``shutdown``: end what the job left open, flush, the job's summary
-line), a fork (``after_fork``: the child owns none of its parent's scopes) and a termination signal while loading
-(``terminated``: every open span ends with what it counted, ERROR and the signal's name, and is flushed, all within
-``LOADTRACE_EXIT_TIMEOUT``; termination.py)."""
+line, a termination signal held until they are done: termination.Held), a fork (``after_fork``: the child owns none of
+its parent's scopes) and a termination signal while loading (``terminated``: every open span ends with what it
+counted, ERROR and the signal's name, and is flushed, all within ``LOADTRACE_EXIT_TIMEOUT``; termination.py)."""
 
 from __future__ import annotations
 
@@ -63,6 +63,10 @@ class Lifecycle:
         provider = self.source.made
         if provider is None:
             return  # no span was ever made here: nothing to flush, nothing to say
+        with termination.Held():  # a launcher's SIGTERM waits for the flush and the closing line (bounded)
+            self._flush_and_close(provider, said)
+
+    def _flush_and_close(self, provider: Any, said: bool) -> None:
         state, trace_file, exported = provider.state, provider.trace_file, provider.exporting
         provider.shutdown()
         if exported and state is not None and not (said or self.forked):
