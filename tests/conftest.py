@@ -18,6 +18,7 @@ test is about.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# Every Python process a test starts freezes its garbage collector at exit (support/exit_gc/sitecustomize.py): a
+# fifth of a rank's CPU. support.torchrun.clean_env, which scrubs PYTHONPATH, puts it back.
+os.environ["PYTHONPATH"] = str(Path(__file__).resolve().parent / "support" / "exit_gc")
 
 from support import venvs as _venvs  # noqa: E402
 from support.multirank import Jobs  # noqa: E402

@@ -1,8 +1,9 @@
 """Run a script under ``torchrun --nproc_per_node N`` in a given venv, the way a user's job runs.
 
 The environment is the caller's minus anything that would change what is measured: ``LOADTRACE*`` and ``OTEL_*``
-variables, ``PYTHONPATH`` (the workers must import the *installed* loadtrace, never the source tree), and the
-accelerate/FSDP switches; then exactly the variables the caller passes. The job runs in its own working
+variables, ``PYTHONPATH`` (the workers must import the *installed* loadtrace, never the source tree: it holds only
+``exit_gc/``, whose ``sitecustomize`` freezes the collector at exit), and the accelerate/FSDP switches; then exactly
+the variables the caller passes. The job runs in its own working
 directory, so loadtrace's default ``./loadtrace-traces/<job id>/`` lands there and nowhere else.
 """
 
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from .venvs import Venv
 
+EXIT_GC = Path(__file__).resolve().parent / "exit_gc"
 DEFAULT_TIMEOUT_S = float(os.environ.get("LOADTRACE_TEST_TORCHRUN_TIMEOUT", "420"))
 SCRUBBED_PREFIXES = ("LOADTRACE", "OTEL_", "ACCELERATE_", "FSDP_")
 SCRUBBED = {
@@ -76,6 +78,7 @@ def extensions_dir(venv: Venv) -> Path:
 
 def clean_env(venv: Venv, extra: dict[str, str]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in SCRUBBED and not k.startswith(SCRUBBED_PREFIXES)}
+    env["PYTHONPATH"] = str(EXIT_GC)  # only the exit's frozen collector (exit_gc/sitecustomize.py), not the tree
     # The venv's tools first: deepspeed builds its CPU communication op with the venv's ninja on first use.
     env["PATH"] = f"{venv.bin}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONUNBUFFERED"] = "1"
