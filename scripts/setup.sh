@@ -49,8 +49,11 @@ make_venv() {
   "$dir/bin/pip" install -q --disable-pip-version-check --no-deps --force-reinstall .
   # DeepSpeed JIT-builds its CPU communication op at a ZeRO-3 job's init_distributed (~30 s of compiling): once here,
   # into the venv's own cache, which the test jobs and gen_docs use, so no job waits for it (a fresh venv's sources are
-  # newer than any older build, and two venvs sharing one cache rebuild it each time they alternate).
-  TORCH_EXTENSIONS_DIR="$dir/torch_extensions" PATH="$dir/bin:$PATH" "$dir/bin/python" -c \
+  # newer than any older build, and two venvs sharing one cache rebuild it each time they alternate). By the absolute
+  # path the jobs use: ninja rebuilds a cache first built through a relative one (in CI, 2-3 min into the suite).
+  local root
+  root=$(cd "$dir" && pwd)
+  TORCH_EXTENSIONS_DIR="$root/torch_extensions" PATH="$root/bin:$PATH" "$root/bin/python" -c \
     'from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder; ShareMemCommBuilder().load()' >/dev/null 2>&1 ||
     echo "setup: DeepSpeed's CPU comm op did not build in $dir; the first ZeRO-3 job there builds it"
 }
