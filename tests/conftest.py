@@ -26,14 +26,15 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-# Every Python process a test starts freezes its garbage collector at exit (support/exit_gc/sitecustomize.py): a
-# fifth of a rank's CPU. support.torchrun.clean_env, which scrubs PYTHONPATH, puts it back.
-os.environ["PYTHONPATH"] = str(Path(__file__).resolve().parent / "support" / "exit_gc")
 
 from support import venvs as _venvs  # noqa: E402
 from support.multirank import Jobs  # noqa: E402
 from support.shared import once  # noqa: E402
-from support.torchrun import clean_env  # noqa: E402
+from support.torchrun import EXIT_GC, clean_env  # noqa: E402
+
+# Every Python process a test starts freezes its garbage collector at exit (support/exit_gc/sitecustomize.py): a
+# fifth of a rank's CPU. support.torchrun.clean_env, which scrubs PYTHONPATH, puts it back.
+os.environ["PYTHONPATH"] = str(EXIT_GC)
 
 NO_VENV = "no venv with torchrun and transformers (see tests/support/venvs.py)"
 # A folder's markers, set on every test collected under it.
