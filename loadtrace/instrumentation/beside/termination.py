@@ -127,36 +127,30 @@ class Handlers:
         return None
 
 
-class Held:
+class Held(Handlers):
     """While open: the termination signals wait until loadtrace's exit work is done (bounded by its own timeouts),
     then meet the job's own disposition, as they would have without us: its handler runs, or the default action kills
     the process by the signal. A launcher tearing a job down (torchrun SIGTERMs the other ranks the moment one
-    fails) would otherwise cut rank 0's flush and closing line short. From the main thread only; never raises."""
+    fails) would otherwise cut rank 0's flush and closing line short. Installed and given back as ``Handlers`` (the
+    main thread only; a child forked meanwhile starts with the job's own); never raises."""
 
     def __init__(self) -> None:
-        self._previous: dict[int, Any] = {}
+        super().__init__(on_signal=lambda signo: None)
         self._arrived: list[int] = []
 
-    def _hold(self, signo: int, frame: FrameType | None) -> None:
+    def handle(self, signo: int, frame: FrameType | None) -> None:
         self._arrived.append(signo)
 
     def __enter__(self) -> Held:
         try:
-            if threading.current_thread() is threading.main_thread():
-                for signo in numbers():
-                    current = signal.getsignal(signo)
-                    if current is not None and current != signal.SIG_IGN:
-                        signal.signal(signo, self._hold)
-                        self._previous[signo] = current
+            self.install()
         except Exception:
             pass  # not held: the exit goes ahead as before
         return self
 
     def __exit__(self, *exc: object) -> None:
         try:
-            for signo, previous in self._previous.items():
-                if signal.getsignal(signo) == self._hold:
-                    signal.signal(signo, previous)
+            self.restore()
             for signo in dict.fromkeys(self._arrived):
                 signal.raise_signal(signo)  # now met by what the job had: its handler, or death by the signal
         except Exception:
